@@ -139,7 +139,7 @@ def part_accuracy(args: argparse.Namespace, url: str, tmp: str, split: str) -> d
     rows = [_run(args, url, tmp, "fedavg", spec, lr, {}, f"{split}-dense-{lr}")[0] for lr in args.dense_lrs]
     dense = max(rows, key=lambda r: r["acc"])
     best: dict[str, dict[str, Any]] = {}
-    for g in GAMMAS:
+    for g in args.gammas:
         for method in ("fedpara", "lowrank"):
             runs = [_run(args, url, tmp, method, spec, lr, {"gamma": str(g), "lr": str(lr)},
                          f"{split}-{method}-{g}-{lr}")[0] for lr in args.lrs]
@@ -150,7 +150,7 @@ def part_accuracy(args: argparse.Namespace, url: str, tmp: str, split: str) -> d
     print(f"{'gamma':>6} {'fedpara acc':>12} {'naive acc':>10} {'bytes ratio':>12} {'gap (pts)':>10} "
           f"{'>=3x & <=1.5':>13} {'beats naive':>12}")
     summary = []
-    for g in GAMMAS:
+    for g in args.gammas:
         fp, nv = best[f"fedpara-{g}"], best[f"lowrank-{g}"]
         ratio, gap = dense["bytes_per_round"] / fp["bytes_per_round"], 100 * (dense["acc"] - fp["acc"])
         ok, beats = ratio >= 3 and gap <= 1.5, fp["acc"] > nv["acc"]
@@ -257,10 +257,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lrs", default=",".join(map(str, LRS)), help="Adam learning rates of the factorised runs")
     p.add_argument("--dense-lrs", default=",".join(map(str, LRS)), help="Adam learning rates of the dense runs")
+    p.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="γ values of the iid/noniid parts")
     p.add_argument("--json", help="write the figures here (plot: comma-separated iid/noniid JSONs to read)")
     p.add_argument("--png", default="bench/results/fedpara.png", help="plot: the image to write")
     args = p.parse_args()
     args.lrs = [float(v) for v in args.lrs.split(",")]
+    args.gammas = [float(v) for v in args.gammas.split(",")]
     args.dense_lrs = [float(v) for v in args.dense_lrs.split(",")]
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)  # devices are threads of this process; one intra-op thread each

@@ -17,11 +17,20 @@ An admin ``override`` pins devices to levels. :class:`LevelAssigner` keeps the
 fleet's records and applies the result to them; in dynamic mode a device that
 re-registers with a new profile (CPU load, thermal throttling, battery) is
 re-assigned for the next round, in static mode labels are frozen once training starts.
+
+The assigned level is a device's *capacity*. With ``sample=random`` a device trains,
+each round, a level drawn uniformly from the levels up to its capacity (never a larger
+one), so every smaller model also learns from the data of faster devices — the way
+the FLANC and HeteroFL papers sample a width per client per round, bounded by what
+the device measured it can afford. ``sample=any`` draws from every level whatever the
+capacity — the papers' own protocol, for fleets where every device can afford every
+level (or to reproduce the papers). ``sample=fixed`` (default) trains the capacity level.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -32,8 +41,9 @@ from coordinator.fleet import DeviceRecord
 __all__ = ["MODES", "ASSIGNMENT_KEYS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
 
 MODES = ("cluster", "quantile", "budget")
+SAMPLING = ("fixed", "random", "any")
 #: The `--option` keys :meth:`AssignmentConfig.from_options` consumes.
-ASSIGNMENT_KEYS = ("assign", "budget_s", "override", "dynamic")
+ASSIGNMENT_KEYS = ("assign", "budget_s", "override", "dynamic", "sample")
 
 
 def _positive(name: str, value: object) -> float:
@@ -137,16 +147,20 @@ def _flag(key: str, text: str) -> bool:
 
 @dataclass(frozen=True)
 class AssignmentConfig:
-    """How devices are grouped into levels (`--option assign=... budget_s=... override=... dynamic=...`)."""
+    """How devices are grouped into levels (`--option assign=... budget_s=... override=... dynamic=...
+    sample=...`)."""
 
     mode: str = "cluster"
     budget_s: float | None = None
     override: tuple[tuple[str, str], ...] = ()
     dynamic: bool = False
+    sample: str = "fixed"  # random: each round a level up to the device's capacity; any: any level
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"option assign: must be one of {'|'.join(MODES)}, got {self.mode!r}")
+        if self.sample not in SAMPLING:
+            raise ValueError(f"option sample: must be one of {'|'.join(SAMPLING)}, got {self.sample!r}")
         if self.budget_s is not None:
             _positive("option budget_s", self.budget_s)
         if self.mode == "budget" and self.budget_s is None:
@@ -164,6 +178,8 @@ class AssignmentConfig:
         kw["mode"] = options.get("assign", "budget" if "budget_s" in kw else "cluster").strip()
         if "dynamic" in options:
             kw["dynamic"] = _flag("dynamic", options["dynamic"].strip())
+        if "sample" in options:
+            kw["sample"] = options["sample"].strip()
         if options.get("override", "").strip():
             pairs = []
             for item in options["override"].split(","):
@@ -224,6 +240,17 @@ class LevelAssigner:
             if d != device.device_id:
                 record.label = labels[d]
         return labels[device.device_id]
+
+    def round_level(self, device: DeviceRecord, rnd: int, seed: int = 0) -> str:
+        """The level ``device`` trains in round ``rnd``: its capacity level, or with
+        ``sample=random`` one drawn uniformly from the levels up to it (``any``: from all
+        levels). The draw depends only on (seed, round, device id), so a resumed job repeats it."""
+        capacity = device.label if device.label in self.levels else self.observe(device)
+        if self.config.sample == "fixed":
+            return capacity
+        allowed = self.levels if self.config.sample == "any" else self.levels[:self.levels.index(capacity) + 1]
+        rng = np.random.default_rng([seed, rnd, zlib.crc32(device.device_id.encode())])
+        return allowed[int(rng.integers(len(allowed)))]
 
     def freeze(self) -> None:
         """Training started: in static mode, labels no longer change."""

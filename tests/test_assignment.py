@@ -144,3 +144,44 @@ def test_device_reports_new_capacity_and_is_reassigned_over_a_real_broker(broker
         client.stop()
         thread.join(5.0)
         transport.close()
+
+
+def _device(device_id: str, gflops: float) -> DeviceRecord:
+    from edge_sdk.profiling import DeviceProfile
+    profile = DeviceProfile(name=device_id, gflops=gflops, ram_mb=1024, cpu_count=4,
+                            uplink_mbps=10.0, downlink_mbps=10.0)
+    return DeviceRecord(device_id, profile, 100)
+
+
+def test_random_sampling_never_exceeds_capacity_and_covers_smaller_levels():
+    levels = ["0.25", "0.5", "0.75", "1"]
+    assigner = LevelAssigner(AssignmentConfig(sample="random"), levels)
+    devices = [_device(f"d{i}", g) for i, g in enumerate([1, 10, 100, 1000])]
+    for device in devices:
+        device.label = assigner.observe(device)
+    seen: dict[str, set[str]] = {d.device_id: set() for d in devices}
+    for rnd in range(40):
+        for device in devices:
+            level = assigner.round_level(device, rnd, seed=3)
+            assert levels.index(level) <= levels.index(device.label)
+            seen[device.device_id].add(level)
+    assert seen["d0"] == {"0.25"}
+    assert seen["d3"] == set(levels)  # the fastest device trains every width over 40 rounds
+    # the draw is a function of (seed, round, device): a resumed job repeats it
+    assert [assigner.round_level(devices[3], r, seed=3) for r in range(10)] == \
+        [assigner.round_level(devices[3], r, seed=3) for r in range(10)]
+    assert [assigner.round_level(devices[3], r, seed=3) for r in range(20)] != \
+        [assigner.round_level(devices[3], r, seed=4) for r in range(20)]
+    anything = LevelAssigner(AssignmentConfig(sample="any"), levels)
+    devices[0].label = anything.observe(devices[0])
+    assert {anything.round_level(devices[0], r) for r in range(40)} == set(levels)  # the papers' protocol
+
+
+def test_fixed_sampling_trains_the_capacity_level_and_bad_sampling_is_refused():
+    levels = ["0.5", "1"]
+    assigner = LevelAssigner(AssignmentConfig(), levels)
+    device = _device("d", 5)
+    device.label = "0.5"
+    assert {assigner.round_level(device, r) for r in range(10)} == {"0.5"}
+    with pytest.raises(ValueError, match="sample"):
+        AssignmentConfig.from_options({"sample": "sometimes"}, levels)

@@ -71,6 +71,22 @@ def test_devices_get_their_width_and_download_basis_plus_own_tensors(mnist):
     assert sum(t.size for t in plans["1.0"].tensors.values()) < 0.45 * count_params(cnn4(norm="batchnorm"))
 
 
+def test_random_sampling_plans_widths_up_to_capacity_and_checks_the_planned_one(mnist):
+    strategy = make_flanc(mnist, sample="random")
+    records = fleet(strategy)
+    planned = {label: {strategy.configure_train(rnd, r).label for rnd in range(24)} for label, r in records.items()}
+    order = list(PROFILES)
+    for capacity, labels in planned.items():
+        assert labels <= set(order[:order.index(capacity) + 1])  # never wider than the device affords
+    assert planned["0.25"] == {"0.25"} and planned["1.0"] == set(order)
+    top = records["1.0"]
+    plan = next(p for p in (strategy.configure_train(r, top) for r in range(24, 48)) if p.label != "1.0")
+    # an update must be for the width it was sent this round, not its capacity width
+    with pytest.raises(UpdateRejected):
+        strategy.check_update(top, _update(strategy, "1.0", 0.1, 300))
+    strategy.check_update(top, _update(strategy, plan.label, 0.1, 300))
+
+
 def _update(strategy: Flanc, label: str, value: float, n: int, **changes) -> Update:
     tensors = {k: np.full(v.shape, value, np.float32) for k, v in strategy.tensors(label).items()}
     tensors.update(changes)

@@ -194,7 +194,8 @@ class FedPara(Strategy):
         self._ensure_built()
         if self.assigner is not None:
             self.assigner.freeze()
-        label = device.label if device.label in self.specs else self.assign(device)
+        label = (self.assigner.round_level(device, rnd, self.config.seed) if self.assigner is not None
+                 else device.label if device.label in self.specs else self.assign(device))
         self._planned[device.device_id] = label
         return Plan(method=self.name, label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=self.train_settings())

@@ -128,7 +128,7 @@ class Flanc(Strategy):
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         self.assigner.freeze()
-        label = device.label if device.label in self.specs else self.assign(device)
+        label = self.assigner.round_level(device, rnd, self.config.seed)
         self._planned[device.device_id] = (rnd, label)
         train = {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
                  "static_bn": self.options.static_bn}

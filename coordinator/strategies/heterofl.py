@@ -168,7 +168,7 @@ class HeteroFL(Strategy):
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         self.assigner.freeze()
-        label = device.label if device.label in self.specs else self.assign(device)
+        label = self.assigner.round_level(device, rnd, self.config.seed)
         self._planned[device.device_id] = label
         train = {**self.config.train.to_dict(), "static_bn": self.options.static_bn,
                  "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}

@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edge_sdk.models.dense import dense_conv2d, dense_linear
+
 from edge_sdk.models.layers import (LAYER_TYPES, MAX_CHANNELS, Shape, bool_field, int_field,
                                     register_layer)
 
@@ -176,14 +178,7 @@ class FedParaLinear(_FedPara):
 
     def to_dense(self) -> nn.Linear:
         """An ``nn.Linear`` computing exactly this layer."""
-        weight = self.composed_weight().detach()
-        dense = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                          dtype=weight.dtype, device=weight.device)
-        with torch.no_grad():
-            dense.weight.copy_(weight)
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
+        return dense_linear(self.composed_weight(), self.bias)
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, rank={self.rank}, "
@@ -223,14 +218,7 @@ class FedParaConv2d(_FedPara):
 
     def to_dense(self) -> nn.Conv2d:
         """An ``nn.Conv2d`` computing exactly this layer."""
-        weight = self.composed_weight().detach()
-        dense = nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                          self.padding, bias=self.bias is not None, dtype=weight.dtype, device=weight.device)
-        with torch.no_grad():
-            dense.weight.copy_(weight)
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
+        return dense_conv2d(self.composed_weight(), self.bias, self.stride, self.padding)
 
     def extra_repr(self) -> str:
         return (f"in={self.in_channels}, out={self.out_channels}, kernel={self.kernel_size}, "

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edge_sdk.models.dense import dense_conv2d, dense_linear
 from edge_sdk.models.fedpara import INIT_GAIN2, MAX_RANK, fedpara_weight_params
 from edge_sdk.models.layers import LAYER_TYPES, MAX_CHANNELS, Shape, bool_field, int_field, register_layer
 
@@ -68,14 +69,8 @@ class NaiveLowRankLinear(_Naive):
         return F.linear(x @ self.y, self.x, self.bias)  # never forms W: (x Y) Xᵀ
 
     def to_dense(self) -> nn.Linear:
-        weight = self.composed_weight().detach()
-        dense = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None,
-                          dtype=weight.dtype, device=weight.device)
-        with torch.no_grad():
-            dense.weight.copy_(weight)
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
+        """An ``nn.Linear`` computing exactly this layer."""
+        return dense_linear(self.composed_weight(), self.bias)
 
 
 class NaiveLowRankConv2d(_Naive):
@@ -101,14 +96,8 @@ class NaiveLowRankConv2d(_Naive):
         return F.conv2d(x, self.composed_weight(), self.bias, self.stride, self.padding)
 
     def to_dense(self) -> nn.Conv2d:
-        weight = self.composed_weight().detach()
-        dense = nn.Conv2d(self.in_channels, self.out_channels, self.kernel_size, self.stride,
-                          self.padding, bias=self.bias is not None, dtype=weight.dtype, device=weight.device)
-        with torch.no_grad():
-            dense.weight.copy_(weight)
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
+        """An ``nn.Conv2d`` computing exactly this layer."""
+        return dense_conv2d(self.composed_weight(), self.bias, self.stride, self.padding)
 
 
 _COMMON = {"out": int_field(1, MAX_CHANNELS), "rank": int_field(1, MAX_RANK), "bias": bool_field(True)}

@@ -16,7 +16,7 @@ from typing import Callable
 from edge_sdk.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Register, Status, Update,
+    Ack, Envelope, Error, Plan, Register, Status, Update,
 )
 from edge_sdk.protocol.topics import Topics
 
@@ -73,6 +73,7 @@ class Fleet:
         self.devices: dict[str, DeviceRecord] = {}
         self.rejections: list[tuple[str, str, str]] = []  # (device, code, message)
         self._collecting: _Collection | None = None
+        self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
 
     def start(self) -> None:
         """Subscribe to every device's uplink and status."""
@@ -84,6 +85,8 @@ class Fleet:
         """Send one message to one device; returns the payload bytes."""
         env = Envelope.of(body, COORDINATOR_ID, round=rnd, reply_to=reply_to)
         nbytes = self.link.send(self.topics.downlink(device_id), env)
+        if isinstance(body, Plan):
+            self._plans[device_id] = (rnd, body)
         if device_id in self.devices:
             self.devices[device_id].bytes_down += nbytes
         return nbytes
@@ -136,6 +139,7 @@ class Fleet:
             return dict(self._collecting.accepted)
         finally:
             self._collecting = None
+            self._plans.clear()
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -194,6 +198,10 @@ class Fleet:
             return
         record = self.devices.get(device)
         if record is None:
+            if env.body.state not in ("online", "offline"):  # a device this coordinator has not
+                # met (e.g. it restarted): ask it to register; a fresh device registers anyway
+                log.info("status %r from unregistered device %s: asking it to register", env.body.state, device)
+                self.send(device, Error("unknown_device", "register with this coordinator"))
             return
         record.state, record.reason = env.body.state, env.body.reason
         was_online, record.online = record.online, env.body.state != "offline"
@@ -201,6 +209,19 @@ class Fleet:
             dropped = self.link.discard_sender(device)
             log.warning("device %s went offline (%s); dropped %d partial transfers",
                         device, env.body.reason, dropped)
+        elif env.body.state == "online":  # it (re)connected: what it was sent meanwhile is lost
+            self._resend_plan(device)
+
+    def _resend_plan(self, device: str) -> None:
+        """A participant that (re)connected may have missed its plan (sessions are clean) or
+        lost part of its upload: send it the round's plan again; one update still counts."""
+        col = self._collecting
+        rnd, plan = self._plans.get(device, (None, None))
+        if (col is None or plan is None or rnd != col.round or device not in col.participants
+                or device in col.accepted or device in col.declined):
+            return
+        log.info("device %s (re)connected during round %d: sending its plan again", device, rnd)
+        self.send(device, plan, rnd)
 
     def _on_update(self, device: str, env: Envelope, nbytes: int) -> None:
         record = self.devices.get(device)

@@ -156,8 +156,11 @@ class Strategy(ABC):
         return report
 
     def _round(self, fleet: Fleet, rnd: int) -> RoundRecord:
+        online = fleet.online()
+        if not online:  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
+            online = fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         started = time.monotonic()
-        participants = self.sample(fleet.online())
+        participants = self.sample(online)
         down = fleet.broadcast(RoundStart(self.config.round_deadline_s, tuple(participants)), rnd)
         sent: dict[str, int] = {}
         for device_id in participants:

@@ -85,22 +85,26 @@ class DeviceClient:
 
     def run(self, timeout_s: float | None = None) -> str:
         """Connect, register and serve plans; returns why it ended."""
+        status_topic = self.topics.status(self.config.device_id)
         offline = encode_envelope(Envelope.of(Status("offline", "connection lost"), self.config.device_id))
+        online = encode_envelope(Envelope.of(Status("online", "connected"), self.config.device_id))
         transport_config = replace(
             self.config.transport,
             client_id=self.config.transport.client_id or self.config.device_id,
-            will=Will(self.topics.status(self.config.device_id), offline, qos=1, retain=True),
+            will=Will(status_topic, offline, qos=1, retain=True),
+            birth=Will(status_topic, online, qos=1, retain=True),  # after every reconnect too
         )
         for cap in apply_caps(self.config.schedule):
             log.info("%s: %s", self.config.device_id, cap)
         transport = MqttTransport(transport_config)
+        # subscribed on connect, before the birth message: what answers it reaches us
+        transport.subscribe(self.topics.downlink(self.config.device_id))
+        transport.subscribe(self.topics.broadcast())
         transport.connect()
         self.link = MessageLink(transport, self.config.link)
         reason = "stopped"
         try:
-            transport.subscribe(self.topics.downlink(self.config.device_id))
-            transport.subscribe(self.topics.broadcast())
-            self._status("online")
+            self._last_heartbeat = time.monotonic()  # the birth message said "online"
             reason = self._loop(timeout_s)
             self._status("offline", reason)
             transport.wait_published(10.0)

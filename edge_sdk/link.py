@@ -112,6 +112,15 @@ class MessageLink:
             self._partial_bytes.pop((sender, transfer_id), None)
         return expired
 
+    @property
+    def duplicate_chunks(self) -> int:
+        """Chunks ignored because they were already received (duplicates, stragglers)."""
+        return self._reassembler.duplicates
+
+    def pending_transfers(self) -> list[tuple[str, str]]:
+        """``(sender, transfer_id)`` of the chunked messages still being reassembled."""
+        return self._reassembler.pending_transfers()
+
     def discard_sender(self, sender: str) -> int:
         """Forget the partial transfers of a sender (e.g. its last will fired)."""
         for key in [k for k in self._partial_bytes if k[0] == sender]:
@@ -135,12 +144,20 @@ class MessageLink:
         chunk: Chunk = envelope.body
         key = (envelope.sender, chunk.transfer_id)
         self._partial_bytes[key] = self._partial_bytes.get(key, 0) + size
+        duplicates = self._reassembler.duplicates
         try:
             whole = self._reassembler.add(envelope.sender, chunk)
         except ProtocolError:
             self._partial_bytes.pop(key, None)
             raise
         if whole is None:
+            if self._reassembler.duplicates != duplicates:  # not part of the message's bytes
+                log.debug("ignored chunk %d of %s from %s: already received", chunk.index,
+                          chunk.transfer_id, envelope.sender)
+                if (left := self._partial_bytes[key] - size) > 0:
+                    self._partial_bytes[key] = left
+                else:  # a straggler of a finished or dropped transfer
+                    del self._partial_bytes[key]
             return None
         total = self._partial_bytes.pop(key, size)
         inner = decode_envelope(whole, self.config.limits)

@@ -6,6 +6,9 @@ paho's network thread runs our callbacks, which never block. Observed paho 2.2:
   are kept by paho and sent after the next CONNACK; unacknowledged in-flight
   ones are re-sent (DUP). qos 0 cannot be queued: publishing it while
   disconnected raises TransportError.
+* After every (re)connect we resubscribe, then publish the configured birth
+  message (a retained "online" that overrides the will the broker may have
+  published while we were gone).
 * After a lost connection paho waits ``reconnect_min_delay``, doubling the
   wait after every failed attempt up to ``reconnect_max_delay``; it resets
   after a successful CONNACK.
@@ -58,7 +61,8 @@ class TransportError(ConnectionError):
 
 @dataclass(frozen=True)
 class Will:
-    """Last will, published by the broker if the client dies without DISCONNECT."""
+    """A fixed message: the last will (the broker publishes it if the client dies without
+    DISCONNECT) or the birth message (published after every connect, see TransportConfig)."""
     topic: str
     payload: bytes
     qos: int = 1
@@ -80,6 +84,9 @@ class TransportConfig:
     keepalive: int = 30
     protocol: str = "auto"
     will: Will | None = None
+    #: Published after every successful connect (first and reconnects), after resubscribing:
+    #: e.g. a retained "online" status that replaces the last will the broker may have sent.
+    birth: Will | None = None
     connect_timeout: float = 10.0
     reconnect_min_delay: float = 0.5
     reconnect_max_delay: float = 10.0
@@ -141,6 +148,7 @@ class MqttTransport:
         self._subs: dict[str, int] = {}
         self._client: mqtt.Client | None = None
         self._attempt: mqtt.Client | None = None
+        self._probe: mqtt.Client | None = None  # connects without will or birth
         self._first = threading.Event()
         self._first_failure: tuple[int | None, str] | None = None
         self._version = "3.1.1" if config.protocol == "3.1.1" else "5"
@@ -234,6 +242,8 @@ class MqttTransport:
                 client.tls_insecure_set(True)
         if cfg.will is not None and will:
             client.will_set(cfg.will.topic, bytes(cfg.will.payload), cfg.will.qos, cfg.will.retain)
+        if not will:
+            self._probe = client
         client.reconnect_delay_set(cfg.reconnect_min_delay, cfg.reconnect_max_delay)  # type: ignore[arg-type]
         client.on_connect, client.on_disconnect = self._on_connect, self._on_disconnect
         client.on_message, client.on_publish = self._on_message, self._on_publish
@@ -297,6 +307,8 @@ class MqttTransport:
             self._connect_count += 1
         for topic, qos in subs:
             client.subscribe(topic, qos)
+        if (birth := self.config.birth) is not None and client is not self._probe:
+            client.publish(birth.topic, bytes(birth.payload), birth.qos, birth.retain)
         self._first.set()
 
     def _on_disconnect(self, client: mqtt.Client, _ud: object, _flags: object,

@@ -102,6 +102,9 @@ class Reassembler:
         self._done: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
         self._evicted: deque[tuple[str, str, int, int]] = deque(maxlen=1024)
         self._buffered = 0
+        #: Chunks ignored as duplicates: an index already held, or a chunk of a transfer
+        #: finished or dropped recently (e.g. re-sent by MQTT after a reconnect).
+        self.duplicates = 0
 
     @property
     def pending(self) -> int:
@@ -114,6 +117,11 @@ class Reassembler:
         with self._lock:
             return self._buffered
 
+    def pending_transfers(self) -> list[tuple[str, str]]:
+        """``(sender, transfer_id)`` of every incomplete transfer held, oldest first."""
+        with self._lock:
+            return list(self._pending)
+
     def add(self, sender: str, chunk: Chunk) -> bytes | None:
         """Store ``chunk``; return the full payload once complete and verified, else None."""
         key = (sender, chunk.transfer_id)
@@ -122,6 +130,7 @@ class Reassembler:
         with self._lock:
             done = self._done.get(sender)
             if done is not None and chunk.transfer_id in done:
+                self.duplicates += 1
                 return None  # straggler or duplicate of a finished transfer
             t = self._pending.get(key)
             if t is None:
@@ -131,6 +140,7 @@ class Reassembler:
                                     "disagrees with its first chunk")
             t.last_seen = self._clock()
             if chunk.index in t.parts:
+                self.duplicates += 1
                 return None  # duplicate
             size = memoryview(chunk.data).nbytes
             if t.nbytes + size > t.total_bytes:
@@ -167,11 +177,15 @@ class Reassembler:
             return out
 
     def discard_sender(self, sender: str) -> int:
-        """Drop all partial transfers of ``sender`` (e.g. its last will fired); return how many."""
+        """Drop all partial transfers of ``sender`` (e.g. its last will fired); return how many.
+
+        Their ids are remembered, so chunks of them that still arrive (MQTT re-sends unacked
+        ones after a reconnect) are ignored instead of starting a transfer that cannot finish.
+        """
         with self._lock:
             keys = [k for k in self._pending if k[0] == sender]
             for k in keys:
-                self._drop(k, remember=False)
+                self._drop(k, remember=True)
             return len(keys)
 
     # ----------------------------------------------------------------- internals

@@ -1,0 +1,307 @@
+"""A fault-injecting TCP proxy for MQTT, for tests: clients connect to it instead of the broker.
+
+It parses the client → broker byte stream into MQTT packets (fixed header + remaining-length
+varint) and, for PUBLISH packets a `FaultPolicy` selects, can delay them (random delays reorder
+them), duplicate them (the copy is sent again, same packet id) and throttle them (at most one
+every `gap_s`), or `hold()` them until `release()` (a stalled uplink). Broker → client bytes
+pass through untouched. `drop_connections()` cuts every connection at once, as a network failure
+would; a client that dies without sending DISCONNECT has its connection to the broker aborted
+with whatever the proxy still held (so the broker publishes its last will). The asyncio loop
+runs in a daemon thread; counters are read from the test's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["FaultPolicy", "FaultProxy", "read_packet"]
+
+CONNECT, PUBLISH, DISCONNECT = 1, 3, 14
+
+
+@dataclass(frozen=True)
+class FaultPolicy:
+    """Which client → broker PUBLISH packets to disturb, and how."""
+
+    #: (topic, payload) → True for packets the faults apply to.
+    select: Callable[[str, bytes], bool] = lambda topic, payload: True
+    duplicate: float = 0.0  # probability that a selected packet is sent twice
+    max_delay_s: float = 0.0  # each selected packet (and copy) is held uniform(0, max_delay_s)
+    gap_s: float = 0.0  # throttle: selected packets leave at least gap_s apart
+    seed: int = 0
+
+
+async def read_packet(reader: asyncio.StreamReader) -> bytes:
+    """One whole MQTT packet (fixed header included); IncompleteReadError at EOF."""
+    first = await reader.readexactly(1)
+    header, length, shift = bytearray(first), 0, 0
+    for _ in range(4):
+        byte = (await reader.readexactly(1))[0]
+        header.append(byte)
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    else:
+        raise ValueError("malformed MQTT remaining length")
+    return bytes(header) + await reader.readexactly(length)
+
+
+def _publish_topic(packet: bytes) -> str:
+    return _parse_publish(packet, v5=False)[0]
+
+
+def _connect_level(packet: bytes) -> int:
+    """Protocol level of a CONNECT packet (4: MQTT 3.1.1, 5: MQTT 5)."""
+    i = 1
+    while packet[i] & 0x80:
+        i += 1
+    i += 1
+    return packet[i + 2 + int.from_bytes(packet[i:i + 2], "big")]
+
+
+def _parse_publish(packet: bytes, v5: bool) -> tuple[str, bytes]:
+    """(topic, payload) of a PUBLISH packet."""
+    i = 1
+    while packet[i] & 0x80:
+        i += 1
+    i += 1
+    size = int.from_bytes(packet[i:i + 2], "big")
+    topic = packet[i + 2:i + 2 + size].decode("utf-8", "replace")
+    i += 2 + size
+    if (packet[0] >> 1) & 3:
+        i += 2  # packet id
+    if v5:  # properties: a varint length, then that many bytes
+        length = shift = 0
+        while True:
+            byte = packet[i]
+            i += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        i += length
+    return topic, packet[i:]
+
+
+@dataclass(eq=False)
+class _Conn:
+    upstream: asyncio.StreamWriter
+    downstream: asyncio.StreamWriter
+    heap: list[tuple[float, int, int, bytes]] = field(default_factory=list)  # (release, seq, copy, data)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    last_release: float = 0.0
+    next_slot: float = 0.0
+    written_seq: int = -1
+    closing: bool = False
+    held: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, packet) while holding
+    v5: bool = False  # MQTT 5 (PUBLISH has properties), from the CONNECT packet
+
+
+class FaultProxy:
+    """Listens on 127.0.0.1:`port` and forwards to the broker at `upstream_port`."""
+
+    def __init__(self, upstream_port: int, policy: FaultPolicy = FaultPolicy(),
+                 upstream_host: str = "127.0.0.1") -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.policy = policy
+        self._rng = random.Random(policy.seed)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[_Conn] = set()
+        self.port = 0
+        #: PUBLISH packets seen / selected / sent twice / held back / sent after a later one.
+        self.publishes = self.selected = self.duplicated = self.delayed = self.reordered = 0
+        #: topic → PUBLISH packets forwarded to the broker (copies included).
+        self.forwarded: dict[str, int] = {}
+        self.connections = 0
+        self._holding = False
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    # -- lifecycle (test thread) ------------------------------------------------
+    def start(self) -> "FaultProxy":
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, args=(ready,), name="faultproxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fault proxy did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def drop_connections(self) -> None:
+        """Abort every proxied connection at once (both sides see a reset)."""
+        self._call(lambda: [self._abort(conn) for conn in list(self._conns)])
+
+    def hold(self) -> None:
+        """Keep selected PUBLISH packets from now on until `release()` (a stalled uplink)."""
+        self._call(lambda: setattr(self, "_holding", True))
+
+    def release(self) -> None:
+        """Send the held packets (in arrival order) and stop holding."""
+        def release() -> None:
+            self._holding = False
+            now = asyncio.get_running_loop().time()
+            for conn in self._conns:
+                for seq, packet in conn.held:
+                    self._push(conn, now, seq, 0, packet)
+                conn.held.clear()
+        self._call(release)
+
+    def _call(self, fn: Callable[[], object]) -> None:
+        """Run `fn` on the proxy's loop and wait for it."""
+        assert self._loop is not None
+        done = threading.Event()
+        self._loop.call_soon_threadsafe(lambda: (fn(), done.set()))
+        if not done.wait(5):
+            raise RuntimeError("fault proxy loop is not responding")
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the loop ---------------------------------------------------------------
+    def _main(self, ready: threading.Event) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self._server = loop.run_until_complete(asyncio.start_server(self._serve, sock=sock))
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for conn in list(self._conns):
+                self._abort(conn)
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.connections += 1
+        conn = _Conn(up_writer, writer)
+        self._conns.add(conn)
+        tasks = [asyncio.create_task(self._to_broker(reader, conn)),
+                 asyncio.create_task(self._sender(conn)),
+                 asyncio.create_task(self._to_client(up_reader, conn))]
+        await asyncio.wait([tasks[0], tasks[2]], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        self._abort(conn)
+        self._conns.discard(conn)
+
+    async def _to_client(self, up_reader: asyncio.StreamReader, conn: _Conn) -> None:
+        try:
+            while data := await up_reader.read(65536):
+                conn.downstream.write(data)
+                await conn.downstream.drain()
+        except ConnectionError:
+            pass
+        conn.closing = True
+
+    async def _to_broker(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+        loop, seq, last_type = asyncio.get_running_loop(), 0, 0
+        try:
+            while True:
+                packet = await read_packet(reader)
+                last_type = packet[0] >> 4
+                now = loop.time()
+                if last_type == CONNECT:
+                    conn.v5 = _connect_level(packet) == 5
+                if last_type == PUBLISH:
+                    self.publishes += 1
+                    self._schedule_publish(conn, packet, seq, now)
+                else:  # keeps its place behind everything sent before it
+                    self._push(conn, max(now, conn.last_release), seq, 0, packet)
+                seq += 1
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        if last_type == DISCONNECT:  # a clean close: deliver what is held, then close
+            while conn.heap and not conn.closing:
+                await asyncio.sleep(0.01)
+        self._abort(conn)  # a dead client: what the proxy still holds is lost with it
+
+    def _schedule_publish(self, conn: _Conn, packet: bytes, seq: int, now: float) -> None:
+        policy = self.policy
+        if not policy.select(*_parse_publish(packet, conn.v5)):
+            self._push(conn, max(now, conn.last_release), seq, 0, packet)
+            return
+        self.selected += 1
+        if self._holding:
+            conn.held.append((seq, packet))
+            return
+        release = now + self._rng.uniform(0, policy.max_delay_s)
+        if policy.gap_s:
+            release = max(release, conn.next_slot)
+            conn.next_slot = release + policy.gap_s
+        if release > now:
+            self.delayed += 1
+        self._push(conn, release, seq, 0, packet)
+        if self._rng.random() < policy.duplicate:
+            self.duplicated += 1
+            self._push(conn, release + self._rng.uniform(0, policy.max_delay_s), seq, 1, packet)
+
+    def _push(self, conn: _Conn, release: float, seq: int, copy: int, packet: bytes) -> None:
+        heapq.heappush(conn.heap, (release, seq, copy, packet))
+        conn.last_release = max(conn.last_release, release)
+        conn.wake.set()
+
+    async def _sender(self, conn: _Conn) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not conn.heap:
+                conn.wake.clear()
+                await conn.wake.wait()
+                continue
+            release, seq, copy, packet = conn.heap[0]
+            wait = release - loop.time()
+            if wait > 0:  # sleep, unless an earlier packet is pushed meanwhile
+                conn.wake.clear()
+                try:
+                    await asyncio.wait_for(conn.wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            heapq.heappop(conn.heap)
+            if packet[0] >> 4 == PUBLISH:
+                topic = _publish_topic(packet)
+                self.forwarded[topic] = self.forwarded.get(topic, 0) + 1
+                if not copy:
+                    if seq < conn.written_seq:
+                        self.reordered += 1
+                    conn.written_seq = max(conn.written_seq, seq)
+            try:
+                conn.upstream.write(packet)
+                await conn.upstream.drain()
+            except ConnectionError:
+                return
+
+    def _abort(self, conn: _Conn) -> None:
+        conn.heap.clear()
+        conn.closing = True
+        for writer in (conn.upstream, conn.downstream):
+            writer.transport.abort()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +27,8 @@ __all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
+#: How many of the latest rejections the fleet keeps for the report.
+MAX_KEPT_REJECTIONS = 10_000
 
 
 @dataclass
@@ -71,7 +74,9 @@ class Fleet:
         self.topics = topics
         self.on_register = on_register
         self.devices: dict[str, DeviceRecord] = {}
-        self.rejections: list[tuple[str, str, str]] = []  # (device, code, message)
+        #: (device, code, message) of the latest rejections; bounded, so a flood cannot exhaust memory.
+        self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
+        self.rejection_count = 0  # all of them, ever
         self._collecting: _Collection | None = None
         self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
 
@@ -255,7 +260,8 @@ class Fleet:
 
     def _reject(self, device: str, code: str, message: str, reply_to: str | None = None) -> None:
         log.warning("rejected input from %s: %s: %s", device, code, message)
-        self.rejections.append((device, code, message))
+        self.rejections.append((device, code, message[:1000]))
+        self.rejection_count += 1
         try:
             self.send(device, Error(code, message[:1000]), reply_to=reply_to)
         except (ValueError, ConnectionError) as exc:  # e.g. a device id that is not a valid topic

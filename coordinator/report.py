@@ -39,7 +39,8 @@ class RunReport:
     rounds: list[RoundRecord] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     models: dict[str, dict[str, int]] = field(default_factory=dict)
-    rejections: list[dict[str, str]] = field(default_factory=list)
+    rejections: list[dict[str, str]] = field(default_factory=list)  # the latest 10,000
+    rejection_count: int = 0
 
     def add_round(self, record: RoundRecord) -> None:
         self.rounds.append(record)
@@ -61,6 +62,7 @@ class RunReport:
         self.models = {label: {"params": int(params[label]), "payload_bytes": int(payload_bytes.get(label, 0))}
                        for label in params}
         self.rejections = [{"device": d, "code": c, "message": m} for d, c, m in fleet.rejections]
+        self.rejection_count = fleet.rejection_count
 
     def to_dict(self) -> dict[str, Any]:
         last = self.rounds[-1] if self.rounds else None
@@ -71,6 +73,7 @@ class RunReport:
             "rounds": self.rounds_as_dicts(),
             "models": self.models,
             "rejections": self.rejections,
+            "rejection_count": self.rejection_count,
             "final": {
                 "accuracy": dict(last.accuracy) if last else {},
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),

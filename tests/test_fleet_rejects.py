@@ -142,3 +142,13 @@ def test_a_device_that_declines_does_not_hold_the_round_open(setup):
     assert not collector.is_alive()
     assert result == {}
     assert time.monotonic() - started < 15  # closed long before the 30 s deadline
+
+
+def test_the_rejection_log_is_bounded_but_counts_everything(setup):
+    from coordinator.fleet import MAX_KEPT_REJECTIONS
+    fleet = setup[1]
+    for i in range(MAX_KEPT_REJECTIONS + 5):
+        fleet._reject(f"flood{i % 3}", "malformed", "x" * 5000)
+    assert len(fleet.rejections) == MAX_KEPT_REJECTIONS and fleet.rejection_count >= MAX_KEPT_REJECTIONS + 5
+    assert fleet.rejections[-1][0] == f"flood{(MAX_KEPT_REJECTIONS + 4) % 3}"
+    assert max(len(m) for _, _, m in fleet.rejections) <= 1000

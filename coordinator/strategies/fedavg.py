@@ -3,6 +3,8 @@
 ``--option width=P`` trains the family's width-P network (e.g. 0.25: the smallest-width
 baseline of FLANC/HeteroFL); its label is then the width (``"0.25"``), else ``"global"``.
 ``--option norm=none|batchnorm|groupnorm`` overrides the family's norm layers.
+``--option aggregate=mean|median|trimmed``, ``trim=F`` and ``clip=auto|BOUND`` turn on
+robust aggregation (:mod:`coordinator.robust`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import evaluate
 
-from coordinator.aggregation import weighted_average
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.robust import RobustConfig, robust_aggregate
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -35,9 +37,11 @@ class FedAvg(Strategy):
     name = "fedavg"
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any],
-                 eval_data: EvalData | None = None, label: str = GLOBAL) -> None:
+                 eval_data: EvalData | None = None, label: str = GLOBAL,
+                 robust: RobustConfig = RobustConfig()) -> None:
         super().__init__(config, eval_data)
         self.label = label
+        self.robust = robust
         self.model_spec = model_spec
         torch.manual_seed(config.seed)
         self.model = build_model(model_spec)
@@ -46,9 +50,11 @@ class FedAvg(Strategy):
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":
-        unknown = sorted(set(ctx.options) - {"width", "norm"})
+        known = {"width", "norm", "aggregate", "trim", "clip"}
+        unknown = sorted(set(ctx.options) - known)
         if unknown:
-            raise ValueError(f"fedavg takes only the options width and norm, got {unknown}")
+            raise ValueError(f"fedavg: unknown option(s) {unknown}; known: {sorted(known)}")
+        robust = RobustConfig.from_options(ctx.options, "fedavg")
         kw: dict[str, Any] = {}
         if "norm" in ctx.options:
             norm = ctx.options["norm"].strip()
@@ -57,7 +63,7 @@ class FedAvg(Strategy):
             kw["norm"] = None if norm == "none" else norm
         if "width" not in ctx.options:
             spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, **kw)
-            return cls(ctx.federation, spec, ctx.eval_data)
+            return cls(ctx.federation, spec, ctx.eval_data, robust=robust)
         try:
             width = float(ctx.options["width"])
         except ValueError:
@@ -65,7 +71,7 @@ class FedAvg(Strategy):
         if not 0 < width <= 1:
             raise ValueError(f"fedavg option width: must be in (0, 1], got {ctx.options['width']!r}")
         spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=width, **kw)
-        return cls(ctx.federation, spec, ctx.eval_data, label=str(width))
+        return cls(ctx.federation, spec, ctx.eval_data, label=str(width), robust=robust)
 
     def assign(self, device: DeviceRecord) -> str:
         return self.label
@@ -78,10 +84,11 @@ class FedAvg(Strategy):
         validate_update(update, self.expected, self.label, device.num_samples)
 
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
-        self.weights = weighted_average([u.update.tensors for u in updates],
-                                        [u.update.num_samples for u in updates])
+        counts = [u.update.num_samples for u in updates]
+        self.weights, metrics = robust_aggregate(self.weights, [u.update.tensors for u in updates], counts,
+                                                 self.robust)
         losses = [u.update.metrics.get("loss", float("nan")) for u in updates]
-        return {"train_loss": float(np.average(losses, weights=[u.update.num_samples for u in updates]))}
+        return {**metrics, "train_loss": float(np.average(losses, weights=counts))}
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
         if self.eval_data is None:
@@ -102,4 +109,5 @@ class FedAvg(Strategy):
         self.weights = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        return {"model_spec": self.model_spec}
+        return {"model_spec": self.model_spec, "aggregate": self.robust.rule, "trim": self.robust.trim,
+                "clip": self.robust.clip}

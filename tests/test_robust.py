@@ -1,0 +1,164 @@
+"""Robust aggregation: clipping, median and trimmed mean against a poisoning device."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from coordinator.fleet import Fleet
+from coordinator.report import RunReport
+from coordinator.robust import RobustConfig, robust_aggregate
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from edge_sdk.client import ClientConfig, DeviceClient
+from edge_sdk.data import load_dataset
+from edge_sdk.link import MessageLink
+from edge_sdk.methods import LocalData
+from edge_sdk.models.spec import build_model
+from edge_sdk.models.zoo import model_for_dataset
+from edge_sdk.partition import partition
+from edge_sdk.profiling import load_profile
+from edge_sdk.protocol.messages import Update
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.transport import MqttTransport, TransportConfig
+
+DEVICES = 7
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+@pytest.fixture(scope="module")
+def honest_round(digits):
+    """The global weights and 7 honest device models after one real local epoch each."""
+    spec = model_for_dataset("mlp", digits.input_shape, digits.num_classes)
+    torch.manual_seed(0)
+    start = state_to_numpy(build_model(spec), copy=True)
+    shards = partition(digits.y_train, DEVICES, "iid", seed=0)
+    sets, counts = [], []
+    for i, shard in enumerate(shards):
+        model = build_model(spec)
+        load_numpy_state(model, start)
+        train_local(model, digits.x_train[shard], digits.y_train[shard], TrainConfig(epochs=1, lr=0.05), seed=i)
+        sets.append(state_to_numpy(model, copy=True))
+        counts.append(len(shard))
+    return start, sets, counts
+
+
+def _distance(a: dict, b: dict) -> float:
+    return float(np.sqrt(sum(np.sum((a[k].astype(np.float64) - b[k]) ** 2) for k in a)))
+
+
+def _poison(start: dict, honest: dict, scale: float) -> dict:
+    return {k: (start[k] + scale * (honest[k] - start[k])).astype(np.float32) for k in start}
+
+
+@pytest.mark.parametrize("scale", [-10.0, 50.0])  # sign-flipped and boosted; scaled up
+def test_one_poisoner_moves_the_mean_but_not_the_robust_rules(honest_round, scale):
+    start, sets, counts = honest_round
+    honest, _ = robust_aggregate(start, sets, counts, RobustConfig())
+    step = _distance(honest, start)  # how far an honest round moves the model
+    poisoned = [*sets[:-1], _poison(start, sets[-1], scale)]
+    results = {
+        "mean": robust_aggregate(start, poisoned, counts, RobustConfig())[0],
+        "median": robust_aggregate(start, poisoned, counts, RobustConfig(rule="median"))[0],
+        "trimmed": robust_aggregate(start, poisoned, counts, RobustConfig(rule="trimmed", trim=0.2))[0],
+        "clip": robust_aggregate(start, poisoned, counts, RobustConfig(clip="auto"))[0],
+    }
+    off = {rule: _distance(agg, honest) / step for rule, agg in results.items()}
+    # one of 7 devices with |scale| >= 10 drags the mean by about |scale - 1| / 7 >= 1.5 honest steps
+    assert off["mean"] > 1.0, off
+    # the robust rules drop or bound that device: each stays within half an honest step
+    for rule in ("median", "trimmed", "clip"):
+        assert off[rule] < 0.5, (rule, off)
+
+
+def test_without_an_attacker_the_robust_rules_agree_with_the_mean(honest_round):
+    start, sets, counts = honest_round
+    honest, _ = robust_aggregate(start, sets, counts, RobustConfig())
+    step = _distance(honest, start)
+    for config in (RobustConfig(rule="median"), RobustConfig(rule="trimmed"), RobustConfig(clip="auto")):
+        agg, metrics = robust_aggregate(start, sets, counts, config)
+        assert set(agg) == set(start) and all(agg[k].shape == start[k].shape for k in start)
+        assert all(np.isfinite(agg[k]).all() for k in agg)
+        assert _distance(agg, honest) < 0.5 * step, config
+        assert metrics["update_norm_median"] > 0
+
+
+def test_clip_with_a_fixed_bound_limits_every_update(honest_round):
+    start, sets, counts = honest_round
+    agg, metrics = robust_aggregate(start, sets, counts, RobustConfig(clip=1e-3))
+    assert metrics["clipped"] == DEVICES and metrics["clip_bound"] == 1e-3
+    assert _distance(agg, start) <= 1e-3 * 1.0001
+
+
+def test_options_parse_and_bad_ones_are_refused():
+    config = RobustConfig.from_options({"aggregate": "trimmed", "trim": "0.25", "clip": "auto"}, "fedavg")
+    assert (config.rule, config.trim, config.clip) == ("trimmed", 0.25, "auto")
+    assert RobustConfig.from_options({"clip": "2.5"}, "fedavg").clip == 2.5
+    for bad in ({"aggregate": "mode"}, {"trim": "0.5"}, {"trim": "x"}, {"clip": "-1"}, {"clip": "nan"}):
+        with pytest.raises(ValueError):
+            RobustConfig.from_options(bad, "fedavg")
+
+
+class PoisoningClient(DeviceClient):
+    """A device that trains honestly, then uploads its update sign-flipped and scaled."""
+
+    scale = -20.0
+
+    def _send(self, body: object, rnd: int) -> None:
+        if isinstance(body, Update) and self.plan_tensors is not None:
+            body = Update(body.label, _poison(self.plan_tensors, body.tensors, self.scale), body.num_samples,
+                          body.metrics)
+        super()._send(body, rnd)
+
+    def _train(self, rnd, plan) -> None:
+        self.plan_tensors = {k: np.array(v) for k, v in plan.tensors.items()}
+        super()._train(rnd, plan)
+
+    plan_tensors: dict | None = None
+
+
+def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: str) -> float:
+    ctx = StrategyContext(FederationConfig(rounds=4, min_devices=DEVICES, round_deadline_s=60, seed=0,
+                                           train=TrainConfig(epochs=1, lr=0.05)),
+                          "mlp", digits.input_shape, digits.num_classes,
+                          EvalData(digits.x_test, digits.y_test), options=options)
+    strategy = FedAvg.create(ctx)
+    transport = MqttTransport(TransportConfig(url=broker_url, client_id=f"{job}-coordinator"))
+    transport.connect()
+    fleet = Fleet(MessageLink(transport), Topics(job=job))
+    fleet.start()
+    shards = partition(digits.y_train, DEVICES, "iid", seed=0)
+    threads = []
+    for i, shard in enumerate(shards):
+        cls = PoisoningClient if i == DEVICES - 1 else DeviceClient
+        client = cls(ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker_url, client_id=f"{job}-d{i}"),
+                                  job=job, seed=i),
+                     LocalData(digits.x_train[shard], digits.y_train[shard], digits.num_classes),
+                     load_profile("raspberry-pi-4b"))
+        threads.append(threading.Thread(target=client.run, daemon=True))
+        threads[-1].start()
+    try:
+        report = strategy.run(fleet, RunReport(method="fedavg", config={}))
+    finally:
+        for thread in threads:
+            thread.join(timeout=20)
+        transport.close()
+    assert all(len(r.participants) == DEVICES for r in report.rounds)
+    return report.rounds[-1].accuracy["global"]
+
+
+def test_a_poisoning_device_over_a_real_broker(broker, digits):
+    plain = _federated_accuracy(broker.url, digits, {}, "robust-mean")
+    median = _federated_accuracy(broker.url, digits, {"aggregate": "median"}, "robust-median")
+    clipped = _federated_accuracy(broker.url, digits, {"clip": "auto"}, "robust-clip")
+    assert median > 0.8 and clipped > 0.8, (median, clipped)
+    assert plain < median - 0.2, (plain, median)

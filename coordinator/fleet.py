@@ -44,6 +44,7 @@ class DeviceRecord:
     reason: str = ""
     bytes_down: int = 0
     bytes_up: int = 0
+    last_ack: str = ""  # the device's latest acknowledgement (e.g. of a published model)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,10 @@ class Fleet:
             if (env.body.code in ("not_training", "train_failed") and col is not None
                     and env.round == col.round and device in col.participants):
                 col.declined.add(device)  # the round need not wait for it
+        elif isinstance(env.body, Ack):  # e.g. a published model installed
+            log.info("device %s: %s", device, env.body.note[:200])
+            if device in self.devices:
+                self.devices[device].last_ack = env.body.note[:200]
         elif not isinstance(env.body, Status):
             self._reject(device, "unexpected", f"a device may not send {env.kind!r}", env.msg_id)
 

@@ -41,6 +41,7 @@ class FederationConfig:
     seed: int = 0
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint_dir: str | None = None
+    publish: bool = True  # after the last round, send every device the ONNX model of its label
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Strategy(ABC):
         self.eval_data = eval_data
         self.rng = np.random.default_rng(config.seed)
         self.payload_bytes: dict[str, int] = {}
+        self.published: list = []  # what publish_models sent after the last round
 
     # -- hooks --------------------------------------------------------------
     @abstractmethod
@@ -121,6 +123,11 @@ class Strategy(ABC):
         """Method-specific settings for the report."""
         return {}
 
+    def inference_model(self, label: str) -> Any:
+        """The dense torch network devices of ``label`` run after training (an ``nn.Module``
+        with ``input_shape``), or None when the method has nothing to publish to them."""
+        return None
+
     # -- the loop -----------------------------------------------------------
     def on_register(self, device: DeviceRecord) -> None:
         """Fleet callback: assign a label to a newly registered device."""
@@ -151,6 +158,9 @@ class Strategy(ABC):
             self._checkpoint(rnd, report)
             if on_round is not None:
                 on_round(record)
+        if self.config.publish and self.config.rounds > 0:
+            from coordinator.publish import publish_models
+            self.published = publish_models(self, fleet, self.config.rounds - 1)
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report

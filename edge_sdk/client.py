@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
+from edge_sdk.model_store import ModelRejected, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Plan, Register, Status, Stop, encode_envelope,
+    Ack, Envelope, Error, Model, Plan, Register, Status, Stop, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
@@ -57,6 +58,7 @@ class DeviceClient:
         self.topics = Topics(job=config.job)
         self.rounds_trained: list[int] = []
         self.errors: list[Error] = []
+        self.published_model: Model | None = None  # the latest model the coordinator published
         self._stop = threading.Event()
         self._registered = False
         self._register_id: str | None = None
@@ -147,9 +149,30 @@ class DeviceClient:
             if body.code == "unknown_device":
                 self._registered = False
                 self._last_register = 0.0
+        elif isinstance(body, Model):
+            self._on_model(env)
         elif isinstance(body, Stop):
             return body.reason or "stopped by coordinator"
         return None
+
+    def _on_model(self, env: Envelope) -> None:
+        """Install the inference model the coordinator published (see edge_sdk/model_store.py)."""
+        model: Model = env.body
+        self.published_model = model
+        if self.config.state_dir is None:
+            log.info("%s: model for %s (round %d) kept in memory: no state_dir to save it in",
+                     self.config.device_id, model.label, model.round)
+            self._send_reply(Ack(f"model for round {model.round} kept in memory"), env)
+            return
+        try:
+            path = save_model(self.config.state_dir, model)
+        except (ModelRejected, OSError) as exc:
+            log.error("%s: published model refused: %s", self.config.device_id, exc)
+            self._send_reply(Error("bad_model", str(exc)[:1000]), env)
+            return
+        log.info("%s: installed the %s model of round %d at %s", self.config.device_id, model.label,
+                 model.round, path)
+        self._send_reply(Ack(f"model for round {model.round} installed"), env)
 
     def _train(self, rnd: int, plan: Plan) -> None:
         self._status("training")
@@ -245,6 +268,9 @@ class DeviceClient:
 
     def _send(self, body: object, rnd: int) -> None:
         self._send_envelope(Envelope.of(body, self.config.device_id, round=rnd))
+
+    def _send_reply(self, body: object, to: Envelope) -> None:
+        self._send_envelope(Envelope.of(body, self.config.device_id, round=to.round, reply_to=to.msg_id))
 
     def _send_envelope(self, env: Envelope) -> None:
         assert self.link is not None

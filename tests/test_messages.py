@@ -16,6 +16,7 @@ from edge_sdk.protocol import (
     Ack,
     Chunk,
     CodecLimits,
+    Model,
     Envelope,
     Error,
     Plan,
@@ -46,6 +47,7 @@ SAMPLES = [
     Status("idle", "battery low", {"battery": 0.12}),
     Stop("job finished"),
     Chunk("ab" * 16, 1, 3, 2500, bytes(range(32)), b"\x00\xff" * 10),
+    Model("0.5", 4, bytes(range(32)), b"\x08\x07onnx", (1, 28, 28)),
 ]
 
 

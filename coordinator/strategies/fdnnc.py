@@ -296,6 +296,16 @@ class Fdnnc(Strategy):
         acc_small, loss_small = evaluate(self.small_model, self.eval_data.x, self.eval_data.y)
         return {BIG: acc_big, SMALL: acc_small}, (loss_big + loss_small) / 2
 
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        """Big devices: the dense network; small ones: the low-rank network they trained."""
+        if label == BIG:
+            load_numpy_state(self.big_model, self.dense)
+            return self.big_model
+        if label == SMALL:
+            load_numpy_state(self.small_model, self.small_tensors())
+            return self.small_model
+        return None
+
     def model_params(self) -> dict[str, int]:
         return {BIG: count_params(self.dense_spec), SMALL: count_params(self.small_spec)}
 

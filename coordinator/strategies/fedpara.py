@@ -241,6 +241,13 @@ class FedPara(Strategy):
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        """The width-``label`` network pre-composed to dense layers (pFedPara: None — each
+        device's model includes its own W2, which the coordinator never sees)."""
+        if self.personal or label not in self.specs:
+            return None
+        return precompose(self.loaded_model(label)).eval()
+
     def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
         """Every width pre-composed to a dense network, as ``<method>-<label>.onnx``.
 

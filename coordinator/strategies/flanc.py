@@ -178,6 +178,10 @@ class Flanc(Strategy):
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        """The width-``label`` network pre-composed into plain dense layers."""
+        return to_dense(self.loaded_model(label)).eval() if label in self.models else None
+
     def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
         """Pre-compose every width into a dense network and write ``flanc-w<p>.onnx`` files.
 

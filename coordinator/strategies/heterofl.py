@@ -227,6 +227,9 @@ class HeteroFL(Strategy):
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        return self.loaded_model(label) if label in self.models else None
+
     def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
         """Write every width's sub-network as ``heterofl-w<p>.onnx`` (see :meth:`Flanc.export`)."""
         from coordinator.export import export_onnx

@@ -133,6 +133,12 @@ class StaticPrune(Strategy):
         accuracy, loss = evaluate(self.model, self.eval_data.x, self.eval_data.y)
         return {self.label: accuracy}, loss
 
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        if self.level is None or label != self.label:
+            return None
+        load_numpy_state(self.model, self.weights)
+        return self.model
+
     def model_params(self) -> dict[str, int]:
         if self.pruned is None:
             return {}

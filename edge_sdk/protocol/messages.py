@@ -23,7 +23,7 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
+    "Model", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
 ]
 
 SCHEMA_VERSION = 1
@@ -295,7 +295,40 @@ class Chunk(Message):
         return cls(tid, index, count, total, sha, chunk)  # type: ignore[arg-type]
 
 
-AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk]
+@dataclass(frozen=True)
+class Model(Message):
+    """Coordinator -> device: the inference model for the device's label, pre-composed to a
+    dense network and serialised as ONNX (protobuf data, run by onnxruntime; never pickle)."""
+
+    KIND: ClassVar[str] = "model"
+    label: str
+    round: int  # the last training round it includes
+    sha256: bytes  # of ``data``
+    data: bytes  # the ONNX file
+    input_shape: tuple[int, ...]  # one sample, without the batch axis
+    format: str = "onnx"
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {"label": self.label, "round": self.round, "format": self.format, "sha256": self.sha256,
+                "input_shape": list(self.input_shape), "data": Blob(self.data)}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Model:
+        label, rnd, fmt = _str(body, "label", max_len=64), _int(body, "round", lo=-1), _str(body, "format")
+        if fmt != "onnx":
+            raise _bad(f"unknown model format {fmt[:32]!r}")
+        sha = _get(body, "sha256", _MISSING)
+        if not isinstance(sha, bytes) or len(sha) != 32:
+            raise _bad("sha256 must be 32 bytes of bin")
+        shape = _get(body, "input_shape", _MISSING)
+        if not isinstance(shape, list) or not 1 <= len(shape) <= 3 or not all(
+                type(n) is int and 1 <= n <= 65536 for n in shape):
+            raise _bad("input_shape must be 1-3 ints in [1, 65536]")
+        return cls(label, rnd, sha, data.take(_get(body, "data", _MISSING), "model data"),  # type: ignore[arg-type]
+                   tuple(shape), fmt)
+
+
+AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model]
 MESSAGE_TYPES: dict[str, type[Message]] = {c.KIND: c for c in AnyMessage.__args__}  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,102 @@
+"""Publish the trained models: each device gets the dense ONNX network of its own label.
+
+After the last round the coordinator asks the strategy for the inference network of
+every label an online device holds (:meth:`Strategy.inference_model`: pre-composed,
+pruned or sliced to what that device can run), exports it once per label to ONNX,
+checks onnxruntime against torch, and sends it to those devices as a `Model` message
+(chunked like any large payload). The device verifies the SHA-256 and installs it
+at ``<state_dir>/model.onnx`` for `edgefl predict`; the coordinator waits (up to a
+timeout) for every device's acknowledgement before it says goodbye.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edge_sdk.protocol.messages import Model
+
+from coordinator.fleet import Fleet
+
+if TYPE_CHECKING:
+    from coordinator.strategy import Strategy
+
+__all__ = ["PublishedModel", "publish_models"]
+
+log = logging.getLogger(__name__)
+
+#: Largest allowed difference between onnxruntime's and torch's outputs of a published model.
+MAX_ONNX_DIFF = 1e-3
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """One label's published network."""
+
+    label: str
+    nbytes: int
+    max_abs_diff: float
+    devices: tuple[str, ...]
+    acknowledged: tuple[str, ...]
+
+
+def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None) -> tuple[bytes, float]:
+    from coordinator.export import export_onnx
+
+    if inputs is None:
+        inputs = np.random.default_rng(0).normal(size=(4, *input_shape)).astype(np.float32)
+    with TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        diff = export_onnx(model, path, inputs[:16])
+        return path.read_bytes(), diff
+
+
+def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0) -> list[PublishedModel]:
+    """Send every online device the ONNX network of its label; returns what was sent to whom."""
+    try:
+        import onnx  # noqa: F401  (the exporter needs it)
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        log.warning("not publishing models: %s (install edgefl[coordinator])", exc)
+        return []
+    by_label: dict[str, list[str]] = {}
+    for device_id in fleet.online():
+        label = fleet.devices[device_id].label
+        if label is not None:
+            by_label.setdefault(label, []).append(device_id)
+    inputs = strategy.eval_data.x if strategy.eval_data is not None else None
+    sent: dict[str, tuple[int, float, list[str]]] = {}
+    for label, devices in sorted(by_label.items()):
+        model = strategy.inference_model(label)
+        if model is None:
+            continue
+        input_shape = tuple(int(n) for n in model.input_shape)
+        data, diff = _onnx_bytes(model, input_shape, inputs)
+        if not diff <= MAX_ONNX_DIFF:
+            log.error("not publishing %s: onnxruntime differs from torch by %.3g", label, diff)
+            continue
+        message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
+                        input_shape=input_shape)
+        for device_id in devices:
+            fleet.devices[device_id].last_ack = ""
+            fleet.send(device_id, message, rnd)
+        sent[label] = (len(data), diff, devices)
+        log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d devices",
+                 label, len(data), diff, len(devices))
+    waiting = {d for _, _, devices in sent.values() for d in devices}
+    end = time.monotonic() + wait_s
+    while waiting and time.monotonic() < end:
+        fleet.pump(0.1)
+        waiting = {d for d in waiting if fleet.devices[d].online and not fleet.devices[d].last_ack.startswith("model")}
+    acked = {d for _, _, devices in sent.values() for d in devices if fleet.devices[d].last_ack.startswith("model")}
+    if waiting:
+        log.warning("no acknowledgement of the published model from %s", sorted(waiting))
+    return [PublishedModel(label, n, diff, tuple(devices), tuple(sorted(set(devices) & acked)))
+            for label, (n, diff, devices) in sent.items()]

@@ -1,0 +1,67 @@
+"""Where a device keeps the inference model the coordinator published for it.
+
+``<state_dir>/model.onnx`` holds the ONNX bytes, ``<state_dir>/model.json`` what they
+are (label, round, sha256, input shape). Both are replaced atomically (write to a
+temporary file, then rename), so `edgefl predict` never reads half a model. The bytes
+are checked against their SHA-256 before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edge_sdk.inference import MODEL_FILENAME
+from edge_sdk.protocol.messages import Model
+
+__all__ = ["MODEL_INFO_FILENAME", "MAX_MODEL_BYTES", "ModelRejected", "save_model", "read_model_info"]
+
+MODEL_INFO_FILENAME = "model.json"
+MAX_MODEL_BYTES = 64 * 2**20
+
+
+class ModelRejected(ValueError):
+    """A published model this device will not install."""
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_model(state_dir: str | Path, model: Model) -> Path:
+    """Verify ``model`` and install it in ``state_dir``; returns the ONNX file's path."""
+    data = bytes(model.data)
+    if not 0 < len(data) <= MAX_MODEL_BYTES:
+        raise ModelRejected(f"model of {len(data)} bytes; must be 1..{MAX_MODEL_BYTES}")
+    if hashlib.sha256(data).digest() != bytes(model.sha256):
+        raise ModelRejected("model bytes do not match their sha256")
+    folder = Path(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / MODEL_FILENAME
+    info = {"label": model.label, "round": model.round, "format": model.format,
+            "sha256": bytes(model.sha256).hex(), "input_shape": list(model.input_shape), "bytes": len(data)}
+    _atomic_write(path, data)
+    _atomic_write(folder / MODEL_INFO_FILENAME, json.dumps(info, indent=1).encode())
+    return path
+
+
+def read_model_info(state_dir: str | Path) -> dict[str, Any] | None:
+    """What ``model.json`` says of the installed model, or None when there is none."""
+    path = Path(state_dir) / MODEL_INFO_FILENAME
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text())
+    return info if isinstance(info, dict) else None

@@ -1,0 +1,102 @@
+"""The coordinator publishes each device's ONNX model; the device verifies and installs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from coordinator.simulate import SimulationConfig, run_simulation
+from edge_sdk.client import ClientConfig, DeviceClient
+from edge_sdk.data import load_dataset
+from edge_sdk.inference import OnnxClassifier
+from edge_sdk.link import MessageLink
+from edge_sdk.methods import LocalData
+from edge_sdk.model_store import MAX_MODEL_BYTES, ModelRejected, read_model_info, save_model
+from edge_sdk.profiling import load_profile
+from edge_sdk.protocol.messages import Envelope, Error, Model, Register, decode_envelope, encode_envelope
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.training import TrainConfig
+from edge_sdk.transport import MqttTransport, TransportConfig
+
+
+@pytest.mark.parametrize("method, options", [("fedavg", {}), ("flanc", {"widths": "0.5,1"})])
+def test_every_device_gets_the_model_of_its_label_and_it_reproduces_the_accuracy(broker, tmp_path, method,
+                                                                                options):
+    out = tmp_path / method
+    report = run_simulation(SimulationConfig(
+        method=method, clients=3, rounds=1, out=str(out), broker_url=broker.url, throttle="off", plots=False,
+        job=f"publish-{method}", train=TrainConfig(epochs=1, max_steps=20), options=options))
+    data = load_dataset("mnist-sample")
+    final = report.rounds[-1].accuracy
+    labels = {d["id"]: d["assignment"] for d in report.devices}
+    for device_dir in sorted((out / "devices").iterdir()):
+        info = read_model_info(device_dir)
+        assert info is not None, f"{device_dir.name} got no model"
+        onnx_bytes = (device_dir / "model.onnx").read_bytes()
+        assert info["sha256"] == hashlib.sha256(onnx_bytes).hexdigest() and info["round"] == 0
+        assert info["label"] == labels[device_dir.name] and info["input_shape"] == [1, 28, 28]
+        # onnxruntime on the device's file computes what the coordinator's torch model computed
+        predictions = OnnxClassifier(device_dir / "model.onnx").predict(data.x_test)
+        accuracy = float(np.mean(predictions.classes == data.y_test))
+        assert accuracy == pytest.approx(final[info["label"]], abs=2e-3), (device_dir.name, info["label"])
+    assert {read_model_info(d)["label"] for d in (out / "devices").iterdir()} <= set(final)
+
+
+def _model(data: bytes = b"onnx bytes", sha: bytes | None = None) -> Model:
+    return Model(label="0.5", round=3, sha256=sha or hashlib.sha256(data).digest(), data=data, input_shape=(1, 28, 28))
+
+
+def test_the_store_refuses_tampered_and_oversize_models_and_writes_nothing(tmp_path):
+    with pytest.raises(ModelRejected, match="sha256"):
+        save_model(tmp_path, _model(sha=hashlib.sha256(b"other").digest()))
+    with pytest.raises(ModelRejected, match="bytes"):
+        save_model(tmp_path, _model(b""))
+    big = bytes(MAX_MODEL_BYTES + 1)
+    with pytest.raises(ModelRejected):
+        save_model(tmp_path, _model(big))
+    assert list(tmp_path.iterdir()) == []
+    path = save_model(tmp_path, _model())
+    assert path.read_bytes() == b"onnx bytes"
+    assert json.loads((tmp_path / "model.json").read_text())["label"] == "0.5"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "model.onnx"]  # no temporary files left
+
+
+def test_a_device_answers_a_tampered_model_with_an_error_and_keeps_its_old_one(broker, tmp_path):
+    job, device = "publish-bad", "dev-bad"
+    topics = Topics(job=job)
+    save_model(tmp_path, _model(b"the good model"))
+    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    coordinator.connect()
+    coordinator.subscribe(topics.uplink(device))
+    data = load_dataset("digits")
+    client = DeviceClient(ClientConfig(device_id=device, transport=TransportConfig(url=broker.url, client_id=f"{job}-d"),
+                                       job=job, state_dir=str(tmp_path), register_retry_s=30.0),
+                          LocalData(data.x_train[:20], data.y_train[:20], data.num_classes), load_profile("raspberry-pi-4b"))
+    thread = threading.Thread(target=client.run, kwargs={"timeout_s": 20}, daemon=True)
+    thread.start()
+    link = MessageLink(coordinator)
+    try:
+        first = coordinator.receive(10.0)  # the device's registration: it is listening now
+        assert first is not None and isinstance(decode_envelope(first.payload).body, Register)
+        tampered = _model(b"an evil model", sha=hashlib.sha256(b"the good model").digest())
+        env = Envelope.of(tampered, "coordinator", round=3)
+        link.send(topics.downlink(device), env)
+        reply = None
+        end = time.monotonic() + 10
+        while time.monotonic() < end and reply is None:
+            incoming = coordinator.receive(1.0)
+            if incoming is not None:
+                candidate = decode_envelope(incoming.payload)
+                if isinstance(candidate.body, Error):
+                    reply = candidate
+        assert reply is not None and reply.body.code == "bad_model" and reply.reply_to == env.msg_id
+        assert (tmp_path / "model.onnx").read_bytes() == b"the good model"
+    finally:
+        client.stop()
+        thread.join(timeout=10)
+        coordinator.close()

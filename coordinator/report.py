@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coordinator.fleet import Fleet
 
-__all__ = ["RoundRecord", "RunReport"]
+__all__ = ["RoundRecord", "RunReport", "merge_stages"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,23 @@ class RoundRecord:
     participants: list[str]
     aggregated: bool
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def merge_stages(records: list[RoundRecord]) -> RoundRecord:
+    """One round's record from its sequential stages: bytes, seconds and participants add
+    up, metrics named ``up_*`` or ``n_*`` are summed, the rest (accuracy too) is the last stage's."""
+    if len(records) == 1:
+        return records[0]
+    metrics: dict[str, float] = {}
+    for record in records:
+        for key, value in record.metrics.items():
+            additive = key.startswith(("up_", "n_"))
+            metrics[key] = metrics.get(key, 0.0) + value if additive else value
+    last = records[-1]
+    return replace(last, bytes_down=sum(r.bytes_down for r in records), bytes_up=sum(r.bytes_up for r in records),
+                   seconds=sum(r.seconds for r in records), host_seconds=sum(r.host_seconds for r in records),
+                   participants=sorted({p for r in records for p in r.participants}),
+                   aggregated=any(r.aggregated for r in records), metrics=metrics)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
 from edge_sdk.training import TrainConfig
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.report import RoundRecord, RunReport
+from coordinator.report import RoundRecord, RunReport, merge_stages
 from coordinator.state import load_checkpoint, save_checkpoint
 
 __all__ = ["FederationConfig", "Strategy", "StrategyContext", "EvalData"]
@@ -165,10 +165,30 @@ class Strategy(ABC):
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report
 
+    def round_stages(self, fleet: Fleet, rnd: int) -> list[Any]:
+        """The sequential collections of round ``rnd`` (default: one, ``None``).
+
+        Each stage is announced, collected, aggregated and evaluated like a whole round
+        (e.g. FDNNC's SWITCH: big devices first, then small ones); the report keeps one
+        record per round that sums the stages' bytes and seconds (:func:`merge_stages`).
+        """
+        return [None]
+
+    def begin_stage(self, rnd: int, stage: Any) -> None:
+        """Called before each stage of round ``rnd`` (e.g. to choose who trains in it)."""
+
     def _round(self, fleet: Fleet, rnd: int) -> RoundRecord:
+        if not fleet.online():  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
+            fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
+        self.rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
+        records = []
+        for stage in self.round_stages(fleet, rnd):
+            self.begin_stage(rnd, stage)
+            records.append(self._stage(fleet, rnd))
+        return merge_stages(records)
+
+    def _stage(self, fleet: Fleet, rnd: int) -> RoundRecord:
         online = fleet.online()
-        if not online:  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
-            online = fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         started = time.monotonic()
         participants = self.sample(online)
         down = fleet.broadcast(RoundStart(self.config.round_deadline_s, tuple(participants)), rnd)

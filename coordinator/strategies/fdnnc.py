@@ -22,7 +22,7 @@ each factor is averaged over the devices that sent it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,7 +37,6 @@ from edge_sdk.training import evaluate
 
 from coordinator.aggregation import weighted_average
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.report import RoundRecord
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -214,15 +213,13 @@ class Fdnnc(Strategy):
         wanted = BIG if rnd < big_rounds else SMALL
         return [(wanted,)] if wanted in present else [tuple(present)]
 
-    def _round(self, fleet: Fleet, rnd: int) -> RoundRecord:
+    def round_stages(self, fleet: Fleet, rnd: int) -> list[tuple[str, ...]]:
         if self.options.big_fraction is not None and self._floor is None:
             self._fix_fraction(fleet)
-        present = {fleet.devices[d].label for d in fleet.online()}
-        records = []
-        for groups in self.stages(rnd, present):
-            self._active, self._round_no = groups, rnd
-            records.append(super()._round(fleet, rnd))
-        return _merge(records) if len(records) > 1 else records[0]
+        return self.stages(rnd, {fleet.devices[d].label for d in fleet.online()})
+
+    def begin_stage(self, rnd: int, stage: tuple[str, ...]) -> None:
+        self._active, self._round_no = stage, rnd
 
     def sample(self, online: list[str]) -> list[str]:
         chosen = super().sample([d for d in online if self._records[d].label in self._active])
@@ -326,17 +323,3 @@ class Fdnnc(Strategy):
         options["hidden"] = list(self.options.hidden)
         return {**options, "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
                 "small_spec": self.small_spec}
-
-
-def _merge(records: list[RoundRecord]) -> RoundRecord:
-    """One round's record from its sequential stages (bytes, seconds and uploads add up)."""
-    metrics: dict[str, float] = {}
-    for record in records:
-        for key, value in record.metrics.items():
-            additive = key.startswith(("up_", "n_"))
-            metrics[key] = metrics.get(key, 0.0) + value if additive else value
-    last = records[-1]
-    return replace(last, bytes_down=sum(r.bytes_down for r in records), bytes_up=sum(r.bytes_up for r in records),
-                   seconds=sum(r.seconds for r in records), host_seconds=sum(r.host_seconds for r in records),
-                   participants=sorted({p for r in records for p in r.participants}),
-                   aggregated=any(r.aggregated for r in records), metrics=metrics)

@@ -24,7 +24,6 @@ from coordinator.aggregation import weighted_average
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
-from coordinator.report import RoundRecord
 from coordinator.strategies.reft import option_choice, option_float, option_levels, parse_options
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -101,13 +100,13 @@ class StaticPrune(Strategy):
     def assign(self, device: DeviceRecord) -> str:
         return self.label if self.level is not None else level_label(self.device_level(device))
 
-    def _round(self, fleet: Fleet, rnd: int) -> RoundRecord:
-        if self.level is None:
+    def round_stages(self, fleet: Fleet, rnd: int) -> list[Any]:
+        if self.level is None:  # the first round: prune for the weakest device present
             online = [fleet.devices[d] for d in fleet.online()]
             self.fix_level(max(self.device_level(d) for d in online))
         for device in fleet.devices.values():
             device.label = self.label
-        return super()._round(fleet, rnd)
+        return super().round_stages(fleet, rnd)
 
     # -- round hooks --------------------------------------------------------
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:

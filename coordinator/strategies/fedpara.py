@@ -18,8 +18,7 @@ nobody held keep their value). Evaluation is per width on the held-out data;
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -30,13 +29,12 @@ from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.assignment import LevelAssigner
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.report import RoundRecord, RunReport
+from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.strategies.width_base import WidthStrategy
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
 __all__ = ["FedPara", "prefix_of", "GAMMA_KEY"]
@@ -76,7 +74,7 @@ def _buffers(layers: list[dict]) -> int:
     return total
 
 
-class FedPara(Strategy):
+class FedPara(WidthStrategy):
     """One factorised global network; each width trains its leading block of the factors."""
 
     name = "fedpara"
@@ -92,6 +90,7 @@ class FedPara(Strategy):
         widths = options.width.widths
         self.widths = {GLOBAL: 1.0} if options.single else dict(zip(options.width.labels, widths))
         self.labels = list(self.widths)
+        self.export_dir = options.width.export
         try:
             costs = {label: 3 * count_flops(model_for_dataset(family, self.input_shape, num_classes,
                                                               width=p, **self.zoo_kw)) / 1e9
@@ -232,58 +231,18 @@ class FedPara(Strategy):
         return metrics
 
     # -- evaluation and export ----------------------------------------------
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
-        accuracy, losses = {}, []
-        for label in self.labels:
-            accuracy[label], loss = evaluate(self.loaded_model(label), self.eval_data.x, self.eval_data.y)
-            losses.append(loss)
-        return accuracy, float(np.mean(losses))
+    def dense_model(self, label: str) -> torch.nn.Module:
+        """The width-``label`` network with every factorised layer pre-composed to a dense one."""
+        return precompose(self.loaded_model(label))
 
     def inference_model(self, label: str) -> torch.nn.Module | None:
-        """The width-``label`` network pre-composed to dense layers (pFedPara: None — each
-        device's model includes its own W2, which the coordinator never sees)."""
-        if self.personal or label not in self.specs:
-            return None
-        return precompose(self.loaded_model(label)).eval()
-
-    def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
-        """Every width pre-composed to a dense network, as ``<method>-<label>.onnx``.
-
-        Returns per label the path, the dense parameter count, the largest difference
-        between the factorised and the pre-composed network in torch
-        (``precompose_max_abs_diff``) and between onnxruntime and torch (``max_abs_diff``).
-        """
-        from coordinator.export import export_onnx
-
-        if inputs is None:
-            if self.eval_data is None:
-                raise ValueError("export needs inputs when there is no eval data")
-            inputs = self.eval_data.x[:64]
-        out: dict[str, dict[str, Any]] = {}
-        for label in self.labels:
-            model = self.loaded_model(label).eval()
-            dense = precompose(model).eval()
-            with torch.no_grad():
-                x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
-                gap = float((model(x) - dense(x)).abs().max())
-            path = Path(out_dir) / f"{self.name}-{label}.onnx"
-            out[label] = {"path": str(path), "params": count_params(dense),
-                          "precompose_max_abs_diff": gap, "max_abs_diff": export_onnx(dense, path, inputs)}
-        return out
-
-    def run(self, fleet: Fleet, report: RunReport,
-            on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-        result = super().run(fleet, report, on_round)
-        if self.options.width.export:
-            self.exported = self.export(self.options.width.export)
-        return result
+        """pFedPara: None — each device's model holds its own W2, which the coordinator never sees."""
+        return None if self.personal else super().inference_model(label)
 
     # -- bookkeeping --------------------------------------------------------
     def model_params(self) -> dict[str, int]:
         self._ensure_built()
-        return {label: count_params(spec) for label, spec in self.specs.items()}
+        return super().model_params()
 
     def state_tensors(self) -> dict[str, np.ndarray]:
         self._ensure_built()

@@ -14,9 +14,7 @@ and exported to ONNX (:meth:`Flanc.export`, or ``--option export=DIR``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -25,18 +23,17 @@ import torch
 from edge_sdk.methods.heterofl import STAT_SUFFIXES
 from edge_sdk.models.flanc import basis_names, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
-from edge_sdk.models.spec import build_model, count_flops, count_params
+from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.aggregation import weighted_average
 from coordinator.assignment import LevelAssigner
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.report import RunReport, RoundRecord
+from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.heterofl import pool_bn_stats
 from coordinator.strategies.width_options import WidthOptions, parse_flag, parse_number
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.strategies.width_base import WidthStrategy
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
 __all__ = ["Flanc", "FlancOptions", "BASIS_PREFIX"]
@@ -78,7 +75,7 @@ class FlancOptions:
         return FlancConfig(self.width.widths, self.basis_fraction, self.basis_count, self.precompose)
 
 
-class Flanc(Strategy):
+class Flanc(WidthStrategy):
     """All-in-one neural composition: a width per capacity group, one shared basis."""
 
     name = "flanc"
@@ -89,6 +86,7 @@ class Flanc(Strategy):
         self.options = options
         self.specs = specs
         self.labels = list(specs)
+        self.export_dir = options.width.export
         torch.manual_seed(config.seed)
         self.models = {label: build_model(spec) for label, spec in specs.items()}
         top = self.models[self.labels[-1]]
@@ -169,52 +167,11 @@ class Flanc(Strategy):
         load_numpy_state(model, self.tensors(label))
         return model
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
-        accuracy, losses = {}, []
-        for label in self.labels:
-            accuracy[label], loss = evaluate(self.loaded_model(label), self.eval_data.x, self.eval_data.y)
-            losses.append(loss)
-        return accuracy, float(np.mean(losses))
-
-    def inference_model(self, label: str) -> torch.nn.Module | None:
-        """The width-``label`` network pre-composed into plain dense layers."""
-        return to_dense(self.loaded_model(label)).eval() if label in self.models else None
-
-    def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
-        """Pre-compose every width into a dense network and write ``flanc-w<p>.onnx`` files.
-
-        Returns (and writes to ``export.json`` there), per width, the path, the dense parameter
-        count and onnxruntime's max abs difference from torch on ``inputs`` (default: up to 64
-        held-out samples).
-        """
-        from coordinator.export import export_onnx
-
-        if inputs is None:
-            if self.eval_data is None:
-                raise ValueError("export needs inputs when there is no eval data")
-            inputs = self.eval_data.x[:64]
-        out: dict[str, dict[str, Any]] = {}
-        for label in self.labels:
-            dense = to_dense(self.loaded_model(label)).eval()
-            path = Path(out_dir) / f"flanc-w{label}.onnx"
-            out[label] = {"path": str(path), "params": count_params(dense),
-                          "max_abs_diff": export_onnx(dense, path, inputs)}
-        (Path(out_dir) / "export.json").write_text(json.dumps(out, indent=1))
-        return out
-
-    def run(self, fleet: Fleet, report: RunReport,
-            on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-        result = super().run(fleet, report, on_round)
-        if self.options.width.export:
-            self.exported = self.export(self.options.width.export)
-        return result
+    def dense_model(self, label: str) -> torch.nn.Module:
+        """The width-``label`` network pre-composed: every composed layer one dense kernel."""
+        return to_dense(self.loaded_model(label))
 
     # -- bookkeeping --------------------------------------------------------
-    def model_params(self) -> dict[str, int]:
-        return {label: count_params(spec) for label, spec in self.specs.items()}
-
     def state_tensors(self) -> dict[str, np.ndarray]:
         out = {BASIS_PREFIX + k: v for k, v in self.basis.items()}
         for label, tensors in self.private.items():

@@ -15,9 +15,7 @@ means; mean of ``var + mean²`` minus the squared pooled mean).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -25,16 +23,15 @@ import torch
 
 from edge_sdk.methods.heterofl import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.models.heterofl import heterofl_spec
-from edge_sdk.models.spec import build_model, count_flops, count_params
+from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.assignment import LevelAssigner
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.report import RoundRecord, RunReport
+from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.width_options import WidthOptions, parse_flag
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.strategies.width_base import WidthStrategy
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
 __all__ = ["HeteroFL", "HeteroFLOptions", "prefix_slices", "pool_bn_stats"]
@@ -99,7 +96,7 @@ class HeteroFLOptions:
         return cls(width=width, **parsed)
 
 
-class HeteroFL(Strategy):
+class HeteroFL(WidthStrategy):
     """One global network; each capacity group trains a prefix-sliced sub-network."""
 
     name = "heterofl"
@@ -111,6 +108,7 @@ class HeteroFL(Strategy):
         self.global_spec = global_spec
         self.specs = specs
         self.labels = list(specs)
+        self.export_dir = options.width.export
         torch.manual_seed(config.seed)
         global_model = build_model(global_spec)
         if options.init == "he":
@@ -218,46 +216,7 @@ class HeteroFL(Strategy):
         load_numpy_state(model, self.tensors(label))
         return model
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
-        accuracy, losses = {}, []
-        for label in self.labels:
-            accuracy[label], loss = evaluate(self.loaded_model(label), self.eval_data.x, self.eval_data.y)
-            losses.append(loss)
-        return accuracy, float(np.mean(losses))
-
-    def inference_model(self, label: str) -> torch.nn.Module | None:
-        return self.loaded_model(label) if label in self.models else None
-
-    def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
-        """Write every width's sub-network as ``heterofl-w<p>.onnx`` (see :meth:`Flanc.export`)."""
-        from coordinator.export import export_onnx
-
-        if inputs is None:
-            if self.eval_data is None:
-                raise ValueError("export needs inputs when there is no eval data")
-            inputs = self.eval_data.x[:64]
-        out: dict[str, dict[str, Any]] = {}
-        for label in self.labels:
-            path = Path(out_dir) / f"heterofl-w{label}.onnx"
-            model = self.loaded_model(label)
-            out[label] = {"path": str(path), "params": count_params(model),
-                          "max_abs_diff": export_onnx(model, path, inputs)}
-        (Path(out_dir) / "export.json").write_text(json.dumps(out, indent=1))
-        return out
-
-    def run(self, fleet: Fleet, report: RunReport,
-            on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-        result = super().run(fleet, report, on_round)
-        if self.options.width.export:
-            self.exported = self.export(self.options.width.export)
-        return result
-
     # -- bookkeeping --------------------------------------------------------
-    def model_params(self) -> dict[str, int]:
-        return {label: count_params(spec) for label, spec in self.specs.items()}
-
     def state_tensors(self) -> dict[str, np.ndarray]:
         stats = {f"{BN_PREFIX}{q}/{k}": v for q, ts in self.stats.items() for k, v in ts.items()}
         return {**self.weights, **stats}

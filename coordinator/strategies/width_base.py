@@ -1,0 +1,92 @@
+"""What every method with one network per width label shares (FLANC, HeteroFL, FedPara).
+
+Such a method holds a spec per label (``self.specs``, smallest width first) and can
+load any label's network with the current global tensors (:meth:`loaded_model`).
+This base evaluates every label on the held-out data, pre-composes each label to
+plain dense layers (:meth:`dense_model`) for publishing and ONNX export, and exports
+every label after the run when ``--option export=DIR`` asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from edge_sdk.models.spec import count_params
+from edge_sdk.training import evaluate
+
+from coordinator.fleet import Fleet
+from coordinator.report import RoundRecord, RunReport
+from coordinator.strategy import Strategy
+
+__all__ = ["WidthStrategy"]
+
+
+class WidthStrategy(Strategy):
+    """A method with a network per width label; subclasses provide specs and tensors."""
+
+    specs: dict[str, dict]  # label -> the spec a device of that width trains
+    labels: list[str]  # width labels, smallest first
+    export_dir: str | None = None  # where to export every width after the run
+    exported: dict[str, dict[str, Any]] | None = None
+
+    @abstractmethod
+    def loaded_model(self, label: str) -> torch.nn.Module:
+        """The width-``label`` network holding the current global tensors."""
+
+    def dense_model(self, label: str) -> torch.nn.Module:
+        """The width-``label`` network as plain dense layers (default: it already is)."""
+        return self.loaded_model(label)
+
+    def inference_model(self, label: str) -> torch.nn.Module | None:
+        return self.dense_model(label).eval() if label in self.labels else None
+
+    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
+        if self.eval_data is None:
+            return {}, float("nan")
+        accuracy, losses = {}, []
+        for label in self.labels:
+            accuracy[label], loss = evaluate(self.loaded_model(label), self.eval_data.x, self.eval_data.y)
+            losses.append(loss)
+        return accuracy, float(np.mean(losses))
+
+    def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+        """Write every width's dense network as ``<method>-w<label>.onnx`` in ``out_dir``.
+
+        Returns (and writes to ``export.json`` there), per width: the path, the dense
+        parameter count, the largest difference between the trained and the dense network in
+        torch (``precompose_max_abs_diff``) and between onnxruntime and torch
+        (``max_abs_diff``), on ``inputs`` (default: up to 64 held-out samples).
+        """
+        from coordinator.export import export_onnx
+
+        if inputs is None:
+            if self.eval_data is None:
+                raise ValueError("export needs inputs when there is no eval data")
+            inputs = self.eval_data.x[:64]
+        x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
+        out: dict[str, dict[str, Any]] = {}
+        for label in self.labels:
+            dense = self.dense_model(label).eval()
+            with torch.no_grad():
+                gap = float((self.loaded_model(label).eval()(x) - dense(x)).abs().max())
+            path = Path(out_dir) / f"{self.name}-w{label}.onnx"
+            out[label] = {"path": str(path), "params": count_params(dense), "precompose_max_abs_diff": gap,
+                          "max_abs_diff": export_onnx(dense, path, inputs)}
+        (Path(out_dir) / "export.json").write_text(json.dumps(out, indent=1))
+        return out
+
+    def run(self, fleet: Fleet, report: RunReport,
+            on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
+        result = super().run(fleet, report, on_round)
+        if self.export_dir:
+            self.exported = self.export(self.export_dir)
+        return result
+
+    def model_params(self) -> dict[str, int]:
+        return {label: count_params(spec) for label, spec in self.specs.items()}

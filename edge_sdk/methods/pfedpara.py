@@ -130,7 +130,8 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     metrics = {"loss": result.loss, "steps": float(result.steps)}
     if len(held_idx):
         start = time.perf_counter()
-        metrics["local_acc"], metrics["local_loss"] = evaluate(model, data.x[held_idx], data.y[held_idx])
+        metrics["local_acc"], metrics["local_loss"] = evaluate(model, data.x[held_idx], data.y[held_idx],
+                                                             batch_size=config.batch_size)
         metrics["local_n"] = float(len(held_idx))
         seconds += time.perf_counter() - start
     after = state_to_numpy(model, copy=True)

@@ -170,7 +170,7 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         raise ValueError(f"public inputs have shape {x_public.shape[1:]}, model expects {model.input_shape}")
     result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
     started = time.perf_counter()
-    logits = _logits(model, x_public)
+    logits = _logits(model, x_public, batch_size=config.batch_size)  # no more activation memory than training
     seconds = result.seconds + time.perf_counter() - started
     compute_s = ctx.throttle.apply_compute(seconds) if ctx.throttle else seconds
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),

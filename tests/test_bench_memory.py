@@ -44,4 +44,5 @@ def test_a_device_process_reports_its_peak(mnist, tmp_path) -> None:
     figures = bench_memory.measure(str(plan_file), npz, 1, tmp_path / "state")
     assert figures["label"] == "small" and np.isfinite(figures["loss"])
     assert figures["peak_mb"] >= figures["after_plan_mb"] >= figures["after_import_mb"] > 50
-    assert figures["update_bytes"] < plan_file.stat().st_size  # CEFO (the default half upload): one factor per layer goes back
+    # CEFO (the default half upload): one factor per layer goes back
+    assert figures["update_bytes"] < plan_file.stat().st_size

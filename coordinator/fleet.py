@@ -87,10 +87,11 @@ class Fleet:
         self.link.transport.subscribe(self.topics.all_status())
 
     # -- sending ----------------------------------------------------------
-    def send(self, device_id: str, body: object, rnd: int = -1, reply_to: str | None = None) -> int:
-        """Send one message to one device; returns the payload bytes."""
+    def send(self, device_id: str, body: object, rnd: int = -1, reply_to: str | None = None,
+             retain: bool = False) -> int:
+        """Send one message to one device; returns the payload bytes (``retain``: see `MessageLink.send`)."""
         env = Envelope.of(body, COORDINATOR_ID, round=rnd, reply_to=reply_to)
-        nbytes = self.link.send(self.topics.downlink(device_id), env)
+        nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
         if isinstance(body, Plan):
             self._plans[device_id] = (rnd, body)
         if device_id in self.devices:

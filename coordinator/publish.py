@@ -6,7 +6,14 @@ pruned or sliced to what that device can run), exports it once per label to ONNX
 checks onnxruntime against torch, and sends it to those devices as a `Model` message
 (chunked like any large payload). The device verifies the SHA-256 and installs it
 at ``<state_dir>/model.onnx`` for `edgefl predict`; the coordinator waits (up to a
-timeout) for every device's acknowledgement before it says goodbye.
+timeout) for every online device's acknowledgement before it says goodbye.
+
+With ``retain`` (the default) each model is a *retained* message on the device's downlink:
+the broker keeps it, so a registered device that is offline when the job ends installs it
+when it next connects, with no coordinator running (it skips a model it already has). The
+broker holds one model per device until the next job on that topic replaces it; a model
+larger than one frame (the link's chunk size, 1 MiB by default) cannot be retained and reaches
+online devices only.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class PublishedModel:
     max_abs_diff: float
     devices: tuple[str, ...]
     acknowledged: tuple[str, ...]
+    #: registered devices that were offline: the broker keeps the model for their next connect
+    left_for: tuple[str, ...] = ()
 
 
 def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None) -> tuple[bytes, float]:
@@ -58,8 +67,23 @@ def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None) 
         return path.read_bytes(), diff
 
 
-def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0) -> list[PublishedModel]:
-    """Send every online device the ONNX network of its label; returns what was sent to whom."""
+def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> bool:
+    """Send ``message`` to one device, retained when asked and possible; True if retained."""
+    if retain:
+        try:
+            fleet.send(device_id, message, rnd, retain=True)
+            return True
+        except ValueError as exc:
+            log.warning("the %s model is not retained for %s: %s", message.label, device_id, exc)
+    if fleet.devices[device_id].online:
+        fleet.send(device_id, message, rnd)
+    return False
+
+
+def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0,
+                   retain: bool = True) -> list[PublishedModel]:
+    """Send every registered device the ONNX network of its label (offline ones only when
+    ``retain``); returns what was sent to whom."""
     try:
         import onnx  # noqa: F401  (the exporter needs it)
         import onnxruntime  # noqa: F401
@@ -67,12 +91,12 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
         log.warning("not publishing models: %s (install edgefl[coordinator])", exc)
         return []
     by_label: dict[str, list[str]] = {}
-    for device_id in fleet.online():
-        label = fleet.devices[device_id].label
-        if label is not None:
-            by_label.setdefault(label, []).append(device_id)
+    for device_id, record in sorted(fleet.devices.items()):
+        if record.label is not None and (record.online or retain):
+            by_label.setdefault(record.label, []).append(device_id)
     inputs = strategy.eval_data.x if strategy.eval_data is not None else None
     sent: dict[str, tuple[int, float, list[str]]] = {}
+    left_for: list[str] = []
     for label, devices in sorted(by_label.items()):
         model = strategy.inference_model(label)
         if model is None:
@@ -84,12 +108,17 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
             continue
         message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
                         input_shape=input_shape)
+        reached = []
         for device_id in devices:
             fleet.devices[device_id].last_ack = ""
-            fleet.send(device_id, message, rnd)
-        sent[label] = (len(data), diff, devices)
-        log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d devices",
-                 label, len(data), diff, len(devices))
+            retained = _send(fleet, device_id, message, rnd, retain)
+            if fleet.devices[device_id].online:
+                reached.append(device_id)
+            elif retained:
+                left_for.append(device_id)
+        sent[label] = (len(data), diff, reached)
+        log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d online devices, "
+                 "retained=%s", label, len(data), diff, len(reached), retain)
     waiting = {d for _, _, devices in sent.values() for d in devices}
     end = time.monotonic() + wait_s
     while waiting and time.monotonic() < end:
@@ -98,5 +127,8 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
     acked = {d for _, _, devices in sent.values() for d in devices if fleet.devices[d].last_ack.startswith("model")}
     if waiting:
         log.warning("no acknowledgement of the published model from %s", sorted(waiting))
-    return [PublishedModel(label, n, diff, tuple(devices), tuple(sorted(set(devices) & acked)))
+    if left_for:
+        log.info("the broker keeps the models of offline devices %s for their next connect", left_for)
+    return [PublishedModel(label, n, diff, tuple(devices), tuple(sorted(set(devices) & acked)),
+                           tuple(d for d in left_for if fleet.devices[d].label == label))
             for label, (n, diff, devices) in sent.items()]

@@ -42,6 +42,8 @@ class FederationConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint_dir: str | None = None
     publish: bool = True  # after the last round, send every device the ONNX model of its label
+    #: ...as a retained message, so a device that is offline then installs it when it reconnects
+    retain_models: bool = True
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,8 @@ class Strategy(ABC):
                 on_round(record)
         if self.config.publish and self.config.rounds > 0:
             from coordinator.publish import publish_models
-            self.published = publish_models(self, fleet, self.config.rounds - 1)
+            self.published = publish_models(self, fleet, self.config.rounds - 1,
+                                            retain=self.config.retain_models)
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report

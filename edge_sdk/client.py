@@ -6,6 +6,7 @@ tensors a method uploads. Its data stays in `LocalData`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
-from edge_sdk.model_store import ModelRejected, save_model
+from edge_sdk.model_store import ModelRejected, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.errors import ProtocolError
@@ -163,6 +164,11 @@ class DeviceClient:
             log.info("%s: model for %s (round %d) kept in memory: no state_dir to save it in",
                      self.config.device_id, model.label, model.round)
             self._send_reply(Ack(f"model for round {model.round} kept in memory"), env)
+            return
+        digest = hashlib.sha256(model.data).hexdigest()
+        if digest == bytes(model.sha256).hex() == installed_sha256(self.config.state_dir):
+            # an intact copy of the installed model, e.g. the retained one the broker hands out on every connect
+            self._send_reply(Ack(f"model for round {model.round} already installed"), env)
             return
         try:
             path = save_model(self.config.state_dir, model)

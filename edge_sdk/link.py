@@ -79,14 +79,22 @@ class MessageLink:
         return size
 
     def send(self, topic: str, envelope: Envelope, retain: bool = False) -> int:
-        """Encode, chunk when needed and publish; returns the payload bytes sent."""
+        """Encode, chunk when needed and publish; returns the payload bytes sent.
+
+        ``retain``: the broker keeps the message for whoever subscribes later. Only a message
+        that fits one frame can be retained (the broker keeps one message per topic), so a
+        bigger one raises ValueError before anything is sent.
+        """
         payload = encode_envelope(envelope, transfer_dtype=self.config.transfer_dtype)
         frames = split_envelope_payload(
             payload, envelope.sender, envelope.round, self.effective_chunk_size()
         )
+        if retain and len(frames) > 1:
+            raise ValueError(f"a retained message must fit one frame: {len(payload)} bytes need "
+                             f"{len(frames)} chunks of {self.effective_chunk_size()}")
         sent = 0
         for frame in frames:
-            self.transport.publish(topic, frame, qos=1, retain=retain and len(frames) == 1)
+            self.transport.publish(topic, frame, qos=1, retain=retain)
             sent += len(frame)
         self.bytes_sent += sent
         return sent

@@ -18,7 +18,8 @@ from typing import Any
 from edge_sdk.inference import MODEL_FILENAME
 from edge_sdk.protocol.messages import Model
 
-__all__ = ["MODEL_INFO_FILENAME", "MAX_MODEL_BYTES", "ModelRejected", "save_model", "read_model_info"]
+__all__ = ["MODEL_INFO_FILENAME", "MAX_MODEL_BYTES", "ModelRejected", "save_model", "read_model_info",
+           "installed_sha256"]
 
 MODEL_INFO_FILENAME = "model.json"
 MAX_MODEL_BYTES = 64 * 2**20
@@ -65,3 +66,15 @@ def read_model_info(state_dir: str | Path) -> dict[str, Any] | None:
         return None
     info = json.loads(path.read_text())
     return info if isinstance(info, dict) else None
+
+
+def installed_sha256(state_dir: str | Path) -> str | None:
+    """Hex SHA-256 of the installed model file, if ``model.json`` names one that is present and intact."""
+    try:
+        info = read_model_info(state_dir)
+        data = (Path(state_dir) / MODEL_FILENAME).read_bytes()
+    except (OSError, ValueError):
+        return None
+    if info is None or hashlib.sha256(data).hexdigest() != info.get("sha256"):
+        return None
+    return info["sha256"]

@@ -9,12 +9,17 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
+from coordinator.fleet import DeviceRecord, Fleet
+from coordinator.publish import publish_models
 from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.inference import OnnxClassifier
-from edge_sdk.link import MessageLink
+from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.model_store import MAX_MODEL_BYTES, ModelRejected, read_model_info, save_model
 from edge_sdk.profiling import load_profile
@@ -100,3 +105,64 @@ def test_a_device_answers_a_tampered_model_with_an_error_and_keeps_its_old_one(b
         client.stop()
         thread.join(timeout=10)
         coordinator.close()
+
+
+def _client(broker, job: str, device: str, state_dir, data) -> DeviceClient:
+    return DeviceClient(ClientConfig(device_id=device, job=job, state_dir=str(state_dir), register_retry_s=30.0,
+                                     transport=TransportConfig(url=broker.url, client_id=f"{job}-{device}")),
+                        LocalData(data.x_train[:20], data.y_train[:20], data.num_classes),
+                        load_profile("raspberry-pi-4b"))
+
+
+def test_a_device_offline_at_the_end_installs_its_model_when_it_next_connects(broker, tmp_path):
+    """The model is retained on the device's downlink: no coordinator needs to be running."""
+    job = "publish-late"
+    data = load_dataset("digits")
+    ctx = StrategyContext(FederationConfig(rounds=1), "mlp", data.input_shape, data.num_classes,
+                          eval_data=EvalData(data.x_test, data.y_test))
+    strategy = FedAvg.create(ctx)
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    transport.connect()
+    try:
+        fleet = Fleet(MessageLink(transport), Topics(job=job))
+        for device in ("asleep", "unlabelled"):
+            fleet.devices[device] = DeviceRecord(device, load_profile("raspberry-pi-4b"), 20, online=False)
+        fleet.devices["asleep"].label = strategy.assign(fleet.devices["asleep"])
+        published, = publish_models(strategy, fleet, 0, wait_s=1.0)
+        transport.wait_published(10.0)
+    finally:
+        transport.close()
+    assert published.devices == () and published.left_for == ("asleep",)  # sent to the broker, for later
+
+    state = tmp_path / "asleep"
+    assert _client(broker, job, "asleep", state, data).run(timeout_s=3.0) == "timeout"
+    info = read_model_info(state)
+    assert info is not None and info["label"] == "global" and info["round"] == 0
+    # what the device installed computes what the coordinator's model computes
+    model = strategy.inference_model("global")
+    with torch.no_grad():
+        expected = model(torch.from_numpy(data.x_test[:64])).numpy()
+    assert np.abs(OnnxClassifier(state / "model.onnx").logits(data.x_test[:64]) - expected).max() < 1e-4
+
+    # the broker hands the retained model out again on every connect: the device keeps its copy
+    mtime = (state / "model.onnx").stat().st_mtime_ns
+    again = _client(broker, job, "asleep", state, data)
+    again.run(timeout_s=2.0)
+    assert again.published_model is not None and (state / "model.onnx").stat().st_mtime_ns == mtime
+    # a device the coordinator never assigned gets nothing
+    assert _client(broker, job, "unlabelled", tmp_path / "other", data).run(timeout_s=1.0) == "timeout"
+    assert read_model_info(tmp_path / "other") is None
+
+
+def test_only_a_message_that_fits_one_frame_can_be_retained(broker):
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id="retain-check"))
+    transport.connect()
+    try:
+        link = MessageLink(transport, LinkConfig(chunk_size=4096))
+        env = Envelope.of(_model(bytes(10_000)), "coordinator")
+        with pytest.raises(ValueError, match="one frame"):
+            link.send("edgefl/retain-check/down/x", env, retain=True)
+        assert link.bytes_sent == 0
+        assert link.send("edgefl/retain-check/down/x", env) > 10_000  # chunked when not retained
+    finally:
+        transport.close()

@@ -13,20 +13,23 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
 from edge_sdk.profiling import DeviceProfile
+from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Model, Plan, Register, Status, Stop, encode_envelope,
+    Ack, Envelope, Error, Model, Plan, Register, Status, Stop, Update, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import MqttTransport, TransportConfig, Will
 
-__all__ = ["ClientConfig", "DeviceClient", "SDK_VERSION"]
+__all__ = ["ClientConfig", "DeviceClient", "SDK_VERSION", "plan_digest"]
 
 SDK_VERSION = "0.1.0"
 log = logging.getLogger(__name__)
@@ -45,6 +48,16 @@ class ClientConfig:
     register_retry_s: float = 5.0
     seed: int = 0
     schedule: SchedulePolicy = field(default_factory=SchedulePolicy)
+
+
+def plan_digest(plan: Plan) -> str:
+    """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan)."""
+    h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train]))
+    for name in sorted(plan.tensors):
+        tensor = np.ascontiguousarray(plan.tensors[name])
+        h.update(packb([name, tensor.dtype.str, list(tensor.shape)]))
+        h.update(tensor.reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 class DeviceClient:
@@ -69,6 +82,9 @@ class DeviceClient:
         self.monitor = SystemMonitor(config.schedule)
         self.declined: list[int] = []  # rounds whose plan the schedule declined
         self._pending: tuple[Envelope, float] | None = None  # plan waiting for the schedule
+        #: (round, plan digest, update) of the last round trained, to answer a re-sent plan
+        self._last_update: tuple[int, str, Update] | None = None
+        self.resent_updates: list[int] = []  # rounds whose update was sent again instead of retraining
         self._next_check = 0.0
 
     # -- public -----------------------------------------------------------
@@ -180,7 +196,7 @@ class DeviceClient:
                  model.round, path)
         self._send_reply(Ack(f"model for round {model.round} installed"), env)
 
-    def _train(self, rnd: int, plan: Plan) -> None:
+    def _train(self, rnd: int, plan: Plan) -> Update | None:
         self._status("training")
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in plan.tensors.values()), "down")
@@ -195,16 +211,27 @@ class DeviceClient:
             log.error("%s: round %d failed: %s", self.config.device_id, rnd, exc)
             self._send(Error("train_failed", str(exc)[:1000]), rnd)
             self._status("idle", f"round {rnd} failed: {exc}"[:200])
-            return
+            return None
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
         self._send(update, rnd)
         self.rounds_trained.append(rnd)
         self._status("idle")
+        return update
 
     # -- schedule (see edge_sdk/schedule.py) --------------------------------
     def _on_plan(self, env: Envelope) -> None:
-        """Train now if the schedule allows; else hold the plan up to `wait_s`, then decline it."""
+        """Train now if the schedule allows; else hold the plan up to `wait_s`, then decline it.
+
+        A plan the device already trained (the coordinator re-sends it after a reconnect, when the
+        update may have been lost with the connection) is answered with the same update again.
+        """
+        last = self._last_update
+        if last is not None and last[0] == env.round and last[1] == plan_digest(env.body):
+            log.info("%s: round %d's plan again: re-sending its update", self.config.device_id, env.round)
+            self.resent_updates.append(env.round)
+            self._send(last[2], env.round)
+            return
         if self._pending is not None:  # a newer plan supersedes the one still waiting
             self._decline(self._pending[0], "superseded by a newer plan")
             self._pending = None
@@ -237,7 +264,9 @@ class DeviceClient:
         asked = plan.train.get("threads")
         if cap is not None and isinstance(asked, int) and asked > cap:
             plan = replace(plan, train={**plan.train, "threads": cap})
-        self._train(env.round, plan)
+        update = self._train(env.round, plan)
+        if update is not None:
+            self._last_update = (env.round, plan_digest(env.body), update)
         self.monitor.reset_cpu()  # the next idleness reading must not count our own training
 
     def _decline(self, env: Envelope, reason: str, decision: Decision | None = None) -> None:

@@ -1,0 +1,82 @@
+"""A device answers a re-sent plan it already trained with the same update instead of training again.
+
+The coordinator re-sends a participant its plan when the device says "online" again (it
+reconnected, and its update may have been lost with the connection); retraining would only
+waste the device's time, since the coordinator counts one update per round.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import torch
+
+from edge_sdk.client import ClientConfig, DeviceClient, plan_digest
+from edge_sdk.data import load_dataset
+from edge_sdk.link import MessageLink, Received
+from edge_sdk.methods import LocalData
+from edge_sdk.models.spec import build_model
+from edge_sdk.models.zoo import model_for_dataset
+from edge_sdk.profiling import load_profile
+from edge_sdk.protocol.messages import Envelope, Plan, Register, Update
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.tensors import state_to_numpy
+from edge_sdk.training import TrainConfig
+from edge_sdk.transport import MqttTransport, TransportConfig
+
+
+def _next(link: MessageLink, kind: type, timeout: float = 20.0) -> Envelope:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = link.poll(0.5)
+        if isinstance(got, Received) and isinstance(got.envelope.body, kind):
+            return got.envelope
+    raise AssertionError(f"no {kind.__name__} arrived")
+
+
+def _next_update(link: MessageLink) -> Envelope:
+    return _next(link, Update)
+
+
+def test_a_re_sent_plan_gets_the_same_update_and_a_changed_plan_is_trained(broker, tmp_path) -> None:
+    job, device = "resend", "dev-r"
+    topics = Topics(job=job)
+    data = load_dataset("digits")
+    spec = model_for_dataset("mlp", data.input_shape, data.num_classes)
+    torch.manual_seed(0)
+    weights = state_to_numpy(build_model(spec), copy=True)
+    train = TrainConfig(epochs=1, max_steps=5).to_dict()
+    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    coordinator.subscribe(topics.uplink(device))
+    coordinator.connect()
+    link = MessageLink(coordinator)
+    client = DeviceClient(ClientConfig(device_id=device, job=job, register_retry_s=30.0,
+                                       transport=TransportConfig(url=broker.url, client_id=f"{job}-d")),
+                          LocalData(data.x_train[:100], data.y_train[:100], data.num_classes),
+                          load_profile("raspberry-pi-4b"))
+    thread = threading.Thread(target=client.run, kwargs={"timeout_s": 60}, daemon=True)
+    thread.start()
+    try:
+        _next(link, Register)  # the device is listening now
+        plan = Plan("fedavg", "global", spec, weights, train)
+        link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=0))
+        first = _next_update(link)
+        link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=0))  # after a reconnect
+        again = _next_update(link)
+        assert client.rounds_trained == [0] and client.resent_updates == [0]
+        assert again.round == 0 and again.msg_id != first.msg_id
+        assert all(np.array_equal(first.body.tensors[k], again.body.tensors[k]) for k in weights)
+
+        changed = Plan("fedavg", "global", spec, {k: v + 0.01 for k, v in weights.items()}, train)
+        assert plan_digest(changed) != plan_digest(plan)
+        link.send(topics.downlink(device), Envelope.of(changed, "coordinator", round=0))
+        _next_update(link)
+        link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=1))
+        _next_update(link)
+        assert client.rounds_trained == [0, 0, 1] and client.resent_updates == [0]
+    finally:
+        client.stop()
+        thread.join(timeout=10)
+        coordinator.close()

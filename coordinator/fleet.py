@@ -135,6 +135,7 @@ class Fleet:
         """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline."""
         self._collecting = _Collection(rnd, set(participants), check)
         end = time.monotonic() + deadline_s
+        connects = self.link.transport.connect_count
         try:
             while time.monotonic() < end:
                 col = self._collecting
@@ -142,6 +143,14 @@ class Fleet:
                            if d not in col.accepted and d not in col.declined and self.devices[d].online]
                 if not waiting:
                     break
+                if self.link.transport.connect_count != connects:
+                    # the coordinator's own connection dropped and came back: what devices sent
+                    # meanwhile is lost (clean sessions), so ask again (a device re-sends, not retrains)
+                    connects = self.link.transport.connect_count
+                    log.warning("reconnected to the broker during round %d: sending %d plans again",
+                                rnd, len(waiting))
+                    for device in waiting:
+                        self._resend_plan(device)
                 self.pump(0.1)
             return dict(self._collecting.accepted)
         finally:

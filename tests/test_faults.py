@@ -362,6 +362,38 @@ def test_device_client_restarted_mid_round(broker, mnist, shards, cleanup):
     assert list(coordinator.fleet.rejections) == []
 
 
+def test_coordinator_connection_drop_loses_the_updates(broker, mnist, shards, cleanup):
+    """The coordinator's own connection drops while the devices upload, so their updates reach
+    the broker with nobody subscribed and are lost; once reconnected it sends the open round's
+    plans again and the devices answer with the updates they already computed (no retraining):
+    the round closes long before its deadline."""
+    job = f"coorddrop{uuid.uuid4().hex[:6]}"
+    held = cleanup.enter_context(FaultProxy(broker.port, FaultPolicy(select=uplink_chunks)))
+    held.hold()  # the devices' update chunks wait in the proxy
+    link = cleanup.enter_context(FaultProxy(broker.port))
+    deadline = 2 * WAIT
+    coordinator = Coordinator(link.url, job, mnist, rounds=1, min_devices=2, deadline_s=deadline,
+                              reassembly_timeout_s=2.0)
+    cleanup.callback(coordinator.close)
+    devices = [Device(held.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
+    for device in devices:
+        cleanup.callback(device.close)
+    wait_until("both devices trained round 0", lambda: all(d.client.rounds_trained == [0] for d in devices))
+    started = time.monotonic()
+    link.drop_connections()
+    held.release()  # the updates reach the broker while the coordinator is away (>= 0.5 s)
+    wait_until("the coordinator reconnected", lambda: coordinator.transport.connect_count >= 2)
+    report = coordinator.finish()
+    elapsed = time.monotonic() - started
+
+    assert participants(report) == [["d0", "d1"]] and report.rounds[0].aggregated
+    assert elapsed < deadline / 4, elapsed  # not closed by the deadline
+    for device in devices:
+        assert device.join() == "training finished"
+        assert device.client.rounds_trained == [0] and device.client.resent_updates == [0]
+    assert list(coordinator.fleet.rejections) == []
+
+
 # -- 3. the coordinator killed and restarted --------------------------------------------------------
 def coordinator_toml(tmp: Path, url: str, job: str, rounds: int) -> Path:
     path = tmp / "coordinator.toml"

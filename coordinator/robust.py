@@ -9,6 +9,12 @@ FedAvg); ``median`` and ``trimmed`` are coordinate-wise and *unweighted* — a
 device cannot buy influence by claiming more samples. ``trimmed`` drops the
 ``trim`` fraction of the largest and of the smallest values of every coordinate.
 Integer tensors (e.g. BatchNorm's batch counters) always take the weighted mean.
+
+A device may send a *leading block* of a tensor (HeteroFL's and FedPara's narrow
+widths hold the first rows/channels): its update covers that block only, each
+coordinate is combined over the devices that hold it, and a coordinate nobody
+holds keeps its current value. Every method that averages weights takes these
+options (FedAvg, FLANC, HeteroFL, FedPara, pFedPara, low-rank, FDNNC, static pruning).
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import numpy as np
 
 from coordinator.aggregation import weighted_average
 
-__all__ = ["RULES", "RobustConfig", "robust_aggregate"]
+__all__ = ["RULES", "ROBUST_KEYS", "RobustConfig", "robust_aggregate", "leading_block"]
 
 RULES = ("mean", "median", "trimmed")
+#: The ``--option`` keys of :class:`RobustConfig`.
+ROBUST_KEYS = ("aggregate", "trim", "clip")
 
 
 @dataclass(frozen=True)
@@ -72,16 +80,67 @@ def _is_float(a: np.ndarray) -> bool:
     return a.dtype.kind == "f"
 
 
+def leading_block(shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """The index of a leading block of ``shape`` inside a tensor at least as large."""
+    return tuple(slice(0, n) for n in shape)
+
+
+def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """Weighted mean per coordinate over the devices holding it (0 where none does)."""
+    acc = np.zeros(shape, dtype=np.float64)
+    held = np.zeros(shape, dtype=np.float64)
+    for d, w in zip(deltas, weights):
+        acc[leading_block(d.shape)] += w * d
+        held[leading_block(d.shape)] += w
+    return np.divide(acc, held, out=np.zeros(shape, dtype=np.float64), where=held > 0)
+
+
+def _fold_order(shape: tuple[int, ...], deltas: Sequence[np.ndarray], rule: str, trim: float) -> np.ndarray:
+    """Coordinate-wise median or trimmed mean over the devices holding each coordinate."""
+    stack = np.full((len(deltas), *shape), np.nan)
+    for i, d in enumerate(deltas):
+        stack[(i, *leading_block(d.shape))] = d
+    stack.sort(axis=0)  # NaN (not held) last
+    k = np.sum(~np.isnan(stack), axis=0)  # holders per coordinate
+    if rule == "median":
+        lo, hi = np.maximum(k - 1, 0) // 2, k // 2  # the middle one or two
+        mid = np.take_along_axis(stack, lo[None], 0)[0] + np.take_along_axis(stack, hi[None], 0)[0]
+        return np.where(k > 0, mid / 2, 0.0)
+    cut = np.minimum(np.floor(trim * k).astype(np.int64), np.maximum(k - 1, 0) // 2)
+    sums = np.concatenate([np.zeros((1, *shape)), np.cumsum(np.nan_to_num(stack), axis=0)])
+    total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[0]
+    count = k - 2 * cut
+    return np.divide(total, count, out=np.zeros(shape, dtype=np.float64), where=count > 0)
+
+
 def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Mapping[str, np.ndarray]],
                      weights: Sequence[float], config: RobustConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    """The new global tensors from the devices' ``tensor_sets``, and metrics of what happened."""
+    """The new global tensors from the devices' ``tensor_sets``, and metrics of what happened.
+
+    Every set holds every name of ``current``, the whole tensor or a leading block of it.
+    """
     if len(tensor_sets) == 0:
         raise ValueError("need at least one tensor set")
-    if config.plain:
-        return weighted_average(tensor_sets, weights), {}
-    names = [k for k in current if _is_float(np.asarray(current[k]))]
+    full = all(np.shape(t[k]) == np.shape(current[k]) for t in tensor_sets for k in current)
+    if config.plain and full:
+        mean = weighted_average([{k: t[k] for k in current} for t in tensor_sets], weights)
+        return {k: v if _is_float(np.asarray(current[k])) else np.rint(v).astype(np.asarray(current[k]).dtype)
+                for k, v in mean.items()}, {}
+    w = np.asarray(list(weights), dtype=np.float64)
+    w = w / w.sum()
+    result: dict[str, np.ndarray] = {}
+    names = []
+    for k, value in current.items():
+        if _is_float(np.asarray(value)):
+            names.append(k)
+        else:  # counters: the weighted mean over holders, in their own dtype
+            old = np.asarray(value)
+            mean = _fold_mean(old.shape, [np.asarray(t[k], dtype=np.float64) for t in tensor_sets], w)
+            held = _fold_mean(old.shape, [np.ones(np.shape(t[k])) for t in tensor_sets], w) > 0
+            result[k] = np.where(held, np.rint(mean), old).astype(old.dtype)
     base = {k: np.asarray(current[k], dtype=np.float64) for k in names}
-    deltas = [{k: np.asarray(t[k], dtype=np.float64) - base[k] for k in names} for t in tensor_sets]
+    deltas = [{k: np.asarray(t[k], dtype=np.float64) - base[k][leading_block(np.shape(t[k]))] for k in names}
+              for t in tensor_sets]
     norms = np.array([math.sqrt(sum(float(np.vdot(d[k], d[k])) for k in names)) for d in deltas])
     metrics: dict[str, float] = {"update_norm_median": float(np.median(norms)),
                                  "update_norm_max": float(norms.max())}
@@ -90,21 +149,9 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
         scales = np.minimum(1.0, bound / np.maximum(norms, 1e-12))
         deltas = [{k: v * s for k, v in d.items()} for d, s in zip(deltas, scales)]
         metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))
-    if config.rule == "mean":
-        w = np.asarray(list(weights), dtype=np.float64)
-        w = w / w.sum()
-        folded = {k: sum(wi * d[k] for wi, d in zip(w, deltas)) for k in names}
-    else:
-        folded = {}
-        for k in names:
-            stack = np.stack([d[k] for d in deltas])
-            if config.rule == "median":
-                folded[k] = np.median(stack, axis=0)
-            else:
-                n = len(deltas)
-                cut = min(int(math.floor(config.trim * n)), (n - 1) // 2)
-                folded[k] = np.sort(stack, axis=0)[cut:n - cut].mean(axis=0)
-    result = weighted_average([{k: t[k] for k in current if k not in base} for t in tensor_sets], weights) \
-        if len(base) < len(current) else {}
-    result.update({k: (base[k] + folded[k]).astype(np.float32) for k in names})
+    for k in names:
+        ds = [d[k] for d in deltas]
+        folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \
+            else _fold_order(base[k].shape, ds, config.rule, config.trim)
+        result[k] = (base[k] + folded).astype(np.float32)
     return {k: result[k] for k in current}, metrics

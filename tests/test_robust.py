@@ -119,9 +119,9 @@ class PoisoningClient(DeviceClient):
                           body.metrics)
         super()._send(body, rnd)
 
-    def _train(self, rnd, plan) -> None:
+    def _train(self, rnd, plan) -> Update | None:
         self.plan_tensors = {k: np.array(v) for k, v in plan.tensors.items()}
-        super()._train(rnd, plan)
+        return super()._train(rnd, plan)
 
     plan_tensors: dict | None = None
 

@@ -22,7 +22,7 @@ each factor is averaged over the devices that sent it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -35,8 +35,8 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 from edge_sdk.training import evaluate
 
-from coordinator.aggregation import weighted_average
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -86,11 +86,12 @@ class FdnncOptions:
     big_fraction: float | None = None  # else: the most capable round(F * N) devices are big
     big_rounds: int | None = None  # bfirst: rounds of big pre-training (default: half)
     freeze: bool = False  # half upload: keep the factor not uploaded fixed while training
+    robust: RobustConfig = field(default_factory=RobustConfig)  # keys aggregate, trim, clip
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FdnncOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        known = {f.name for f in fields(cls)}
+        known = ({f.name for f in fields(cls)} - {"robust"}) | set(ROBUST_KEYS)
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"fdnnc: unknown option(s) {unknown}; known: {sorted(known)}")
@@ -105,7 +106,9 @@ class FdnncOptions:
             "big_rounds": lambda v: _parse_int("big_rounds", v, 0),
             "freeze": lambda v: {"true": True, "false": False}[_parse_choice("freeze", v, ("true", "false"))],
         }
-        return cls(**{k: parsers[k](str(v).strip()) for k, v in options.items()})
+        robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
+        return cls(**{k: parsers[k](str(v).strip()) for k, v in options.items() if k not in ROBUST_KEYS},
+                   robust=robust)
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,
@@ -250,16 +253,19 @@ class Fdnnc(Strategy):
         big = [u.update for u in updates if u.update.label == BIG]
         small = [u.update for u in updates if u.update.label == SMALL]
         everyone = big + small
-        self.dense.update(weighted_average([{k: u.tensors[k] for k in self.shared} for u in everyone],
-                                           [u.num_samples for u in everyone]))
+        robust = self.options.robust
+
+        def fold(current: dict[str, np.ndarray], group: list[Update]) -> dict[str, np.ndarray]:
+            return robust_aggregate(current, [{k: u.tensors[k] for k in current} for u in group],
+                                    [u.num_samples for u in group], robust)[0]
+
+        self.dense.update(fold({k: self.dense[k] for k in self.shared}, everyone))
         w_names = [f"layers.{i}.weight" for i in self.lowrank]
-        new_w = weighted_average([{k: u.tensors[k] for k in w_names} for u in big],
-                                 [u.num_samples for u in big]) if big else {}
+        new_w = fold({k: self.dense[k] for k in w_names}, big) if big else {}
         for name in self.a_names + self.b_names:  # each factor over the devices that sent it
             senders = [u for u in small if name in u.tensors]
             if senders:
-                self.factors[name] = weighted_average([{name: u.tensors[name]} for u in senders],
-                                                      [u.num_samples for u in senders])[name]
+                self.factors[name] = fold({name: self.factors[name]}, senders)[name]
         if small and not big:
             self._compose()
         else:
@@ -321,5 +327,6 @@ class Fdnnc(Strategy):
     def method_config(self) -> dict[str, Any]:
         options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
         options["hidden"] = list(self.options.hidden)
+        options["robust"] = asdict(self.options.robust)
         return {**options, "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
                 "small_spec": self.small_spec}

@@ -32,21 +32,17 @@ from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.robust import leading_block, robust_aggregate
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
-__all__ = ["FedPara", "prefix_of", "GAMMA_KEY"]
+__all__ = ["FedPara", "GAMMA_KEY"]
 
 GLOBAL = "global"
 #: Name of the checkpoint tensor holding the γ in use.
 GAMMA_KEY = "fedpara/gamma"
-
-
-def prefix_of(shape: tuple[int, ...]) -> tuple[slice, ...]:
-    """Index of a leading block of ``shape`` inside a larger tensor."""
-    return tuple(slice(0, n) for n in shape)
 
 
 def _nested(layer: dict) -> list[list[dict]]:
@@ -171,7 +167,7 @@ class FedPara(WidthStrategy):
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """What a width-``label`` device receives: the leading block of every shared tensor."""
-        return {k: np.ascontiguousarray(self.weights[k][prefix_of(s)]) for k, s in self._shapes(label).items()}
+        return {k: np.ascontiguousarray(self.weights[k][leading_block(s)]) for k, s in self._shapes(label).items()}
 
     def loaded_model(self, label: str) -> torch.nn.Module:
         """The width-``label`` network with the current global tensors (W2 = 0 if personal)."""
@@ -207,22 +203,13 @@ class FedPara(WidthStrategy):
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
-        new: dict[str, np.ndarray] = {}
-        for name, old in self.weights.items():
-            acc = np.zeros(old.shape, dtype=np.float64)
-            held = np.zeros(old.shape, dtype=np.float64)
-            for u in updates:
-                t = u.update.tensors[name]
-                where = prefix_of(t.shape)
-                acc[where] += u.update.num_samples * t.astype(np.float64)
-                held[where] += u.update.num_samples
-            mean = np.divide(acc, held, out=np.zeros_like(acc), where=held > 0)
-            new[name] = np.where(held > 0, mean, old).astype(old.dtype)
-        self.weights = new
         weights = [u.update.num_samples for u in updates]
-        metrics = {"train_loss": float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
-                                                  weights=weights)),
-                   "gamma": float(self.gamma)}  # type: ignore[arg-type]
+        self.weights, metrics = robust_aggregate(
+            self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
+            self.options.width.robust)
+        metrics.update(train_loss=float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
+                                                   weights=weights)),
+                       gamma=float(self.gamma))  # type: ignore[arg-type]
         if self.budget:
             metrics["budget_met"] = self.budget["budget_met"]
         if self.assigner is not None:
@@ -267,7 +254,7 @@ class FedPara(WidthStrategy):
         config: dict[str, Any] = {
             "gamma": "auto" if o.gamma is None else o.gamma, "layer_gammas": dict(o.layer_gammas),
             "comm_s": o.comm_s, "tanh": o.tanh, "train": self.train_settings(), "widths": list(o.width.widths), "norm": o.width.norm,
-            "assignment": asdict(o.width.assignment)}
+            "assignment": asdict(o.width.assignment), "robust": asdict(o.width.robust)}
         if self.gamma is not None:
             config["ranks"] = {label: layer_ranks(spec) for label, spec in self.specs.items()}
         return config

@@ -27,9 +27,9 @@ from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-from coordinator.aggregation import weighted_average
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.robust import robust_aggregate
 from coordinator.strategies.heterofl import pool_bn_stats
 from coordinator.strategies.width_options import WidthOptions, parse_flag, parse_number
 from coordinator.strategies.width_base import WidthStrategy
@@ -142,9 +142,9 @@ class Flanc(WidthStrategy):
     # -- aggregation (Eq. 4) --------------------------------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
-        self.basis = weighted_average([{k: u.update.tensors[k] for k in self.basis_keys} for u in updates],
-                                      weights)
-        metrics: dict[str, float] = {}
+        robust = self.options.width.robust
+        self.basis, metrics = robust_aggregate(
+            self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust)
         for label in self.labels:
             mine = [u for u in updates if u.update.label == label]
             metrics[f"devices_{label}"] = float(len(mine))
@@ -152,7 +152,7 @@ class Flanc(WidthStrategy):
                 keys = list(self.private[label])
                 sets = [{k: u.update.tensors[k] for k in keys} for u in mine]
                 counts = [u.update.num_samples for u in mine]
-                self.private[label] = weighted_average(sets, counts)
+                self.private[label], _ = robust_aggregate(self.private[label], sets, counts, robust)
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts)), stats))
@@ -190,5 +190,5 @@ class Flanc(WidthStrategy):
         return {"widths": list(o.width.widths), "basis_fraction": o.basis_fraction,
                 "basis_count": o.basis_count, "orth_lambda": o.orth_lambda,
                 "precompose": o.precompose, "static_bn": o.static_bn, "assignment": asdict(o.width.assignment),
-                "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
+                "robust": asdict(o.width.robust), "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
                 "model_specs": self.specs}

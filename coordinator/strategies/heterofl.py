@@ -29,19 +29,15 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.robust import leading_block, robust_aggregate
 from coordinator.strategies.width_options import WidthOptions, parse_flag
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
-__all__ = ["HeteroFL", "HeteroFLOptions", "prefix_slices", "pool_bn_stats"]
+__all__ = ["HeteroFL", "HeteroFLOptions", "pool_bn_stats"]
 
 _MEAN, _VAR = ".running_mean", ".running_var"
-
-
-def prefix_slices(shape: tuple[int, ...]) -> tuple[slice, ...]:
-    """The index of a prefix block of ``shape`` inside a larger tensor."""
-    return tuple(slice(0, n) for n in shape)
 
 
 def _init_choice(text: str) -> str:
@@ -146,7 +142,7 @@ class HeteroFL(WidthStrategy):
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """The width-``label`` sub-network: prefix slices of the global tensors, its BN statistics."""
-        sliced = {k: np.ascontiguousarray(self.weights[k][prefix_slices(s)])
+        sliced = {k: np.ascontiguousarray(self.weights[k][leading_block(s)])
                   for k, s in self.shapes[label].items()}
         return {**sliced, **self.stats[label]}
 
@@ -181,20 +177,14 @@ class HeteroFL(WidthStrategy):
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
-        for name, old in self.weights.items():
-            acc = np.zeros(old.shape, dtype=np.float64)
-            held = np.zeros(old.shape, dtype=np.float64)
-            for u in updates:
-                t = u.update.tensors[name]
-                acc[prefix_slices(t.shape)] += u.update.num_samples * t.astype(np.float64)
-                held[prefix_slices(t.shape)] += u.update.num_samples
-            mean = np.divide(acc, held, out=np.zeros_like(acc), where=held > 0)
-            self.weights[name] = np.where(held > 0, mean, old).astype(old.dtype)
+        weights = [u.update.num_samples for u in updates]
+        self.weights, metrics = robust_aggregate(
+            self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
+            self.options.width.robust)
         for q in self.labels:
             self._pool_stats(q, updates)
-        weights = [u.update.num_samples for u in updates]
-        metrics = {f"devices_{label}": float(sum(u.update.label == label for u in updates))
-                   for label in self.labels}
+        metrics.update({f"devices_{label}": float(sum(u.update.label == label for u in updates))
+                        for label in self.labels})
         metrics["train_loss"] = float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
                                                  weights=weights))
         return metrics
@@ -233,4 +223,5 @@ class HeteroFL(WidthStrategy):
         o = self.options
         return {"widths": list(o.width.widths), "norm": o.width.norm, "scaler": o.scaler,
                 "static_bn": o.static_bn, "init": o.init, "assignment": asdict(o.width.assignment),
+                "robust": asdict(o.width.robust),
                 "global_spec": self.global_spec}

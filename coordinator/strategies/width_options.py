@@ -2,9 +2,10 @@
 
 Keys: ``widths`` (comma-separated, increasing, in (0, 1]), ``norm`` (none |
 batchnorm | groupnorm; default: the method's, see :meth:`WidthOptions.zoo_kwargs_for`), ``export`` (a folder: after
-training every width is exported there as ONNX) and the assignment keys of
+training every width is exported there as ONNX), the assignment keys of
 :class:`coordinator.assignment.AssignmentConfig` (``assign``, ``budget_s``,
-``override``, ``dynamic``).
+``override``, ``dynamic``, ``sample``) and the robust-aggregation keys of
+:class:`coordinator.robust.RobustConfig` (``aggregate``, ``trim``, ``clip``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any, Callable, Mapping
 from edge_sdk.models.flanc_zoo import width_label
 
 from coordinator.assignment import ASSIGNMENT_KEYS, AssignmentConfig
+from coordinator.robust import ROBUST_KEYS, RobustConfig
 
 __all__ = ["WidthOptions", "parse_number", "parse_flag", "NORMS"]
 
 NORMS = ("none", "batchnorm", "groupnorm")
-_KEYS = ("widths", "norm", "export", *ASSIGNMENT_KEYS)
+_KEYS = ("widths", "norm", "export", *ASSIGNMENT_KEYS, *ROBUST_KEYS)
 
 
 def parse_number(method: str, key: str, text: str, lo: float, hi: float) -> float:
@@ -58,6 +60,7 @@ class WidthOptions:
     norm: str | None = None  # None: the method's / model family's default
     export: str | None = None
     assignment: AssignmentConfig = field(default_factory=AssignmentConfig)
+    robust: RobustConfig = field(default_factory=RobustConfig)
 
     @property
     def labels(self) -> list[str]:
@@ -100,5 +103,7 @@ class WidthOptions:
             assignment = AssignmentConfig.from_options({k: text[k] for k in ASSIGNMENT_KEYS if k in text}, labels)
         except ValueError as exc:
             raise ValueError(f"{method}: {exc}") from None
-        parsed = cls(widths=widths, norm=norm, export=text.get("export") or None, assignment=assignment)
+        robust = RobustConfig.from_options({k: text[k] for k in ROBUST_KEYS if k in text}, method)
+        parsed = cls(widths=widths, norm=norm, export=text.get("export") or None, assignment=assignment,
+                     robust=robust)
         return parsed, {k: own[k](text[k]) for k in own if k in text}

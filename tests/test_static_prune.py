@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.fleet import DeviceRecord
+from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.static_prune import StaticPrune, StaticPruneOptions
 from coordinator.strategy import FederationConfig, StrategyContext
@@ -70,3 +70,21 @@ def test_ratio_option_and_bad_inputs() -> None:
     for bad in ({"ratio": "1.5"}, {"levels": ""}, {"what": "1"}):
         with pytest.raises(ValueError, match="static-prune"):
             StaticPruneOptions.from_options(bad)
+
+
+def test_robust_options_bound_a_poisoned_update() -> None:
+    ctx = StrategyContext(federation=FederationConfig(), model_family="mlp", input_shape=(1, 8, 8), num_classes=10,
+                          options={"ratio": "0.4", "backend": "torch-pruning", "aggregate": "median"})
+    strategy = StaticPrune.create(ctx)
+    assert strategy.options.robust.rule == "median"
+    assert strategy.method_config()["robust"] == {"rule": "median", "trim": 0.1, "clip": None}
+    start = {k: v.copy() for k, v in strategy.weights.items()}
+    rng = np.random.default_rng(0)
+    honest = [{k: v + rng.normal(0, 0.01, v.shape).astype(np.float32) for k, v in start.items()} for _ in range(4)]
+    poisoned = {k: v + 100.0 for k, v in start.items()}
+    strategy.aggregate_train(0, [ReceivedUpdate(f"d{i}", 0, Update(strategy.label, t, 10, {}), 0)
+                                 for i, t in enumerate([*honest, poisoned])])
+    assert all(np.abs(strategy.weights[k] - start[k]).max() < 0.1 for k in start)  # the mean would move 20
+    with pytest.raises(ValueError, match="aggregate"):
+        StaticPrune.create(StrategyContext(federation=FederationConfig(), model_family="mlp", input_shape=(1, 8, 8),
+                                           num_classes=10, options={"aggregate": "mode"}))

@@ -2,13 +2,14 @@
 
 The level is REFT's (``P = max(0, 1 - F/F_lambda)`` rounded up to a level) of the least capable
 device registered when the first round starts (or fixed with ``--option ratio=R``); the initial
-global model is L1-pruned once to it and trained with FedAvg. Devices run the FedAvg device part.
+global model is L1-pruned once to it and trained with FedAvg (robust aggregation options
+``aggregate``, ``trim``, ``clip`` as FedAvg's). Devices run the FedAvg device part.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -20,10 +21,10 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import evaluate
 
-from coordinator.aggregation import weighted_average
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
+from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
 from coordinator.strategies.reft import option_choice, option_float, option_levels, parse_options
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -43,9 +44,17 @@ class StaticPruneOptions:
     ratio: float | None = None  # fix the level instead of taking the weakest device's
     local_optimizer: str = "adam"  # as REFT: heavily pruned random-init models stall under SGD
     local_lr: float = 0.003
+    robust: RobustConfig = field(default_factory=RobustConfig)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
+        robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS},
+                                           "static-prune")
+        own = {k: v for k, v in options.items() if k not in ROBUST_KEYS}
+        return replace(cls._parse(own), robust=robust)
+
+    @classmethod
+    def _parse(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
         return parse_options("static-prune", cls, options, {
             "f_lambda": option_float(1e-6, 1e9), "levels": option_levels,
             "backend": option_choice("auto", *BACKENDS), "ratio": option_float(0.0, MAX_RATIO),
@@ -121,9 +130,10 @@ class StaticPrune(Strategy):
 
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         samples = [u.update.num_samples for u in updates]
-        self.weights = weighted_average([u.update.tensors for u in updates], samples)
+        self.weights, metrics = robust_aggregate(self.weights, [u.update.tensors for u in updates], samples,
+                                                 self.options.robust)
         losses = [u.update.metrics.get("loss", float("nan")) for u in updates]
-        return {"train_loss": float(np.average(losses, weights=samples))}
+        return {**metrics, "train_loss": float(np.average(losses, weights=samples))}
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
         if self.eval_data is None:
@@ -162,4 +172,5 @@ class StaticPrune(Strategy):
     def method_config(self) -> dict[str, Any]:
         options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
         options["levels"] = list(self.options.levels) if self.options.levels is not None else "exact"
+        options["robust"] = asdict(self.options.robust)
         return {**options, "pruning_backend": self.backend, "dense_spec": self.dense_spec}

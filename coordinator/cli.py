@@ -57,7 +57,7 @@ def _simulate(args: argparse.Namespace) -> int:
         throttle=args.throttle,
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr),
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
-        options=_flag_options(args),
+        options=_flag_options(args), publish_every=args.publish_every,
     )
     console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
                   f"{config.rounds} rounds, {config.dataset} ({config.partition})")
@@ -93,6 +93,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
+    p.add_argument("--publish-every", type=int, default=0, metavar="N",
+                   help="also send every device its ONNX model after every N rounds (default: after the last)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); see docs/methods.md")
     p.add_argument("--pattern", choices=["both", "bfirst", "switch"], help="fdnnc: training pattern")

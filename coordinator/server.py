@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
              "train", "link", "options"}
 _FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
-                    "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models"}
+                    "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
+                    "publish_every"}
 _TRAIN_KEYS = set(TrainConfig.__dataclass_fields__)
 
 

@@ -64,6 +64,7 @@ class SimulationConfig:
     plots: bool = True
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
+    publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
 
 
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
@@ -72,7 +73,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
     federation = FederationConfig(
         rounds=config.rounds, min_devices=config.clients, quorum=0.5,
         round_deadline_s=config.round_deadline_s, seed=config.seed, train=config.train,
-        checkpoint_dir=checkpoint_dir,
+        checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,

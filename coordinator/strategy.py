@@ -44,6 +44,12 @@ class FederationConfig:
     publish: bool = True  # after the last round, send every device the ONNX model of its label
     #: ...as a retained message, so a device that is offline then installs it when it reconnects
     retain_models: bool = True
+    #: also publish after every this many rounds (0: only after the last), for long jobs
+    publish_every: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.publish_every) is not int or self.publish_every < 0:
+            raise ValueError(f"publish_every must be an int >= 0, got {self.publish_every!r}")
 
 
 @dataclass(frozen=True)
@@ -154,12 +160,16 @@ class Strategy(ABC):
             if len(online) < self.config.min_devices:
                 raise TimeoutError(f"only {len(online)} of {self.config.min_devices} devices registered "
                                    f"within {self.config.register_timeout_s} s")
+        every = self.config.publish_every
         for rnd in range(start, self.config.rounds):
             record = self._round(fleet, rnd)
             report.add_round(record)
             self._checkpoint(rnd, report)
             if on_round is not None:
                 on_round(record)
+            if self.config.publish and every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
+                from coordinator.publish import publish_models
+                publish_models(self, fleet, rnd, retain=self.config.retain_models)  # an interim model
         if self.config.publish and self.config.rounds > 0:
             from coordinator.publish import publish_models
             self.published = publish_models(self, fleet, self.config.rounds - 1,

@@ -166,3 +166,26 @@ def test_only_a_message_that_fits_one_frame_can_be_retained(broker):
         assert link.send("edgefl/retain-check/down/x", env) > 10_000  # chunked when not retained
     finally:
         transport.close()
+
+
+def test_publish_every_sends_interim_models_and_the_device_ends_with_the_last(broker, tmp_path):
+    job = "publish-every"
+    sniffer = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-sniffer"))
+    sniffer.subscribe(f"edgefl/{job}/down/+")
+    sniffer.connect()
+    try:
+        run_simulation(SimulationConfig(
+            method="fedavg", clients=2, rounds=3, out=str(tmp_path), broker_url=broker.url, throttle="off",
+            plots=False, job=job, train=TrainConfig(epochs=1, max_steps=5), publish_every=1))
+        rounds: dict[str, list[int]] = {}
+        while (incoming := sniffer.receive(1.0)) is not None:
+            env = decode_envelope(incoming.payload)
+            if isinstance(env.body, Model):
+                rounds.setdefault(incoming.topic.rsplit("/", 1)[1], []).append(env.body.round)
+    finally:
+        sniffer.close()
+    assert len(rounds) == 2 and all(r == [0, 1, 2] for r in rounds.values()), rounds
+    for device_dir in (tmp_path / "devices").iterdir():
+        assert read_model_info(device_dir)["round"] == 2
+    with pytest.raises(ValueError, match="publish_every"):
+        FederationConfig(publish_every=-1)

@@ -6,6 +6,10 @@ devices that report it, ``I_c^t = N_c^t / sum_t' N_c^t'``, so each class's weigh
 (a class nobody holds gets uniform weights, never 0/0). The teacher logit of class ``c`` is
 ``sum_t I_c^t z_t[:, c]``. The student (the unpruned global model) is trained on the public
 inputs alone with ``T^2 KL(softmax(teacher / T) || softmax(student / T))`` and Adam.
+
+``rule="median"`` (robust against a device sending poisoned logits): each device's logits are
+first centred per sample (softmax ignores a per-sample shift), then the teacher logit is the
+``I_c^t``-weighted median over devices instead of the weighted sum.
 """
 
 from __future__ import annotations
@@ -68,14 +72,30 @@ def class_importance(counts: np.ndarray) -> np.ndarray:
     return np.where(total > 0, n / np.where(total > 0, total, 1.0), uniform)
 
 
-def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
-    """Teacher logits: per class, the importance-weighted sum of the devices' logits."""
+def _weighted_median(stack: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per ``(n, c)``: the value over devices (axis 0) where the weights ``(devices, c)`` pass half."""
+    order = np.argsort(stack, axis=0)
+    values = np.take_along_axis(stack, order, 0)
+    w = np.take_along_axis(np.broadcast_to(weights[:, None, :], stack.shape), order, 0)
+    cum = np.cumsum(w, axis=0)
+    first = np.argmax(cum >= 0.5 * cum[-1:] - 1e-12, axis=0)  # the first device past half the weight
+    return np.take_along_axis(values, first[None], 0)[0]
+
+
+def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str = "mean") -> np.ndarray:
+    """Teacher logits: per class, the importance-weighted sum (``mean``) or weighted median
+    (``median``, of per-sample centred logits) of the devices' logits."""
+    if rule not in ("mean", "median"):
+        raise ValueError(f"teacher rule must be mean or median, got {rule!r}")
     if len(logits) == 0 or len(logits) != len(counts):
         raise ValueError("need one logits array per row of counts, and at least one")
     stack = np.stack([np.asarray(z, dtype=np.float64) for z in logits])  # (devices, N, classes)
     if stack.ndim != 3 or stack.shape[2] != np.shape(counts)[1]:
         raise ValueError(f"logits of shape {stack.shape[1:]} do not match {np.shape(counts)[1]} classes")
     weights = class_importance(counts)  # (devices, classes)
+    if rule == "median":
+        centred = stack - stack.mean(axis=2, keepdims=True)
+        return _weighted_median(centred, weights).astype(np.float32)
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)
 
 

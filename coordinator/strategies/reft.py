@@ -120,6 +120,7 @@ class ReftOptions:
     local_optimizer: str = "adam"  # pruned models from a random init stall under SGD lr 0.05
     local_lr: float = 0.003
     local_epochs: int | None = None  # None: the federation's
+    aggregate: str = "mean"  # teacher: importance-weighted mean, or weighted median (robust)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
@@ -131,7 +132,8 @@ class ReftOptions:
             "public_dtype": option_choice(*PUBLIC_DTYPES), "public_samples": option_int(1, 10_000_000),
             "oneshot": option_bool,
             "device_eval": option_bool, "local_optimizer": option_choice("adam", "sgd"),
-            "local_lr": option_float(1e-7, 10.0), "local_epochs": option_int(1, 10_000)})
+            "local_lr": option_float(1e-7, 10.0), "local_epochs": option_int(1, 10_000),
+            "aggregate": option_choice("mean", "median")})
 
     def local_train(self, base: dict[str, Any]) -> dict[str, Any]:
         """The federation's train settings with REFT's local optimizer, lr and epochs."""
@@ -266,7 +268,7 @@ class Reft(Strategy):
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         logits = [dequantize_logits(u.update.tensors) for u in updates]
         counts = np.stack([u.update.tensors["counts"] for u in updates])
-        teacher = ensemble_logits(logits, counts)
+        teacher = ensemble_logits(logits, counts, self.options.aggregate)
         if self.options.device_eval:
             self._device_models = {u.device_id: (self._sent[u.device_id], {
                 k: v for k, v in u.update.tensors.items() if k.startswith("layers.")}) for u in updates}

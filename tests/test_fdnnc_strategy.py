@@ -134,6 +134,14 @@ def test_aggregation_formulas(digits) -> None:
     np.testing.assert_allclose(s.factors["layers.1.B"], ref_b, atol=1e-5)
     assert metrics["up_factor_params_small"] == sum(a[k].size for k in s.a_names + s.b_names)
     assert metrics["n_big"] == 1 and metrics["n_small"] == 2
+    # both_weight=samples: W+ = (n_big W + n_small A B^T) / (n_big + n_small)
+    weighted = _strategy(digits, both_weight="samples")
+    heavy = _update(BIG, w_big, n=300)
+    weighted.aggregate_train(0, [_Received(heavy), _Received(small_a), _Received(small_b)])
+    n_small = small_a.num_samples + small_b.num_samples
+    low = compose(small_a.tensors["layers.1.A"], small_b.tensors["layers.1.B"])
+    np.testing.assert_allclose(weighted.dense["layers.1.weight"],
+                               (300 * w_big["layers.1.weight"] + n_small * low) / (300 + n_small), atol=1e-5)
     # only small devices (BFIRST fine-tuning / SWITCH second stage): W+ = A+ B+^T, factors kept
     full = _update(SMALL, {**{k: w_big[k] for k in s.shared}, **a})
     s.aggregate_train(1, [_Received(full)])

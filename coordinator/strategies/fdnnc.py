@@ -86,6 +86,7 @@ class FdnncOptions:
     big_fraction: float | None = None  # else: the most capable round(F * N) devices are big
     big_rounds: int | None = None  # bfirst: rounds of big pre-training (default: half)
     freeze: bool = False  # half upload: keep the factor not uploaded fixed while training
+    both_weight: str = "equal"  # BOTH: W+ = (ABᵀ + W)/2 (the paper), or "samples": weighted by group samples
     robust: RobustConfig = field(default_factory=RobustConfig)  # keys aggregate, trim, clip
 
     @classmethod
@@ -105,6 +106,7 @@ class FdnncOptions:
             "big_fraction": lambda v: _parse_float("big_fraction", v, 0.0, 1.0),
             "big_rounds": lambda v: _parse_int("big_rounds", v, 0),
             "freeze": lambda v: {"true": True, "false": False}[_parse_choice("freeze", v, ("true", "false"))],
+            "both_weight": lambda v: _parse_choice("both_weight", v, ("equal", "samples")),
         }
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
         return cls(**{k: parsers[k](str(v).strip()) for k, v in options.items() if k not in ROBUST_KEYS},
@@ -266,6 +268,10 @@ class Fdnnc(Strategy):
             senders = [u for u in small if name in u.tensors]
             if senders:
                 self.factors[name] = fold({name: self.factors[name]}, senders)[name]
+        share_big = 0.5
+        if self.options.both_weight == "samples" and big and small:
+            n_big = sum(u.num_samples for u in big)
+            share_big = n_big / (n_big + sum(u.num_samples for u in small))
         if small and not big:
             self._compose()
         else:
@@ -273,7 +279,8 @@ class Fdnnc(Strategy):
                 self.dense[w] = new_w[w]
                 if small:
                     low = compose(self.factors[self.a_names[i]], self.factors[self.b_names[i]])
-                    self.dense[w] = ((low.astype(np.float64) + new_w[w]) / 2).astype(np.float32)
+                    self.dense[w] = (share_big * new_w[w] + (1 - share_big) * low.astype(np.float64)
+                                     ).astype(np.float32)
             self._decompose()
         return self._metrics(big, small)
 

@@ -136,7 +136,9 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
         else:  # counters: the weighted mean over holders, in their own dtype
             old = np.asarray(value)
             mean = _fold_mean(old.shape, [np.asarray(t[k], dtype=np.float64) for t in tensor_sets], w)
-            held = _fold_mean(old.shape, [np.ones(np.shape(t[k])) for t in tensor_sets], w) > 0
+            held = np.zeros(old.shape, dtype=bool)
+            for t in tensor_sets:
+                held[leading_block(np.shape(t[k]))] = True
             result[k] = np.where(held, np.rint(mean), old).astype(old.dtype)
     base = {k: np.asarray(current[k], dtype=np.float64) for k in names}
     deltas = [{k: np.asarray(t[k], dtype=np.float64) - base[k][leading_block(np.shape(t[k]))] for k in names}

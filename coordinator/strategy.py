@@ -92,7 +92,7 @@ class Strategy(ABC):
         self.eval_data = eval_data
         self.rng = np.random.default_rng(config.seed)
         self.payload_bytes: dict[str, int] = {}
-        self.published: list = []  # what publish_models sent after the last round
+        self.published: list = []  # what publish_models sent the last time
 
     # -- hooks --------------------------------------------------------------
     @abstractmethod
@@ -167,16 +167,19 @@ class Strategy(ABC):
             self._checkpoint(rnd, report)
             if on_round is not None:
                 on_round(record)
-            if self.config.publish and every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
-                from coordinator.publish import publish_models
-                publish_models(self, fleet, rnd, retain=self.config.retain_models)  # an interim model
-        if self.config.publish and self.config.rounds > 0:
-            from coordinator.publish import publish_models
-            self.published = publish_models(self, fleet, self.config.rounds - 1,
-                                            retain=self.config.retain_models)
+            if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
+                self._publish(fleet, rnd)  # an interim model
+        if self.config.rounds > 0:
+            self._publish(fleet, self.config.rounds - 1)
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report
+
+    def _publish(self, fleet: Fleet, rnd: int) -> None:
+        """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
+        if self.config.publish:
+            from coordinator.publish import publish_models
+            self.published = publish_models(self, fleet, rnd, retain=self.config.retain_models)
 
     def round_stages(self, fleet: Fleet, rnd: int) -> list[Any]:
         """The sequential collections of round ``rnd`` (default: one, ``None``).

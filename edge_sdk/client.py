@@ -181,8 +181,8 @@ class DeviceClient:
                      self.config.device_id, model.label, model.round)
             self._send_reply(Ack(f"model for round {model.round} kept in memory"), env)
             return
-        digest = hashlib.sha256(model.data).hexdigest()
-        if digest == bytes(model.sha256).hex() == installed_sha256(self.config.state_dir):
+        claimed = bytes(model.sha256)
+        if claimed.hex() == installed_sha256(self.config.state_dir) and hashlib.sha256(model.data).digest() == claimed:
             # an intact copy of the installed model, e.g. the retained one the broker hands out on every connect
             self._send_reply(Ack(f"model for round {model.round} already installed"), env)
             return

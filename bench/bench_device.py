@@ -6,14 +6,14 @@ process training the default model (cnn4) at each width.
 Installed size: the files of every distribution a lean `pip install edgefl` pulls in on this
 machine (torch, numpy, paho-mqtt, msgpack and their own requirements), from their RECORDs.
 Import time: fresh interpreters, median of 3. Peak memory: one fresh process per width that does
-what a device does for a FedAvg plan (private MNIST shard from an .npz, model built from the spec,
-one local epoch, weights out), reporting its peak RSS (VmHWM) after imports and after training.
+what a device does with the FedAvg plan the coordinator builds for that width (the device process
+of bench_memory.py: decode the plan, one local epoch on a private MNIST shard, encode the update),
+reporting its peak RSS (VmHWM) after imports and after training.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import subprocess
@@ -27,37 +27,6 @@ import numpy as np
 __all__ = ["dependency_closure", "installed_mb", "import_seconds", "train_peak", "main"]
 
 WIDTHS = (0.25, 0.5, 0.75, 1.0)
-
-_CHILD = r"""
-import json, sys, time
-def hwm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-t0 = time.perf_counter()
-import numpy as np, torch
-from edge_sdk.methods import DeviceContext, LocalData, device_method
-from edge_sdk.models.spec import build_model, count_params
-from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.protocol.messages import Plan
-from edge_sdk.tensors import state_to_numpy
-imported = time.perf_counter() - t0
-after_import = hwm()
-width, threads, npz = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-with np.load(npz, allow_pickle=False) as f:
-    data = LocalData(f["x"], f["y"], 10)
-spec = model_for_dataset("cnn4", data.x.shape[1:], 10, width=width)
-torch.manual_seed(0)
-plan = Plan("fedavg", "w", spec, state_to_numpy(build_model(spec)),
-            {"epochs": 1, "batch_size": 32, "lr": 0.05, "threads": threads})
-t1 = time.perf_counter()
-update = device_method("fedavg")(plan, data, DeviceContext("bench", 0))
-print(json.dumps({"width": width, "params": count_params(spec), "import_s": imported,
-                  "rss_after_import_mb": after_import, "peak_rss_mb": hwm(),
-                  "epoch_s": time.perf_counter() - t1, "loss": update.metrics["loss"],
-                  "update_mb": sum(t.nbytes for t in update.tensors.values()) / 2**20}))
-"""
-
 
 def dependency_closure(root: str = "edgefl") -> list[str]:
     """Names of `root` and every distribution its base requirements pull in here (no extras)."""
@@ -103,11 +72,21 @@ def import_seconds(module: str, runs: int = 3, block_torch: bool = False) -> flo
                                                   text=True, check=True).stdout) for _ in range(runs))
 
 
-def train_peak(width: float, threads: int, npz: Path) -> dict:
-    """Peak RSS and timing of a fresh device process training one epoch at `width`."""
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(width), str(threads), str(npz)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+def train_peak(width: float, threads: int, npz: Path, data) -> dict:
+    """Peak RSS and timing of a fresh device process training one epoch of cnn4 at `width`."""
+    from bench_memory import Case, build_plan, measure
+
+    from edge_sdk.models.spec import count_params
+    from edge_sdk.protocol.messages import Envelope, encode_envelope
+    from edge_sdk.training import TrainConfig
+
+    plan = build_plan(Case("fedavg", str(width), options={"width": str(width)}), data,
+                      TrainConfig(epochs=1, batch_size=32, lr=0.05, threads=threads))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan_file = Path(tmp) / "plan.bin"
+        plan_file.write_bytes(encode_envelope(Envelope.of(plan, "coordinator", 0)))
+        figures = measure(str(plan_file), npz, threads, Path(tmp) / "state")
+    return {"width": width, "params": count_params(plan.model_spec), **figures}
 
 
 def _package_kb(package: str) -> float:
@@ -163,16 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         npz = Path(tmp) / "shard.npz"
         np.savez(npz, x=dataset.x_train[:args.samples], y=dataset.y_train[:args.samples])
-        rows = [train_peak(w, args.threads, npz) for w in WIDTHS]
+        rows = [train_peak(w, args.threads, npz, dataset) for w in WIDTHS]
     lines += ["",
               f"## Peak memory of a device process, cnn4 on {args.samples} MNIST images "
               f"(1 epoch, batch 32, {args.threads} threads)",
               "",
-              "| width | params | update MB | RSS after imports MB | peak RSS MB | training adds MB | epoch s |",
+              "| width | params | update on the wire MB | RSS after imports MB | peak RSS MB | training adds MB "
+              "| epoch s |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['width']} | {r['params']:,} | {r['update_mb']:.2f} | {r['rss_after_import_mb']:.0f} | "
-                     f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['rss_after_import_mb']:.0f} | "
+        lines.append(f"| {r['width']} | {r['params']:,} | {r['update_bytes'] / 2**20:.2f} | "
+                     f"{r['after_import_mb']:.0f} | {r['peak_mb']:.0f} | {r['peak_mb'] - r['after_import_mb']:.0f} | "
                      f"{r['epoch_s']:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)

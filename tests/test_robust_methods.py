@@ -20,7 +20,7 @@ from coordinator.strategy import FederationConfig, StrategyContext
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
 from edge_sdk.partition import partition
-from edge_sdk.profiling import load_profile
+from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.messages import Update
 from edge_sdk.training import TrainConfig
 
@@ -55,8 +55,9 @@ def _round(method: str, digits, robust: dict[str, str], scale: float | None) -> 
     records = []
     for i in range(DEVICES):
         gflops = 50.0 if f"d{i}" in WIDE else 5.0  # FDNNC: the wide ones are big
-        record = DeviceRecord(f"d{i}", load_profile("raspberry-pi-4b").__class__(
-            name="bench", gflops=gflops, ram_mb=4096, cpu_count=4, uplink_mbps=50, downlink_mbps=50), len(shards[i]))
+        profile = DeviceProfile(name=f"g{gflops:g}", gflops=gflops, ram_mb=4096, cpu_count=4, uplink_mbps=50,
+                                downlink_mbps=50)
+        record = DeviceRecord(f"d{i}", profile, len(shards[i]))
         record.label = strategy.assign(record)
         records.append(record)
     strategy.begin_stage(0, ("big", "small") if method == "fdnnc" else None)

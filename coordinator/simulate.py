@@ -1,8 +1,9 @@
 """A whole federated job on one machine: broker, coordinator and N devices.
 
 Every device is a thread with its own MQTT connection, its own private shard of
-a real dataset and a device profile; its compute and transfers are throttled to
-that profile, so the report's `seconds` are those of the profiled fleet.
+a real dataset and a device profile; its compute (the FLOPs of its training) and
+transfers (the bytes it really sent) are timed at that profile's speed, so the report's
+`seconds` are those of the profiled fleet, whatever this machine's speed or load.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
-from edge_sdk.profiling import DeviceProfile, load_profile, measure_flops
+from edge_sdk.profiling import DeviceProfile, load_profile
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainConfig
@@ -102,7 +103,7 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
 
 
 def _device_threads(config: SimulationConfig, url: str, dataset: ImageDataset, private: np.ndarray,
-                    profiles: list[DeviceProfile], host_gflops: float) -> list[tuple[DeviceClient, threading.Thread]]:
+                    profiles: list[DeviceProfile]) -> list[tuple[DeviceClient, threading.Thread]]:
     shards = [private[s] for s in partition(dataset.y_train[private], config.clients, config.partition,
                                             seed=config.seed)]
     devices = []
@@ -114,7 +115,7 @@ def _device_threads(config: SimulationConfig, url: str, dataset: ImageDataset, p
                          state_dir=str(Path(config.out) / "devices" / device_id)),
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
             profile,
-            Throttle(profile, host_gflops, mode=config.throttle),
+            Throttle(profile, mode=config.throttle),
         )
         thread = threading.Thread(target=client.run, name=device_id, daemon=True)
         devices.append((client, thread))
@@ -126,7 +127,6 @@ def run_simulation(config: SimulationConfig,
     """Run the job, write its report into `config.out`, and return the report."""
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
     profiles = [load_profile(config.profiles[i % len(config.profiles)]) for i in range(config.clients)]
-    host_gflops = measure_flops(seconds=0.5) if config.throttle != "off" else 1.0
     out = Path(config.out)
     broker = None if config.broker_url else EmbeddedBroker()
     if broker is not None:
@@ -135,13 +135,13 @@ def run_simulation(config: SimulationConfig,
     try:
         private, public = split_public(config, dataset)
         strategy = build_strategy(config, dataset, public)
-        report = RunReport(method=config.method, config=_config_dict(config, strategy, url, host_gflops))
+        report = RunReport(method=config.method, config=_config_dict(config, strategy, url))
         transport = MqttTransport(TransportConfig(url=url, client_id=f"{config.job}-coordinator"))
         transport.connect()
         try:
             fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job))
             fleet.start()
-            devices = _device_threads(config, url, dataset, private, profiles, host_gflops)
+            devices = _device_threads(config, url, dataset, private, profiles)
             for _, thread in devices:
                 thread.start()
             strategy.run(fleet, report, on_round=on_round)
@@ -160,10 +160,9 @@ def run_simulation(config: SimulationConfig,
     return report
 
 
-def _config_dict(config: SimulationConfig, strategy: Strategy, url: str, host_gflops: float) -> dict[str, Any]:
+def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:
     data = asdict(config)
     data["link"] = {"chunk_size": config.link.chunk_size, "transfer_dtype": config.link.transfer_dtype}
     data["broker_url"] = url
-    data["host_gflops"] = host_gflops
     data["method_config"] = strategy.method_config()
     return data

@@ -1,10 +1,16 @@
 """Make a fast host behave like a slower device (simulated or real time).
 
-A :class:`Throttle` scales measured host compute time by ``host_gflops /
-profile.gflops`` and turns payload sizes into link time from the profile's
-Mbit/s. In ``"virtual"`` mode it only returns the simulated seconds, in
-``"sleep"`` mode it also sleeps so the process really runs at device speed,
-and ``"off"`` disables the simulation.
+A :class:`Throttle` turns the FLOPs a device's work costs into seconds at the profile's
+sustained GFLOPS, and payload sizes into link time from the profile's Mbit/s. Simulated
+time therefore depends only on the work and the profile, never on how fast or how busy
+the host is: the same job reports the same seconds on any machine. In ``"virtual"``
+mode it only returns the simulated seconds, in ``"sleep"`` mode it also sleeps so the
+process really runs at device speed, and ``"off"`` disables the simulation.
+
+FLOPs follow :func:`edge_sdk.models.spec.count_flops` (2 x multiply-accumulates of the
+conv and linear layers); a training sample costs :data:`TRAIN_FLOPS_PER_FORWARD` forward
+passes (forward, gradient of the input, gradient of the weights), the same counting as
+the profile's GFLOPS figure (:func:`edge_sdk.profiling.measure_flops_detail`).
 """
 
 from __future__ import annotations
@@ -13,12 +19,15 @@ import math
 import time
 from dataclasses import dataclass
 
-from edge_sdk.profiling import DeviceProfile, measure_flops
+from edge_sdk.profiling import DeviceProfile
 
-__all__ = ["MODES", "Throttle"]
+__all__ = ["MODES", "TRAIN_FLOPS_PER_FORWARD", "Throttle"]
 
 #: Valid values of :attr:`Throttle.mode`.
 MODES = ("virtual", "sleep", "off")
+
+#: A training step costs this many forward passes: forward, grad-input and grad-weight.
+TRAIN_FLOPS_PER_FORWARD = 3
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -31,41 +40,28 @@ def _check_seconds(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class Throttle:
-    """Simulate ``profile`` on a host that sustains ``host_gflops``.
+    """Simulate ``profile``'s compute and link speed.
 
     ``max_sleep_s`` caps every single sleep in ``"sleep"`` mode so a simulation
     of a very slow device cannot hang; the returned simulated time is not capped.
     """
 
     profile: DeviceProfile
-    host_gflops: float
     mode: str = "virtual"
     max_sleep_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.profile, DeviceProfile):
             raise ValueError(f"profile must be a DeviceProfile, got {type(self.profile).__name__}")
-        h = self.host_gflops
-        if isinstance(h, bool) or not isinstance(h, (int, float)) or not math.isfinite(h) or h <= 0:
-            raise ValueError(f"host_gflops must be a finite number > 0, got {h!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         object.__setattr__(self, "max_sleep_s", _check_seconds("max_sleep_s", self.max_sleep_s))
 
-    @classmethod
-    def for_host(cls, profile: DeviceProfile, mode: str = "virtual", seconds: float = 1.0,
-                 max_sleep_s: float = 30.0) -> Throttle:
-        """Build a throttle after measuring this host with :func:`measure_flops`."""
-        return cls(profile, measure_flops(seconds=seconds), mode, max_sleep_s)
-
-    @property
-    def slowdown(self) -> float:
-        """Factor by which the device computes slower than the host (< 1: faster)."""
-        return self.host_gflops / self.profile.gflops
-
-    def compute_seconds(self, host_seconds: float) -> float:
-        """Seconds the device would need for work that took ``host_seconds`` here."""
-        return _check_seconds("host_seconds", host_seconds) * self.slowdown
+    def compute_seconds(self, flops: int) -> float:
+        """Seconds the device needs for ``flops`` floating-point operations."""
+        if isinstance(flops, bool) or not isinstance(flops, int) or flops < 0:
+            raise ValueError(f"flops must be an int >= 0, got {flops!r}")
+        return flops / (self.profile.gflops * 1e9)
 
     def transfer_seconds(self, nbytes: int, direction: str) -> float:
         """Seconds to move ``nbytes`` over the device's ``"up"`` or ``"down"`` link."""
@@ -79,14 +75,16 @@ class Throttle:
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         return nbytes * 8 / (mbps * 1e6)
 
-    def apply_compute(self, host_seconds: float) -> float:
-        """Simulated compute seconds; in "sleep" mode sleep ``simulated - host`` (capped).
+    def apply_compute(self, flops: int, host_seconds: float) -> float:
+        """Simulated seconds of work costing ``flops`` that took ``host_seconds`` here.
 
-        In "off" mode no simulation happens and ``host_seconds`` is returned.
+        In "sleep" mode sleep ``simulated - host`` (capped); in "off" mode nothing is
+        simulated and ``host_seconds`` is returned.
         """
+        host_seconds = _check_seconds("host_seconds", host_seconds)
+        simulated = self.compute_seconds(flops)
         if self.mode == "off":
-            return _check_seconds("host_seconds", host_seconds)
-        simulated = self.compute_seconds(host_seconds)
+            return host_seconds
         if self.mode == "sleep":
             self._sleep(simulated - host_seconds)
         return simulated

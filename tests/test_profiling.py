@@ -183,65 +183,66 @@ def test_measure_bandwidth_through_a_real_broker(broker, topic_prefix) -> None:
 
 def test_throttle_arithmetic() -> None:
     p = _profile(gflops=10.0, uplink_mbps=8.0, downlink_mbps=16.0)
-    th = Throttle(p, host_gflops=100.0)
-    assert th.slowdown == pytest.approx(10.0)
-    assert th.compute_seconds(2.0) == pytest.approx(20.0)
+    th = Throttle(p)
+    assert th.compute_seconds(20 * 10**9) == pytest.approx(2.0)  # 20 GFLOP at 10 GFLOPS
     assert th.transfer_seconds(1_000_000, "up") == pytest.approx(1.0)
     assert th.transfer_seconds(1_000_000, "down") == pytest.approx(0.5)
     t0 = time.perf_counter()
-    assert th.apply_compute(2.0) == pytest.approx(20.0)  # virtual: no sleeping
+    assert th.apply_compute(20 * 10**9, host_seconds=0.3) == pytest.approx(2.0)  # virtual: no sleeping
     assert th.apply_transfer(1_000_000, "up") == pytest.approx(1.0)
     assert time.perf_counter() - t0 < 0.2
-    off = Throttle(p, host_gflops=100.0, mode="off")
-    assert off.apply_compute(2.0) == 2.0 and off.apply_transfer(10**6, "up") == 0.0
+    off = Throttle(p, mode="off")
+    assert off.apply_compute(20 * 10**9, host_seconds=0.3) == 0.3 and off.apply_transfer(10**6, "up") == 0.0
+
+
+def test_simulated_compute_ignores_how_fast_the_host_was() -> None:
+    th = Throttle(_profile(gflops=4.0))
+    work = 6 * 10**9
+    assert th.apply_compute(work, host_seconds=0.01) == th.apply_compute(work, host_seconds=5.0) == 1.5
 
 
 def test_throttle_sleep_mode_sleeps_the_difference() -> None:
-    p = _profile(gflops=50.0, uplink_mbps=8.0, downlink_mbps=8.0)
-    th = Throttle(p, host_gflops=100.0, mode="sleep")  # device is 2x slower
+    p = _profile(gflops=10.0, uplink_mbps=8.0, downlink_mbps=8.0)
+    th = Throttle(p, mode="sleep")
     t0 = time.perf_counter()
-    assert th.apply_compute(0.1) == pytest.approx(0.2)
+    assert th.apply_compute(2 * 10**9, host_seconds=0.1) == pytest.approx(0.2)
     assert 0.09 <= time.perf_counter() - t0 < 0.4  # slept simulated - host = 0.1 s
     t0 = time.perf_counter()
     assert th.apply_transfer(100_000, "down") == pytest.approx(0.1)
     assert 0.09 <= time.perf_counter() - t0 < 0.4
-    fast = Throttle(p, host_gflops=10.0, mode="sleep")  # device faster than host: no sleep
-    t0 = time.perf_counter()
-    assert fast.apply_compute(0.5) == pytest.approx(0.1)
+    t0 = time.perf_counter()  # the device is faster than the host was: no sleep
+    assert th.apply_compute(10**9, host_seconds=0.5) == pytest.approx(0.1)
     assert time.perf_counter() - t0 < 0.05
 
 
-def test_throttle_for_host_measures_this_machine() -> None:
-    th = Throttle.for_host(_profile(gflops=0.5), mode="virtual", seconds=0.1)
-    assert th.host_gflops > 0.5 and th.compute_seconds(1.0) == pytest.approx(th.host_gflops / 0.5)
-
-
 def test_throttle_sleep_is_capped() -> None:
-    th = Throttle(_profile(gflops=1.0), host_gflops=1000.0, mode="sleep", max_sleep_s=0.05)
+    th = Throttle(_profile(gflops=1.0), mode="sleep", max_sleep_s=0.05)
     t0 = time.perf_counter()
-    assert th.apply_compute(1.0) == pytest.approx(1000.0)  # simulated time is not capped
+    assert th.apply_compute(1000 * 10**9, host_seconds=1.0) == pytest.approx(1000.0)  # not capped
     assert time.perf_counter() - t0 < 0.3
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"host_gflops": 0.0}, "host_gflops"),
-    ({"host_gflops": math.nan}, "host_gflops"),
     ({"mode": "fast"}, "mode"),
     ({"max_sleep_s": -1.0}, "max_sleep_s"),
 ])
 def test_throttle_rejects_bad_config(kw: dict[str, object], message: str) -> None:
-    args: dict[str, object] = {"profile": _profile(), "host_gflops": 10.0, **kw}
+    args: dict[str, object] = {"profile": _profile(), **kw}
     with pytest.raises(ValueError, match=message):
         Throttle(**args)  # type: ignore[arg-type]
 
 
 def test_throttle_rejects_bad_arguments() -> None:
-    th = Throttle(_profile(), host_gflops=10.0)
+    th = Throttle(_profile())
     with pytest.raises(ValueError, match="direction"):
         th.transfer_seconds(10, "sideways")
     with pytest.raises(ValueError, match="nbytes"):
         th.transfer_seconds(-1, "up")
+    with pytest.raises(ValueError, match="flops"):
+        th.compute_seconds(-5)
+    with pytest.raises(ValueError, match="flops"):
+        th.compute_seconds(1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="host_seconds"):
-        th.compute_seconds(math.inf)
+        th.apply_compute(10, host_seconds=math.inf)
     with pytest.raises(ValueError, match="DeviceProfile"):
-        Throttle(_profile().to_dict(), host_gflops=1.0)  # type: ignore[arg-type]
+        Throttle(_profile().to_dict())  # type: ignore[arg-type]

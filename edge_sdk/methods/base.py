@@ -8,10 +8,11 @@ from typing import Protocol
 
 import numpy as np
 
+from edge_sdk.models.spec import count_flops
 from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.throttle import Throttle
+from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
 
-__all__ = ["LocalData", "DeviceContext", "DeviceMethod"]
+__all__ = ["LocalData", "DeviceContext", "DeviceMethod", "compute_seconds"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,14 @@ class DeviceMethod(Protocol):
     """Trains on a plan and returns the update to upload."""
 
     def __call__(self, plan: Plan, data: LocalData, ctx: DeviceContext) -> Update: ...
+
+
+def compute_seconds(ctx: DeviceContext, spec: dict, host_seconds: float, *, trained: int = 0,
+                    forward: int = 0) -> float:
+    """This round's compute time on the device: what it took here, or, under a throttle,
+    the FLOPs of ``trained`` training samples and ``forward`` inference-only samples of
+    ``spec``'s network at the profile's speed (independent of this host's speed and load)."""
+    if ctx.throttle is None:
+        return host_seconds
+    flops = count_flops(spec) * (TRAIN_FLOPS_PER_FORWARD * trained + forward)
+    return ctx.throttle.apply_compute(flops, host_seconds)

@@ -10,7 +10,7 @@ against the factor the server holds).
 """
 from __future__ import annotations
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.lowrank import factor_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
@@ -43,7 +43,7 @@ def train_fdnnc(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         for name, param in model.named_parameters():
             param.requires_grad_(name not in dropped)
     result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
-    compute_s = ctx.throttle.apply_compute(result.seconds) if ctx.throttle else result.seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, result.seconds, trained=result.samples)
     tensors = {k: v for k, v in state_to_numpy(model, copy=True).items() if k not in dropped}
     return Update(
         label=plan.label, tensors=tensors, num_samples=len(data),

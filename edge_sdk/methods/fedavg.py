@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -17,7 +17,7 @@ def train_fedavg(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     load_numpy_state(model, plan.tensors)
     config = TrainConfig.from_dict(plan.train)
     result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
-    compute_s = ctx.throttle.apply_compute(result.seconds) if ctx.throttle else result.seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, result.seconds, trained=result.samples)
     return Update(
         label=plan.label,
         tensors=state_to_numpy(model),

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.methods.heterofl import static_bn_stats
 from edge_sdk.models.flanc import basis_names, orthogonality_penalty
 from edge_sdk.models.spec import build_model
@@ -50,7 +50,8 @@ def train_flanc(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         start = time.perf_counter()
         static_bn_stats(model, torch.tensor(data.x, dtype=torch.float32), config.batch_size)
         seconds += time.perf_counter() - start
-    compute_s = ctx.throttle.apply_compute(seconds) if ctx.throttle else seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples,
+                                forward=len(data) if static_bn else 0)
     with torch.no_grad():
         orth = float(orthogonality_penalty(model))
     return Update(

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -116,7 +116,9 @@ def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         static_bn_stats(model, x, config.batch_size)
         tensors.update(_sub_stats(model, bn_specs, x, config.batch_size))
         seconds += time.perf_counter() - start
-    compute_s = ctx.throttle.apply_compute(seconds) if ctx.throttle else seconds
+    # static BN: one pass over the data for this width and one per smaller width (counted at this width)
+    passes = 1 + len(bn_specs) if static_bn else 0
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=passes * len(data))
     return Update(
         label=plan.label, tensors=tensors, num_samples=len(data),
         metrics={"loss": result.loss, "train_seconds": seconds,

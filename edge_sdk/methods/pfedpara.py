@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.fedpara import personal_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
@@ -140,7 +140,7 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         save_personal(path, fingerprint, own)
     else:
         _MEMORY[(ctx.device_id, fingerprint)] = own
-    compute_s = ctx.throttle.apply_compute(seconds) if ctx.throttle else seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(held_idx))
     metrics.update(train_seconds=seconds, compute_s=compute_s)
     return Update(label=plan.label, tensors={k: after[k] for k in shared},
                   num_samples=len(train_idx), metrics=metrics)

@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -172,7 +172,7 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     started = time.perf_counter()
     logits = _logits(model, x_public, batch_size=config.batch_size)  # no more activation memory than training
     seconds = result.seconds + time.perf_counter() - started
-    compute_s = ctx.throttle.apply_compute(seconds) if ctx.throttle else seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(x_public))
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),
                **quantize_logits(logits, logits_dtype)}
     if upload_weights:

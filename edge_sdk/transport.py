@@ -217,6 +217,9 @@ class MqttTransport:
                 failure = self._first_connect(client, version, deadline)
             if failure is None:
                 self._client = client
+                # paho's own errors (socket resets on a broker restart) from here on; a failed
+                # first connection is reported by the error below, with a hint
+                client.enable_logger(_paho_log)
                 return
             self._discard(client)
             code, message = failure
@@ -224,7 +227,19 @@ class MqttTransport:
             if i + 1 < len(versions) and (code == 0x84 or "before CONNACK" in message):
                 log.info("broker refused MQTT %s (%s); trying %s", version, message, versions[i + 1])
                 continue
-            raise TransportError(f"cannot connect to {self._host}:{self._port} with MQTT {version}: {message}")
+            raise TransportError(f"cannot connect to {self._host}:{self._port} with MQTT {version}: "
+                                 f"{message}{self._scheme_hint(message)}")
+
+    def _scheme_hint(self, message: str) -> str:
+        """A hint when a plain client dialled a TLS port or a TLS client a plain one."""
+        where = f"{self._host}:{self._port}"
+        if not self._tls and "before CONNACK" in message:
+            return f"; if {where} is a TLS listener, use mqtts://{where} (and its CA file)"
+        lowered = message.lower()
+        if self._tls and ("wrong version number" in lowered or "wrong_version_number" in lowered
+                          or "connection reset" in lowered):
+            return f"; if {where} is a plain (non-TLS) listener, use mqtt://{where}"
+        return ""
 
     def _make_client(self, version: str, will: bool = True) -> mqtt.Client:
         cfg = self.config
@@ -233,7 +248,6 @@ class MqttTransport:
         client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2,
                              client_id=self._client_id, **kwargs)  # type: ignore[arg-type]
         client.suppress_exceptions = True  # a callback bug must not kill the network thread
-        client.enable_logger(_paho_log)  # paho errors, e.g. socket resets
         if self._username is not None:
             client.username_pw_set(self._username, self._password)
         if self._tls:

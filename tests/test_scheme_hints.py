@@ -1,0 +1,60 @@
+"""Dialling a TLS listener with mqtt:// (or a plain one with mqtts://) fails with one line
+that says which scheme to use, and paho's socket errors of the failed attempt are not printed."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+
+MAKE_CERTS = Path(__file__).resolve().parents[1] / "deploy" / "homeserver" / "make-certs.sh"
+
+pytestmark = pytest.mark.skipif(find_mosquitto() is None or shutil.which("openssl") is None,
+                                reason="mosquitto and openssl are needed")
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory):
+    certs = tmp_path_factory.mktemp("certs")
+    subprocess.run([MAKE_CERTS, "edgefl-test", "--out", certs], check=True, capture_output=True)
+    port = free_port()
+    lines = (f"listener {port} 127.0.0.1", f"certfile {certs / 'server.crt'}", f"keyfile {certs / 'server.key'}",
+             f"cafile {certs / 'ca.crt'}", "allow_anonymous true")
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=lines)) as broker:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, broker.log_text()
+                time.sleep(0.05)
+        yield broker, port, certs / "ca.crt"
+
+
+def test_plain_client_on_a_tls_port_is_told_to_use_mqtts(tls_broker, caplog) -> None:
+    broker, port, ca = tls_broker
+    transport = MqttTransport(TransportConfig(url=f"mqtt://127.0.0.1:{port}", client_id="plain", connect_timeout=5))
+    with caplog.at_level(logging.INFO), pytest.raises(TransportError) as err:
+        transport.connect()
+    assert f"use mqtts://127.0.0.1:{port}" in str(err.value) and "\n" not in str(err.value)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    ok = MqttTransport(TransportConfig(url=f"mqtts://127.0.0.1:{port}", client_id="tls", ca_file=str(ca)))
+    ok.connect()  # the hint is right: the same port works with mqtts:// and the CA
+    ok.close()
+
+
+def test_tls_client_on_a_plain_port_is_told_to_use_mqtt(tls_broker) -> None:
+    broker = tls_broker[0]
+    host, port = broker.url.removeprefix("mqtt://").split(":")
+    transport = MqttTransport(TransportConfig(url=f"mqtts://{host}:{port}", client_id="tls", connect_timeout=2))
+    with pytest.raises(TransportError, match=f"use mqtt://{host}:{port}"):
+        transport.connect()

@@ -214,8 +214,8 @@ class DeviceClient:
             return None
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
+        self.rounds_trained.append(rnd)  # before sending: whoever sees the update sees it counted
         self._send(update, rnd)
-        self.rounds_trained.append(rnd)
         self._status("idle")
         return update
 

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(find_mosquitto() is None or shutil.which("mosqui
                                 reason="mosquitto, mosquitto_passwd and openssl are needed")
 
 
-def _conf_lines(tls_port: int, passwd: Path, certs: Path) -> tuple[str, ...]:
+def _conf_lines(tls_port: int, passwd: Path, acl: Path, certs: Path) -> tuple[str, ...]:
     """deploy/homeserver/mosquitto.conf with its paths and port moved into the test's sandbox."""
-    subst = {"/etc/mosquitto/edgefl.passwd": str(passwd), "/etc/mosquitto/edgefl.acl": str(HOME / "edgefl.acl"),
+    subst = {"/etc/mosquitto/edgefl.passwd": str(passwd), "/etc/mosquitto/edgefl.acl": str(acl),
              "/etc/mosquitto/certs": str(certs), "listener 8883": f"listener {tls_port} 127.0.0.1"}
     lines = []
     for line in (HOME / "mosquitto.conf").read_text().splitlines():
@@ -50,7 +50,9 @@ def home(tmp_path_factory):
         subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / name, "--no-reload",
                         "--broker-url", f"mqtts://127.0.0.1:{port}", *args], check=True, env=env,
                        capture_output=True)
-    broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, certs)))
+    # add-device.sh made tmp/edgefl.acl (next to the password file) from deploy/homeserver/edgefl.acl
+    acl = tmp / "edgefl.acl"
+    broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, acl, certs)))
     broker.start()
     deadline = time.monotonic() + 10
     while True:  # the broker waited for its own plain listener; wait for the TLS one too
@@ -60,7 +62,7 @@ def home(tmp_path_factory):
         except OSError:
             assert time.monotonic() < deadline, broker.log_text()
             time.sleep(0.05)
-    yield {"tmp": tmp, "port": port, "ca": certs / "ca.crt", "broker": broker}
+    yield {"tmp": tmp, "port": port, "ca": certs / "ca.crt", "broker": broker, "acl": acl, "passwd": passwd}
     broker.stop()
 
 
@@ -154,6 +156,44 @@ def test_device_cannot_write_another_uplink_and_coordinator_reads_all(home):
         assert got == [(TOPICS.uplink("pi-a"), b"update a"), (TOPICS.uplink("pi-b"), b"update b")]
         assert a.failed >= 2  # MQTT 5: the broker answered "not authorized" to both forgeries
         assert _drain(a, 0.3) == []
+    finally:
+        for t in (a, b, coord):
+            t.close()
+
+
+def test_mosquitto_accepts_the_acl_without_warnings(home):
+    log = home["broker"].log_text()
+    assert "Opening ipv4 listen socket on port" in log  # the log is the broker's start-up log
+    # (a test run as root also gets "Warning: Mosquitto should not be run as root")
+    warnings = [line for line in log.splitlines() if "Warning" in line and "run as root" not in line]
+    assert warnings == [], log
+
+
+def test_add_device_writes_each_device_once_into_the_acl(home):
+    text = home["acl"].read_text()
+    template = (HOME / "edgefl.acl").read_text()
+    assert text.startswith(template)
+    assert text.count("\nuser pi-a\n") == 1 and text.count("\nuser pi-b\n") == 1
+    assert text.count("\nuser coordinator\n") == 1
+    # again for pi-a (a new password): the ACL keeps one block for it
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "EDGEFL_CA_FILE": str(home["ca"])}
+    subprocess.run([HOME / "add-device.sh", "--passwd", home["passwd"], "--out", home["tmp"] / "pi-a-again",
+                    "--no-reload", "pi-a"], check=True, env=env, capture_output=True)
+    assert home["acl"].read_text() == text
+
+
+def test_every_device_reads_the_broadcast(home):
+    a, b, coord = _device(home, "pi-a"), _device(home, "pi-b"), _coordinator(home)
+    try:
+        for device in (a, b):
+            device.subscribe(TOPICS.broadcast())
+        time.sleep(0.3)
+        coord.publish(TOPICS.broadcast(), b"round 0 starts")
+        a.publish(TOPICS.broadcast(), b"forged broadcast by a")  # devices only read it
+        assert coord.wait_published(5)
+        a.wait_published(5)
+        for device in (a, b):
+            assert _drain(device, 0.7) == [(TOPICS.broadcast(), b"round 0 starts")]
     finally:
         for t in (a, b, coord):
             t.close()

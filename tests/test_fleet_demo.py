@@ -1,0 +1,164 @@
+"""deploy/local/fleet-demo.sh end to end: a TLS mosquitto with passwords and the per-device ACL,
+two `edgefl client` processes and `edgefl coordinator`, all real, in one folder without root;
+then `edgefl predict` on a device's pushed model. Also: Ctrl-C leaves no process behind, and the
+data.npz recipe of docs/deploy.md makes a file the SDK loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.broker import find_mosquitto
+from edge_sdk.data import load_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "deploy" / "local" / "fleet-demo.sh"
+DEVICES = ("pi-kitchen", "pi-den")
+
+needs_mosquitto = pytest.mark.skipif(
+    find_mosquitto() is None or shutil.which("mosquitto_passwd") is None or shutil.which("openssl") is None,
+    reason="mosquitto, mosquitto_passwd and openssl are needed")
+
+
+def _env() -> dict[str, str]:
+    """This interpreter's venv first on PATH (edgefl, python3), as after `source venv/bin/activate`."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", ""), "/usr/sbin"])
+    return {**os.environ, "PATH": path, "MOSQUITTO": find_mosquitto() or ""}
+
+
+def _processes_in(folder: Path) -> list[str]:
+    """Command lines of live processes that name the demo folder (mosquitto, devices, coordinator)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = " ".join(a.decode(errors="replace") for a in args)
+        if str(folder) in text and "fleet-demo.sh" not in text:
+            found.append(text)
+    return found
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fleet")
+    start = time.monotonic()
+    proc = subprocess.run(["bash", SCRIPT, folder], capture_output=True, text=True, env=_env(), timeout=150)
+    return folder, proc, time.monotonic() - start
+
+
+@needs_mosquitto
+def test_the_demo_job_learns_and_a_device_predicts(demo):
+    folder, proc, seconds = demo
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((folder / "coordinator" / "report" / "report.json").read_text())
+    assert len(report["rounds"]) == 3
+    assert all(set(r["participants"]) == set(DEVICES) for r in report["rounds"])
+    accuracy = report["final"]["accuracy"]["global"]
+    assert accuracy >= 0.75, report["rounds"]  # chance is 0.1
+    assert report["rounds"][-1]["accuracy"]["global"] > report["rounds"][0]["accuracy"]["global"]
+    for name in DEVICES:  # the coordinator pushed each device its model after the last round
+        assert (folder / name / "state" / "model.onnx").stat().st_size > 0
+    # predict ran on pi-kitchen's own held-out digits with the pushed model, and printed them
+    predicted = [json.loads(line)["class"]
+                 for line in (folder / "pi-kitchen" / "predictions.jsonl").read_text().splitlines()]
+    with np.load(folder / "pi-kitchen" / "state" / "data.npz") as data:
+        truth = data["y_test"]
+    assert len(predicted) == len(truth) == 300
+    assert np.mean(np.array(predicted) == truth) >= 0.75
+    assert re.search(r'^\{"index": 0, "class": \d, "score": ', proc.stdout, re.M), proc.stdout
+    assert "300 predictions" in proc.stdout
+    print(f"fleet demo: {seconds:.1f} s, accuracy {accuracy:.3f}")
+
+
+@needs_mosquitto
+def test_the_demo_broker_is_the_home_servers(demo):
+    folder, proc, _ = demo
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    conf = (folder / "broker" / "mosquitto.conf").read_text()
+    assert "allow_anonymous false" in conf and f"acl_file {folder}/broker/edgefl.acl" in conf
+    assert re.search(r"^listener \d+ 127\.0\.0\.1$", conf, re.M) and "certfile" in conf
+    acl = (folder / "broker" / "edgefl.acl").read_text()
+    assert all(f"\nuser {name}\ntopic read edgefl/+/coord\n" in acl for name in DEVICES)
+    log = (folder / "broker" / "mosquitto.log").read_text()
+    assert "Opening ipv4 listen socket" in log
+    warnings = [line for line in log.splitlines() if "Warning" in line and "run as root" not in line]
+    assert warnings == [], log
+    for name in DEVICES:  # the bundle's client.toml with its paths moved into the folder
+        client = (folder / name / "client.toml").read_text()
+        assert f'device_id = "{name}"' in client and f'username = "{name}"' in client
+        assert f'state_dir = "{folder}/{name}/state"' in client
+    assert _processes_in(folder) == []
+
+
+@needs_mosquitto
+def test_ctrl_c_stops_every_process(demo):
+    folder = demo[0]  # a second run in the same folder replaces the first
+    proc = subprocess.Popen(["bash", SCRIPT, folder], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any("coordinator --config" in p for p in _processes_in(folder)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        assert len(_processes_in(folder)) == 4  # mosquitto, two devices, the coordinator
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        output = proc.communicate(timeout=20)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    assert "interrupted; stopping the fleet" in output
+    assert _processes_in(folder) == []
+
+
+def _docs_npz_recipe() -> str:
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split("## A device's data: `data.npz`", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_documented_data_npz_recipe_loads(tmp_path):
+    subprocess.run([sys.executable, "-c", _docs_npz_recipe()], cwd=tmp_path, check=True)
+    data = load_dataset(f"npz:{tmp_path / 'data.npz'}")
+    assert data.x_train.shape[1:] == data.x_test.shape[1:] == (1, 28, 28)
+    assert data.num_classes == 10 and len(data.x_train) + len(data.x_test) == 500
+    assert abs(float(data.x_train.mean())) < 1e-3  # normalised with the train split's statistics
+
+
+def test_a_bad_data_npz_is_one_line_naming_the_file(tmp_path):
+    good = tmp_path / "good.npz"
+    images, labels = np.zeros((20, 28, 28), np.uint8), np.arange(20) % 10
+    np.savez_compressed(good, x_train=images, y_train=labels, x_test=images, y_test=labels)
+    cut = tmp_path / "cut.npz"  # a copy that broke off half-way
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    text = tmp_path / "text.npz"
+    text.write_text("x_train,y_train\n")
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, x_train=np.array([images[0], "a"], dtype=object), y_train=labels[:2],
+             x_test=images, y_test=labels)
+    for path, why in ((cut, "damaged .npz file"), (text, "is not an .npz file"),
+                      (objects, "cannot read array 'x_train'")):
+        with pytest.raises(ValueError, match=re.escape(str(path)) + ".*" + re.escape(why)):
+            load_dataset(f"npz:{path}")
+    # and on a device, `edgefl client` says it in one line (a ValueError is what the CLI reports)
+    (tmp_path / "password").write_text("secret\n")
+    config = tmp_path / "client.toml"
+    config.write_text((ROOT / "deploy" / "raspberrypi" / "client.toml").read_text()
+                      .replace("/var/lib/edgefl/data.npz", str(cut))
+                      .replace("/etc/edgefl/password", str(tmp_path / "password")))
+    proc = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "client", "--config", config],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"edgefl client: error: {cut}: damaged .npz file: File is not a zip file\n"

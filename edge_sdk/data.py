@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import gzip
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,16 +273,38 @@ def _as_nchw(x: np.ndarray, key: str) -> np.ndarray:
     return x
 
 
-def _load_npz(path: Path) -> ImageDataset:
+_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test", "classes")
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of :data:`_NPZ_KEYS` an .npz holds; never unpickles. A file that is not an
+    .npz, a damaged one (e.g. a cut-off copy) or an object array is a one-line ValueError."""
     if not path.is_file():
         raise FileNotFoundError(f"npz dataset file {path} not found")
-    with np.load(path, allow_pickle=False) as npz:
-        missing = {"x_train", "y_train", "x_test", "y_test"} - set(npz.files)
-        if missing:
-            raise ValueError(f"{path}: missing array(s) {sorted(missing)}")
-        xs = {k: _as_nchw(npz[k], k) for k in ("x_train", "x_test")}
-        ys = {k: npz[k] for k in ("y_train", "y_test")}
-        names = tuple(str(c) for c in npz["classes"]) if "classes" in npz.files else ()
+    with open(path, "rb") as fh:
+        if fh.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):
+            raise ValueError(f"{path} is not an .npz file (a zip of arrays, as np.savez writes)")
+    arrays = {}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            for key in set(_NPZ_KEYS) & set(npz.files):
+                try:
+                    arrays[key] = npz[key]
+                except ValueError as exc:  # e.g. an object array, which would need unpickling
+                    raise ValueError(f"{path}: cannot read array {key!r}: {exc}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: damaged .npz file: {exc}") from None
+    return arrays
+
+
+def _load_npz(path: Path) -> ImageDataset:
+    npz = _read_npz(path)
+    missing = {"x_train", "y_train", "x_test", "y_test"} - set(npz)
+    if missing:
+        raise ValueError(f"{path}: missing array(s) {sorted(missing)}")
+    xs = {k: _as_nchw(npz[k], k) for k in ("x_train", "x_test")}
+    ys = {k: npz[k] for k in ("y_train", "y_test")}
+    names = tuple(str(c) for c in npz["classes"]) if "classes" in npz else ()
     for k, y in ys.items():
         split = k[2:]
         if y.dtype.kind not in "iu" or y.shape != (len(xs["x_" + split]),) or y.min() < 0:

@@ -14,21 +14,73 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "DEFAULT_STATE_DIR"]
+__all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
 
 #: The device's state directory when no config names one (systemd's StateDirectory=edgefl).
 DEFAULT_STATE_DIR = "/var/lib/edgefl"
+#: Exit status after Ctrl-C (128 + SIGINT), as shells expect.
+EXIT_INTERRUPTED = 130
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
+                and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def verbosity(parser: argparse.ArgumentParser) -> None:
+    """``-v``/``-vv`` on a sub-command too (``edgefl simulate -v ...``)."""
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more logging (-vv for debug)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edgefl")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        from edge_sdk.client import SDK_VERSION
+        return SDK_VERSION
+
+
+def _profile_transport(args: argparse.Namespace):  # -> MqttTransport | None
+    """The broker connection `edgefl profile` measures bandwidth over: a client TOML's
+    [broker] table (URL, user, password file, CA), with --broker/--ca-file/... on top."""
+    from dataclasses import replace
+
+    from edge_sdk.transport import MqttTransport, TransportConfig
+
+    if args.config is None and args.broker is None:
+        return None
+    config = TransportConfig(url=args.broker or "mqtt://localhost:1883")
+    if args.config is not None:
+        from edge_sdk.config import read_toml, transport_from_toml
+        config = transport_from_toml(read_toml(args.config), client_id="")
+        if args.broker is not None:
+            config = replace(config, url=args.broker)
+    password = config.password
+    if args.password_file is not None:
+        password = Path(args.password_file).read_text().strip()
+    config = replace(config, client_id=f"{args.name}-profile", password=password,
+                     username=args.username or config.username, ca_file=args.ca_file or config.ca_file)
+    transport = MqttTransport(config)
+    transport.connect()
+    return transport
 
 
 def _profile(args: argparse.Namespace) -> int:
     from edge_sdk.profiling import measure_device, save_profile
 
-    transport = None
-    if args.broker:
-        from edge_sdk.transport import MqttTransport, TransportConfig
-
-        transport = MqttTransport(TransportConfig(url=args.broker, client_id=f"{args.name}-profile"))
-        transport.connect()
+    if args.config is not None and args.name == "this-device":
+        from edge_sdk.config import read_toml
+        args.name = str(read_toml(args.config).get("device_id", args.name))
+    transport = _profile_transport(args)
     try:
         profile = measure_device(name=args.name, seconds=args.seconds, transport=transport,
                                  topic=f"edgefl/profile/{args.name}" if transport else None)
@@ -46,6 +98,14 @@ def _client(args: argparse.Namespace) -> int:
     from edge_sdk.device_config import client_from_toml
 
     client = client_from_toml(args.config)
+
+    def said(r) -> None:  # one line per round this device trains
+        print(f"round {r.round + 1}: trained {r.method} {r.label} on {r.samples} samples in {r.seconds:.1f} s, "
+              f"loss {r.loss:.3f}; got {r.bytes_down / 1e6:.2f} MB, sent {r.bytes_up / 1e6:.2f} MB", flush=True)
+    client.on_round = said
+    print(f"device {client.config.device_id} ({client.profile.name}, {client.profile.gflops:.1f} GFLOPS, "
+          f"{len(client.data)} samples) joining job {client.config.job!r} on {client.config.transport.url}",
+          flush=True)
     reason = client.run()
     print(f"client finished: {reason}")
     return 0
@@ -88,20 +148,32 @@ def _predict(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgefl", description="Resource-adaptive federated learning over MQTT.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"edgefl {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("profile", help="measure this device (FLOPS, RAM, CPUs, optional bandwidth)")
-    p.add_argument("--name", default="this-device", help="profile name ([A-Za-z0-9_.-])")
+    p = sub.add_parser("profile", help="measure this device (FLOPS, RAM, CPUs, optional bandwidth)",
+                       formatter_class=HelpFormatter)
+    verbosity(p)
+    p.add_argument("--name", default="this-device",
+                   help="profile name ([A-Za-z0-9_.-]); with --config, the config's device_id")
     p.add_argument("--seconds", type=float, default=1.0, help="time per micro-benchmark")
-    p.add_argument("--broker", help="mqtt://host:port to also measure bandwidth to the broker")
-    p.add_argument("--save", help="write the profile as JSON to this file")
+    p.add_argument("--config", help="client TOML whose [broker] table (URL, username, password_file, ca_file) "
+                                    "to measure bandwidth over")
+    p.add_argument("--broker", help="mqtt[s]://host:port to also measure bandwidth to the broker")
+    p.add_argument("--ca-file", help="CA certificate that signed the broker's (mqtts://)")
+    p.add_argument("--username", help="MQTT username (the device id on an edgefl broker)")
+    p.add_argument("--password-file", help="file holding the MQTT password")
+    p.add_argument("--save", help="write the profile as JSON (or TOML, by the suffix) to this file")
     p.set_defaults(func=_profile)
 
-    p = sub.add_parser("client", help="run this device in a federation (TOML config)")
+    p = sub.add_parser("client", help="run this device in a federation (TOML config)", formatter_class=HelpFormatter)
+    verbosity(p)
     p.add_argument("--config", required=True, help="client TOML file (see deploy/raspberrypi/client.toml)")
     p.set_defaults(func=_client)
 
-    p = sub.add_parser("predict", help="classify a batch with this device's ONNX model (onnxruntime, no torch)")
+    p = sub.add_parser("predict", help="classify a batch with this device's ONNX model (onnxruntime, no torch)",
+                       formatter_class=HelpFormatter)
+    verbosity(p)
     p.add_argument("input", nargs="?", default="-",
                    help="batch file (.npy, .npz, JSON array or one sample per line); '-' = stdin (default)")
     p.add_argument("--model", help="ONNX file (default: <state_dir>/model.onnx)")
@@ -112,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--std", type=_floats, help="per-channel standard deviations, e.g. 78.6")
     p.add_argument("--top", type=int, default=1, help="also list the K most likely classes")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=256, help="samples per onnxruntime run")
     p.set_defaults(func=_predict)
 
     for ep in entry_points(group="edgefl.commands"):
@@ -138,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, ConnectionError, TimeoutError) as exc:
         print(f"edgefl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # whatever cleanup the command does ran on the way out
+        print(f"edgefl {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -27,9 +28,10 @@ from edge_sdk.protocol.messages import (
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
 from edge_sdk.throttle import Throttle
+from edge_sdk.training import TrainingStopped
 from edge_sdk.transport import MqttTransport, TransportConfig, Will
 
-__all__ = ["ClientConfig", "DeviceClient", "SDK_VERSION", "plan_digest"]
+__all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
 SDK_VERSION = "0.1.0"
 log = logging.getLogger(__name__)
@@ -50,6 +52,20 @@ class ClientConfig:
     schedule: SchedulePolicy = field(default_factory=SchedulePolicy)
 
 
+@dataclass(frozen=True)
+class RoundTrained:
+    """What a device did in one round, for a one-line log of it."""
+
+    round: int
+    method: str
+    label: str
+    samples: int
+    loss: float
+    seconds: float  # wall-clock of the local training here
+    bytes_down: int  # the plan's payload
+    bytes_up: int  # the update's payload
+
+
 def plan_digest(plan: Plan) -> str:
     """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan)."""
     h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train]))
@@ -64,8 +80,10 @@ class DeviceClient:
     """Runs one device until the coordinator says stop (or `stop()` is called)."""
 
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
-                 throttle: Throttle | None = None) -> None:
+                 throttle: Throttle | None = None,
+                 on_round: Callable[[RoundTrained], None] | None = None) -> None:
         self.config = config
+        self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data
         self.profile = profile
         self.throttle = throttle
@@ -103,7 +121,11 @@ class DeviceClient:
         self._last_register = 0.0
 
     def run(self, timeout_s: float | None = None) -> str:
-        """Connect, register and serve plans; returns why it ended."""
+        """Connect, register and serve plans; returns why it ended.
+
+        Ctrl-C (KeyboardInterrupt) stops it cleanly: training stops after its current step,
+        the device says "offline" to the coordinator and disconnects, then the interrupt
+        propagates."""
         status_topic = self.topics.status(self.config.device_id)
         offline = encode_envelope(Envelope.of(Status("offline", "connection lost"), self.config.device_id))
         online = encode_envelope(Envelope.of(Status("online", "connected"), self.config.device_id))
@@ -124,7 +146,13 @@ class DeviceClient:
         reason = "stopped"
         try:
             self._last_heartbeat = time.monotonic()  # the birth message said "online"
-            reason = self._loop(timeout_s)
+            try:
+                reason = self._loop(timeout_s)
+            except KeyboardInterrupt:
+                self._stop.set()
+                self._status("offline", "interrupted")
+                transport.wait_published(2.0)
+                raise
             self._status("offline", reason)
             transport.wait_published(10.0)
         finally:
@@ -203,10 +231,14 @@ class DeviceClient:
         ctx = DeviceContext(
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
-            throttle=self.throttle,
+            throttle=self.throttle, stop=self._stop,
         )
+        started = time.monotonic()
         try:
             update = device_method(plan.method)(plan, self.data, ctx)
+        except TrainingStopped:
+            log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
+            return None
         except (KeyError, ValueError, RuntimeError, ArithmeticError) as exc:
             log.error("%s: round %d failed: %s", self.config.device_id, rnd, exc)
             self._send(Error("train_failed", str(exc)[:1000]), rnd)
@@ -217,6 +249,11 @@ class DeviceClient:
         self.rounds_trained.append(rnd)  # before sending: whoever sees the update sees it counted
         self._send(update, rnd)
         self._status("idle")
+        if self.on_round is not None:
+            self.on_round(RoundTrained(
+                rnd, plan.method, plan.label, update.num_samples, float(update.metrics.get("loss", float("nan"))),
+                time.monotonic() - started, sum(t.nbytes for t in plan.tensors.values()),
+                sum(t.nbytes for t in update.tensors.values())))
         return update
 
     # -- schedule (see edge_sdk/schedule.py) --------------------------------

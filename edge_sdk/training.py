@@ -18,13 +18,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "train_local", "evaluate"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate"]
 
 _OPTIMIZERS = ("sgd", "adam")
 
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN/inf; the failing step was not applied."""
+
+
+class TrainingStopped(Exception):
+    """Training was asked to stop (the device is shutting down); nothing is uploaded."""
 
 
 def _num(name: str, v: Any, lo: float, hi: float, integer: bool = False) -> None:

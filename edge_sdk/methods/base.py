@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
+import torch
 
 from edge_sdk.models.spec import count_flops
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
+from edge_sdk.training import TrainConfig, TrainingStopped, TrainResult, train_local
 
 __all__ = ["LocalData", "DeviceContext", "DeviceMethod", "compute_seconds"]
 
@@ -33,13 +36,26 @@ class LocalData:
 
 @dataclass(frozen=True)
 class DeviceContext:
-    """Who is training, where it may keep state, and how it is throttled."""
+    """Who is training, where it may keep state, how it is throttled, and whether to stop."""
 
     device_id: str
     round: int
     seed: int = 0
     state_dir: Path | None = None
     throttle: Throttle | None = None
+    #: set when the device is shutting down: training stops after the current step
+    stop: threading.Event | None = None
+
+    def train(self, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
+              regularizer: Callable[[torch.nn.Module], torch.Tensor] | None = None) -> TrainResult:
+        """:func:`train_local` seeded by this device and round; raises TrainingStopped when
+        `stop` is set."""
+        return train_local(model, x, y, config, seed=self.seed * 100_003 + self.round,
+                           regularizer=regularizer, on_step=self._check_stop)
+
+    def _check_stop(self, step: int) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise TrainingStopped(f"stopped after step {step} of round {self.round}")
 
 
 class DeviceMethod(Protocol):

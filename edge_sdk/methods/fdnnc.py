@@ -15,7 +15,7 @@ from edge_sdk.models.lowrank import factor_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.training import TrainConfig
 
 __all__ = ["train_fdnnc", "UPLOAD_MODES"]
 
@@ -42,7 +42,7 @@ def train_fdnnc(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     if freeze:
         for name, param in model.named_parameters():
             param.requires_grad_(name not in dropped)
-    result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
+    result = ctx.train(model, data.x, data.y, config)
     compute_s = compute_seconds(ctx, plan.model_spec, result.seconds, trained=result.samples)
     tensors = {k: v for k, v in state_to_numpy(model, copy=True).items() if k not in dropped}
     return Update(

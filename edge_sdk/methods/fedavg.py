@@ -6,7 +6,7 @@ from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.training import TrainConfig
 
 __all__ = ["train_fedavg"]
 
@@ -16,7 +16,7 @@ def train_fedavg(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     model = build_model(plan.model_spec)
     load_numpy_state(model, plan.tensors)
     config = TrainConfig.from_dict(plan.train)
-    result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
+    result = ctx.train(model, data.x, data.y, config)
     compute_s = compute_seconds(ctx, plan.model_spec, result.seconds, trained=result.samples)
     return Update(
         label=plan.label,

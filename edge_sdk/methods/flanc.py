@@ -20,7 +20,7 @@ from edge_sdk.models.flanc import basis_names, orthogonality_penalty
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.training import TrainConfig
 
 __all__ = ["train_flanc"]
 
@@ -43,8 +43,7 @@ def train_flanc(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     def regularizer(m: torch.nn.Module) -> torch.Tensor:
         return lam * orthogonality_penalty(m)
 
-    result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round,
-                         regularizer=regularizer if lam > 0 else None)
+    result = ctx.train(model, data.x, data.y, config, regularizer=regularizer if lam > 0 else None)
     seconds = result.seconds
     if static_bn:
         start = time.perf_counter()

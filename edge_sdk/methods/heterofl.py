@@ -23,7 +23,7 @@ from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.training import TrainConfig
 
 __all__ = ["train_heterofl", "static_bn_stats", "BN_PREFIX", "STAT_SUFFIXES"]
 
@@ -107,7 +107,7 @@ def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     config = TrainConfig.from_dict(train)
     model = build_model(plan.model_spec)
     load_numpy_state(model, plan.tensors)
-    result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
+    result = ctx.train(model, data.x, data.y, config)
     seconds = result.seconds
     tensors = state_to_numpy(model)
     if static_bn:

@@ -32,7 +32,7 @@ from edge_sdk.models.fedpara import personal_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, evaluate, train_local
+from edge_sdk.training import TrainConfig, evaluate
 
 __all__ = ["train_pfedpara", "holdout_split", "spec_fingerprint", "load_personal",
            "save_personal", "PERSONAL_FILE"]
@@ -124,8 +124,7 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     if stored is not None:
         load_numpy_state(model, stored, strict=False)
     train_idx, held_idx = holdout_split(len(data), holdout, ctx.seed * 7919 + 1)
-    result = train_local(model, data.x[train_idx], data.y[train_idx], config,
-                         seed=ctx.seed * 100_003 + ctx.round)
+    result = ctx.train(model, data.x[train_idx], data.y[train_idx], config)
     seconds = result.seconds
     metrics = {"loss": result.loss, "steps": float(result.steps)}
     if len(held_idx):

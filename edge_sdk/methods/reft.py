@@ -24,7 +24,7 @@ from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, train_local
+from edge_sdk.training import TrainConfig
 
 __all__ = ["train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
            "dequantize_logits", "PUBLIC_PREFIX", "LOGITS_DTYPES", "PUBLIC_DTYPES"]
@@ -168,7 +168,7 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         raise ValueError(f"local data has {data.num_classes} classes, the model {classes}")
     if tuple(x_public.shape[1:]) != tuple(model.input_shape):
         raise ValueError(f"public inputs have shape {x_public.shape[1:]}, model expects {model.input_shape}")
-    result = train_local(model, data.x, data.y, config, seed=ctx.seed * 100_003 + ctx.round)
+    result = ctx.train(model, data.x, data.y, config)
     started = time.perf_counter()
     logits = _logits(model, x_public, batch_size=config.batch_size)  # no more activation memory than training
     seconds = result.seconds + time.perf_counter() - started

@@ -144,7 +144,7 @@ def build_layers(layers: Sequence[dict]) -> nn.Sequential:
     for layer in layers:
         module = LAYER_TYPES[layer["type"]].build(resolved(layer))
         if not isinstance(module, nn.Module):
-            raise SpecError(f"builder for {layer['type']} returned {_tname(module)}")
+            raise SpecError(f"builder for {layer['type']} returned {type(module).__name__}")
         modules.append(module)
     return nn.Sequential(*modules)
 

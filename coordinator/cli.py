@@ -3,22 +3,91 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import time
+from typing import Any, Callable
 
+from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.link import LinkConfig
 from edge_sdk.training import TrainConfig
 
 __all__ = ["simulate_command", "coordinator_command"]
 
 
-def _round_printer(console: Any) -> Any:
-    def show(record: Any) -> None:
-        acc = " ".join(f"{k}={v:.3f}" for k, v in sorted(record.accuracy.items()))
-        console.print(f"round {record.round}: acc {acc}  loss {record.loss:.3f}  "
-                      f"down {record.bytes_down / 1e6:.2f} MB  up {record.bytes_up / 1e6:.2f} MB  "
-                      f"{len(record.participants)} devices  {record.seconds:.1f} s simulated "
-                      f"({record.host_seconds:.1f} s here)", soft_wrap=True)
-    return show
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def size(nbytes: float) -> str:
+    """``1.2 MB``, ``340 kB``, ``512 B``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.{1 if nbytes < 10 * scale else 0}f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def _accuracies(accuracy: dict[str, float], describe: Callable[[str], str]) -> str:
+    return ", ".join(f"{describe(k)} {v:.3f}" for k, v in sorted(accuracy.items()))
+
+
+class Display:
+    """What a person sees of a job: one line per round and a live status line while it runs."""
+
+    def __init__(self, rounds: int, describe: Callable[[str], str]) -> None:
+        from rich.console import Console
+
+        self.console = Console()
+        self.rounds = rounds
+        self.describe = describe
+        self.done = 0  # rounds finished in this run
+        self.status: Any = None  # rich Status while the job runs
+        self._round_started = time.monotonic()
+
+    def round(self, record: Any) -> None:
+        self.done += 1
+        self._round_started = time.monotonic()
+        self.console.print(
+            f"round {record.round + 1}/{self.rounds}: accuracy {_accuracies(record.accuracy, self.describe)}"
+            f"  loss {record.loss:.3f}  {len(record.participants)} devices  down {size(record.bytes_down)}"
+            f"  up {size(record.bytes_up)}  {record.seconds:.1f} s on the devices ({record.host_seconds:.1f} s here)",
+            soft_wrap=True)
+
+    def progress(self, p: Any) -> None:
+        if self.status is None:
+            return
+        if p.round < 0:
+            text = f"waiting for devices: {p.done}/{p.total} registered ({p.elapsed_s:.0f} s)"
+        else:
+            text = (f"round {p.round + 1}/{self.rounds}: {p.done}/{p.total} devices reported, "
+                    f"{size(p.bytes_up)} received, {p.elapsed_s:.0f} s")
+        self.status.update(text)
+
+    def final(self, report: Any, out: str) -> None:
+        data = report.to_dict()
+        final = data["final"]
+        self.console.print(
+            f"[green]done[/green] after {len(report.rounds)} rounds: accuracy "
+            f"{_accuracies(final['accuracy'], self.describe)}; {size(final['bytes_down_total'])} down, "
+            f"{size(final['bytes_up_total'])} up, {final['seconds_total']:.0f} s on the devices; "
+            f"report in {out}/report.json", soft_wrap=True)
 
 
 def _options(pairs: list[str]) -> dict[str, str]:
@@ -44,11 +113,9 @@ def _flag_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from coordinator.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
+    from coordinator.strategies import strategy_class
 
-    console = Console()
     config = SimulationConfig(
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset,
         data_root=args.data_root, partition=args.partition, seed=args.seed, out=args.out,
@@ -59,14 +126,18 @@ def _simulate(args: argparse.Namespace) -> int:
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=_flag_options(args), publish_every=args.publish_every,
     )
-    console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
-                  f"{config.rounds} rounds, {config.dataset} ({config.partition})")
-    with console.status("running federated rounds..."):
-        report = run_simulation(config, on_round=_round_printer(console))
-    final = report.to_dict()["final"]
-    console.print(f"[green]done[/green]: final accuracy {final['accuracy']}, "
-                  f"{final['bytes_down_total'] / 1e6:.1f} MB down, {final['bytes_up_total'] / 1e6:.1f} MB up; "
-                  f"report in {config.out}/report.json")
+    display = Display(config.rounds, strategy_class(config.method).describe_label)
+    display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
+                          f"{config.rounds} rounds, {config.dataset} ({config.partition})")
+    try:
+        with display.console.status("starting the broker and the devices...") as display.status:
+            report = run_simulation(config, on_round=display.round, on_progress=display.progress)
+    except KeyboardInterrupt:
+        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {config.rounds} rounds; "
+                              + (f"the report of those rounds is in {config.out}/report.json" if display.done
+                                 else "no round finished, no report written"), soft_wrap=True)
+        return EXIT_INTERRUPTED
+    display.final(report, config.out)
     return 0
 
 
@@ -74,29 +145,37 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
     from coordinator.strategies import STRATEGIES
 
-    p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)")
-    p.add_argument("--method", default="fedavg", choices=sorted(STRATEGIES))
-    p.add_argument("--clients", type=int, default=4, help="number of simulated devices")
-    p.add_argument("--rounds", type=int, default=3)
+    p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)",
+                       formatter_class=HelpFormatter,
+                       description="A whole federated job on this machine: a broker, a coordinator and N "
+                                   "simulated devices, each with its own MQTT connection, device profile "
+                                   "and private shard of a real dataset.")
+    verbosity(p)
+    p.add_argument("--method", default="fedavg", choices=sorted(STRATEGIES), help="federated method")
+    p.add_argument("--clients", type=_at_least(1), default=4, help="number of simulated devices")
+    p.add_argument("--rounds", type=_at_least(1), default=3, help="federated rounds")
     p.add_argument("--dataset", default="mnist-sample",
                    help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE")
-    p.add_argument("--data-root", help="folder with MNIST idx files or CIFAR-10 binaries")
-    p.add_argument("--partition", default="iid", help="iid | shards:K | dirichlet:ALPHA")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
+    p.add_argument("--partition", default="iid", help="how data is split over devices: iid | shards:K (K classes "
+                                                      "per device) | dirichlet:ALPHA")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
-    p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: embedded)")
+    p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
     p.add_argument("--model", default="cnn4", help="model family: cnn4, resnet_small, mlp")
-    p.add_argument("--profiles", help="comma-separated device profiles, taken in turn (default: a mixed fleet)")
+    p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
+                                      "files), taken in turn (default: a mixed home fleet)")
     p.add_argument("--throttle", default="virtual", choices=["virtual", "sleep", "off"],
-                   help="virtual: account profiled time; sleep: really slow devices down")
-    p.add_argument("--local-epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
+                   help="virtual: report the profiled devices' time; sleep: also really run that slowly; "
+                        "off: report this machine's time")
+    p.add_argument("--local-epochs", type=_at_least(1), default=2, help="local epochs per round")
+    p.add_argument("--batch-size", type=_at_least(1), default=32, help="local batch size")
+    p.add_argument("--lr", type=_positive_float, default=0.05, help="local SGD learning rate")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
-    p.add_argument("--publish-every", type=int, default=0, metavar="N",
-                   help="also send every device its ONNX model after every N rounds (default: after the last)")
+    p.add_argument("--publish-every", type=_at_least(0), default=0, metavar="N",
+                   help="also send every device its ONNX model after every N rounds (0: after the last only)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method-specific setting (repeatable); see docs/methods.md")
+                   help="a method-specific setting (repeatable); each method's are in docs/methods/METHOD.md")
     p.add_argument("--pattern", choices=["both", "bfirst", "switch"], help="fdnnc: training pattern")
     p.add_argument("--upload", choices=["full", "half"], help="fdnnc: small devices upload both factors or half")
     p.add_argument("--big-fraction", type=float, metavar="F",
@@ -105,19 +184,36 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _coordinator(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from coordinator.server import coordinator_config_from_toml, run_coordinator
+    from coordinator.strategies import strategy_class
 
-    console = Console()
     config = coordinator_config_from_toml(args.config)
-    console.print(f"coordinator for job {config.job!r} ({config.method}) on {config.transport.url}")
-    run_coordinator(config, on_round=_round_printer(console))
+    display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
+    display.console.print(f"coordinator for job {config.job!r} ({config.method}, {config.federation.rounds} rounds) "
+                          f"on {config.transport.url}", soft_wrap=True)
+    try:
+        with display.console.status("connecting to the broker...") as display.status:
+            report = run_coordinator(config, on_round=display.round, on_progress=display.progress)
+    except KeyboardInterrupt:
+        resume = ("run the same command again to resume from the checkpoint" if config.federation.checkpoint_dir
+                  else "set [federation] checkpoint_dir to be able to resume a job")
+        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} rounds in this run; {resume}",
+                              soft_wrap=True)
+        return EXIT_INTERRUPTED
+    if report is None:
+        display.console.print(f"job {config.job!r} already finished its {config.federation.rounds} rounds "
+                              f"(checkpoint in {config.federation.checkpoint_dir}); its report is in "
+                              f"{config.out}/report.json. Use a new job name or checkpoint_dir for a new job.",
+                              soft_wrap=True)
+        return 0
+    display.final(report, config.out)
     return 0
 
 
 def coordinator_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl coordinator`."""
-    p = sub.add_parser("coordinator", help="serve a real fleet on an external broker (TOML config)")
+    p = sub.add_parser("coordinator", help="serve a real fleet on an external broker (TOML config)",
+                       formatter_class=HelpFormatter)
+    verbosity(p)
     p.add_argument("--config", required=True, help="coordinator TOML file (see deploy/coordinator.toml)")
     p.set_defaults(func=_coordinator)

@@ -23,7 +23,7 @@ from edge_sdk.protocol.topics import Topics
 
 from coordinator.validation import MAX_SAMPLES, UpdateRejected
 
-__all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "COORDINATOR_ID"]
+__all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
@@ -57,6 +57,22 @@ class ReceivedUpdate:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class FleetProgress:
+    """What the fleet is waiting for, for a live display: devices registering before the
+    first round (``round`` -1), or the updates of round ``round``."""
+
+    round: int
+    done: int  # devices registered and online, or updates accepted (+ declined)
+    total: int  # devices wanted, or participants
+    bytes_up: int  # bytes received from the participants since the collection began
+    elapsed_s: float
+
+
+#: How often (seconds) the fleet calls its `on_progress` callback while it waits (and at every change).
+PROGRESS_EVERY_S = 0.5
+
+
 @dataclass
 class _Collection:
     round: int
@@ -70,10 +86,16 @@ class Fleet:
     """Registration, status and update collection over a `MessageLink`."""
 
     def __init__(self, link: MessageLink, topics: Topics,
-                 on_register: Callable[[DeviceRecord], None] | None = None) -> None:
+                 on_register: Callable[[DeviceRecord], None] | None = None,
+                 on_progress: Callable[[FleetProgress], None] | None = None) -> None:
         self.link = link
         self.topics = topics
         self.on_register = on_register
+        #: called while the fleet waits for devices or updates: when a device registers or
+        #: reports, and at least every PROGRESS_EVERY_S
+        self.on_progress = on_progress
+        self._progress_at = 0.0
+        self._progress_last: tuple[int, int, int] | None = None
         self.devices: dict[str, DeviceRecord] = {}
         #: (device, code, message) of the latest rejections; bounded, so a flood cannot exhaust memory.
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
@@ -121,10 +143,22 @@ class Fleet:
 
     def wait_for_devices(self, count: int, timeout: float) -> list[str]:
         """Block until `count` devices are registered and online (or timeout)."""
-        end = time.monotonic() + timeout
+        start = time.monotonic()
+        end = start + timeout
         while time.monotonic() < end and len(self.online()) < count:
+            self._progress(-1, len(self.online()), count, 0, start)
             self.pump(0.2)
+        self._progress(-1, len(self.online()), count, 0, start)
         return self.online()
+
+    def _progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float) -> None:
+        """Tell `on_progress` when ``done`` changed, else at most every PROGRESS_EVERY_S."""
+        now = time.monotonic()
+        if self.on_progress is None:
+            return
+        if (rnd, done, total) != self._progress_last or now - self._progress_at >= PROGRESS_EVERY_S:
+            self._progress_at, self._progress_last = now, (rnd, done, total)
+            self.on_progress(FleetProgress(rnd, done, total, bytes_up, now - start))
 
     def online(self) -> list[str]:
         """Ids of registered devices that are online, sorted."""
@@ -134,8 +168,15 @@ class Fleet:
                 check: Callable[[DeviceRecord, Update], None]) -> dict[str, ReceivedUpdate]:
         """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline."""
         self._collecting = _Collection(rnd, set(participants), check)
-        end = time.monotonic() + deadline_s
+        start = time.monotonic()
+        end = start + deadline_s
         connects = self.link.transport.connect_count
+        up_before = sum(self.devices[d].bytes_up for d in participants)
+
+        def progress() -> None:
+            col = self._collecting
+            self._progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
+                           sum(self.devices[d].bytes_up for d in participants) - up_before, start)
         try:
             while time.monotonic() < end:
                 col = self._collecting
@@ -151,7 +192,9 @@ class Fleet:
                                 rnd, len(waiting))
                     for device in waiting:
                         self._resend_plan(device)
+                progress()
                 self.pump(0.1)
+            progress()
             return dict(self._collecting.accepted)
         finally:
             self._collecting = None

@@ -42,7 +42,7 @@ from edge_sdk.models.spec import build_model, count_flops, count_params, validat
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 __all__ = ["BACKENDS", "DEFAULT_LEVELS", "MAX_RATIO", "PruneResult", "pruning_ratio", "parse_levels",
-           "round_to_level", "level_label", "capacity_level", "available_backends", "resolve_backend",
+           "round_to_level", "level_label", "describe_level", "capacity_level", "available_backends", "resolve_backend",
            "prune_spec", "derive_spec"]
 
 BACKENDS = ("nni", "torch-pruning")
@@ -93,6 +93,15 @@ def round_to_level(ratio: float, levels: tuple[float, ...] | None) -> float:
 def level_label(level: float) -> str:
     """The report label of a pruning level: ``p0.9``, ``p0`` for the dense model."""
     return f"p{round(level, 4):g}"
+
+
+def describe_level(label: str) -> str:
+    """A pruning level's label as a person reads it: ``p0.9`` -> ``90% pruned``, ``p0`` -> ``unpruned``."""
+    try:
+        level = float(label.removeprefix("p"))
+    except ValueError:
+        return label
+    return "unpruned" if level == 0 else f"{level:.0%} pruned"
 
 
 def capacity_level(gflops: float, f_lambda: float, levels: tuple[float, ...] | None) -> float:
@@ -171,7 +180,11 @@ def _prune_nni(model: nn.Module, names: list[str], ratio: float, dummy: torch.Te
     pruner = L1NormPruner(model, config)
     _, masks = pruner.compress()
     pruner.unwrap_model()
-    ModelSpeedup(model, dummy, masks, graph_module=torch.fx.symbolic_trace(model)).speedup_model()
+    # ModelSpeedup logs ~100 INFO lines per model to a logger it forces to INFO unless given one:
+    # ours shows them only at debug level (edgefl -vv)
+    chatter = logging.getLogger(f"{__name__}.nni_speedup")
+    chatter.setLevel(logging.DEBUG if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.WARNING)
+    ModelSpeedup(model, dummy, masks, graph_module=torch.fx.symbolic_trace(model), logger=chatter).speedup_model()
 
 
 def _prune_tp(model: nn.Module, names: list[str], ratio: float, dummy: torch.Tensor,

@@ -67,17 +67,19 @@ def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None) 
         return path.read_bytes(), diff
 
 
-def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> bool:
-    """Send ``message`` to one device, retained when asked and possible; True if retained."""
+def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> str | None:
+    """Send ``message`` to one device, retained when asked and possible; returns why it could
+    not be retained (None when it was, or was not asked to be)."""
+    why = None
     if retain:
         try:
             fleet.send(device_id, message, rnd, retain=True)
-            return True
+            return None
         except ValueError as exc:
-            log.warning("the %s model is not retained for %s: %s", message.label, device_id, exc)
+            why = str(exc)
     if fleet.devices[device_id].online:
         fleet.send(device_id, message, rnd)
-    return False
+    return why
 
 
 def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0,
@@ -108,14 +110,22 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
             continue
         message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
                         input_shape=input_shape)
-        reached = []
+        reached, unretained, reason = [], [], ""
         for device_id in devices:
             fleet.devices[device_id].last_ack = ""
-            retained = _send(fleet, device_id, message, rnd, retain)
+            why = _send(fleet, device_id, message, rnd, retain)
+            if why is not None:
+                unretained.append(device_id)
+                reason = why
             if fleet.devices[device_id].online:
                 reached.append(device_id)
-            elif retained:
+            elif retain and why is None:
                 left_for.append(device_id)
+        if unretained:  # one line per label, not one per device; a warning only if someone misses it
+            missed = [d for d in unretained if not fleet.devices[d].online]
+            log.log(logging.WARNING if missed else logging.INFO,
+                    "the %s model is not retained for %s (offline now: %s): %s", label,
+                    ", ".join(unretained), ", ".join(missed) or "none", reason)
         sent[label] = (len(data), diff, reached)
         log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d online devices, "
                  "retained=%s", label, len(data), diff, len(reached), retain)

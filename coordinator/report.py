@@ -6,7 +6,7 @@ import csv
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from coordinator.fleet import Fleet
@@ -58,6 +58,8 @@ class RunReport:
     models: dict[str, dict[str, int]] = field(default_factory=dict)
     rejections: list[dict[str, str]] = field(default_factory=list)  # the latest 10,000
     rejection_count: int = 0
+    #: "finished", or "interrupted" (Ctrl-C or an error): `rounds` holds the rounds finished before
+    status: str = "finished"
 
     def add_round(self, record: RoundRecord) -> None:
         self.rounds.append(record)
@@ -85,6 +87,7 @@ class RunReport:
         last = self.rounds[-1] if self.rounds else None
         return {
             "method": self.method,
+            "status": self.status,
             "config": self.config,
             "devices": self.devices,
             "rounds": self.rounds_as_dicts(),
@@ -99,8 +102,18 @@ class RunReport:
             },
         }
 
-    def write(self, out: Path, plots: bool = True) -> None:
-        """Write report.json, metrics.csv and (optionally) PNG plots into `out`."""
+    def write_outcome(self, out: Path, finished: bool, plots: bool = True,
+                      describe: Callable[[str], str] = str) -> None:
+        """At the end of a run, however it ended: write the report when the job finished or
+        finished at least one round (marked "interrupted" if it did not finish); else nothing."""
+        if not finished:
+            self.status = "interrupted"
+        if finished or self.rounds:
+            self.write(out, plots=plots, describe=describe)
+
+    def write(self, out: Path, plots: bool = True, describe: Callable[[str], str] = str) -> None:
+        """Write report.json, metrics.csv and (optionally) PNG plots into `out`; ``describe``
+        names a model label in the plots' legends (e.g. ``0.25`` -> ``width 0.25``)."""
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(self.to_dict(), indent=2))
         labels = sorted({k for r in self.rounds for k in r.accuracy})
@@ -112,20 +125,27 @@ class RunReport:
                 writer.writerow([r.round, *[r.accuracy.get(k, "") for k in labels], r.loss, r.bytes_down,
                                  r.bytes_up, round(r.seconds, 3), round(r.host_seconds, 3), len(r.participants)])
         if plots and self.rounds:
-            self._plot(out, labels)
+            self._plot(out, labels, describe)
 
-    def _plot(self, out: Path, labels: list[str]) -> None:
+    def _plot(self, out: Path, labels: list[str], describe: Callable[[str], str]) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
-        rounds = [r.round for r in self.rounds]
+        rounds = [r.round + 1 for r in self.rounds]  # counted from 1, as the console prints them
         fig, ax = plt.subplots(figsize=(6, 4))
         for label in labels:
-            ax.plot(rounds, [r.accuracy.get(label) for r in self.rounds], marker="o", label=label)
+            # markers on short runs, so that even one round shows as a visible point per label
+            ax.plot(rounds, [r.accuracy.get(label) for r in self.rounds], marker="o" if len(rounds) <= 30 else None,
+                    markersize=7 if len(rounds) == 1 else 4, label=describe(label))
         ax.set(xlabel="round", ylabel="test accuracy", title=f"{self.method}: accuracy per round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(rounds) == 1:
+            ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if labels:
+            ax.legend(loc="best")
         fig.tight_layout()
         fig.savefig(out / "accuracy.png", dpi=100)
         plt.close(fig)
@@ -133,7 +153,9 @@ class RunReport:
         ax.bar([x - 0.2 for x in rounds], [r.bytes_down / 1e6 for r in self.rounds], width=0.4, label="down")
         ax.bar([x + 0.2 for x in rounds], [r.bytes_up / 1e6 for r in self.rounds], width=0.4, label="up")
         ax.set(xlabel="round", ylabel="MQTT payload MB", title=f"{self.method}: bytes per round")
-        ax.legend()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, 1.2 * max(max(r.bytes_down, r.bytes_up) for r in self.rounds) / 1e6 or 1.0)
+        ax.legend(loc="upper center", ncol=2, frameon=False)  # in the headroom above the bars
         fig.tight_layout()
         fig.savefig(out / "bytes.png", dpi=100)
         plt.close(fig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -14,8 +15,9 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, FleetProgress
 from coordinator.report import RoundRecord, RunReport
+from coordinator.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 
@@ -70,8 +72,20 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
 
 
 def run_coordinator(config: CoordinatorConfig,
-                    on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-    """Serve rounds to whatever devices register, then write the report."""
+                    on_round: Callable[[RoundRecord], None] | None = None,
+                    on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport | None:
+    """Serve rounds to whatever devices register, then write the report.
+
+    Returns None, touching nothing, when the checkpoint says the job already finished. A
+    new job keeps an earlier job's report in ``out`` under a dated name. Ctrl-C writes the
+    report of the rounds finished so far (the checkpoint resumes the rest) and propagates.
+    """
+    checkpoint_dir = config.federation.checkpoint_dir
+    checkpoint = load_checkpoint(Path(checkpoint_dir)) if checkpoint_dir else None
+    if checkpoint is not None and checkpoint.round + 1 >= config.federation.rounds:
+        log.info("job %r finished its %d rounds already (checkpoint in %s)", config.job, checkpoint.round + 1,
+                 checkpoint_dir)
+        return None
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
     public = None
     if strategy_class(config.method).needs_public_data:
@@ -83,17 +97,32 @@ def run_coordinator(config: CoordinatorConfig,
         num_classes=dataset.num_classes, eval_data=EvalData(dataset.x_test, dataset.y_test),
         public_data=public, options=dict(config.options),
     ))
+    out = Path(config.out)
+    if checkpoint is None:
+        _keep_previous_report(out)
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
     transport = MqttTransport(config.transport)
     transport.connect()
+    finished = False
     try:
-        fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job))
+        fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress)
         fleet.start()
         strategy.run(fleet, report, on_round=on_round)
         transport.wait_published(10.0)
+        finished = True
     finally:
         transport.close()
-    report.write(Path(config.out))
+        report.write_outcome(out, finished, describe=strategy.describe_label)
     return report
+
+
+def _keep_previous_report(out: Path) -> None:
+    """A new job does not overwrite an earlier job's report: it is renamed after its time."""
+    previous = out / "report.json"
+    if previous.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(previous.stat().st_mtime))
+        kept = out / f"report-{stamp}.json"
+        previous.rename(kept)
+        log.warning("an earlier job's report.json is kept as %s", kept)

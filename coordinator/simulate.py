@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,12 +24,12 @@ from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
 from edge_sdk.profiling import DeviceProfile, load_profile
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.throttle import Throttle
+from edge_sdk.throttle import MODES, Throttle
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.broker import EmbeddedBroker
-from coordinator.fleet import Fleet
+from coordinator.fleet import Fleet, FleetProgress
 from coordinator.report import RoundRecord, RunReport
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
@@ -66,6 +67,18 @@ class SimulationConfig:
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
+
+    def __post_init__(self) -> None:
+        for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.throttle not in MODES:
+            raise ValueError(f"throttle must be one of {', '.join(MODES)}, got {self.throttle!r}")
+        if not self.profiles:
+            raise ValueError("profiles must name at least one device profile")
+        if not 0 <= self.public_fraction < 1:
+            raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
 
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
@@ -123,41 +136,60 @@ def _device_threads(config: SimulationConfig, url: str, dataset: ImageDataset, p
 
 
 def run_simulation(config: SimulationConfig,
-                   on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-    """Run the job, write its report into `config.out`, and return the report."""
+                   on_round: Callable[[RoundRecord], None] | None = None,
+                   on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport:
+    """Run the job, write its report into `config.out`, and return the report.
+
+    Ctrl-C (KeyboardInterrupt) stops the devices (training stops after its current step) and
+    the broker, writes the report of the rounds finished so far, then propagates.
+    """
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
     profiles = [load_profile(config.profiles[i % len(config.profiles)]) for i in range(config.clients)]
-    out = Path(config.out)
+    private, public = split_public(config, dataset)
+    strategy = build_strategy(config, dataset, public)
     broker = None if config.broker_url else EmbeddedBroker()
-    if broker is not None:
-        broker.start()
-    url = config.broker_url or broker.url
+    report: RunReport | None = None
+    devices: list[tuple[DeviceClient, threading.Thread]] = []
+    finished = False
     try:
-        private, public = split_public(config, dataset)
-        strategy = build_strategy(config, dataset, public)
+        if broker is not None:
+            broker.start()
+        url = config.broker_url or broker.url
         report = RunReport(method=config.method, config=_config_dict(config, strategy, url))
         transport = MqttTransport(TransportConfig(url=url, client_id=f"{config.job}-coordinator"))
         transport.connect()
         try:
-            fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job))
+            fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress)
             fleet.start()
             devices = _device_threads(config, url, dataset, private, profiles)
             for _, thread in devices:
                 thread.start()
             strategy.run(fleet, report, on_round=on_round)
             transport.wait_published(10.0)
-            for client, thread in devices:
-                thread.join(timeout=30.0)
-                if thread.is_alive():
-                    client.stop()
-                    log.warning("device %s did not stop in time", thread.name)
+            finished = True
         finally:
+            _stop_devices(devices, wait_s=30.0 if finished else 0.0)
             transport.close()
     finally:
         if broker is not None:
             broker.stop()
-    report.write(out, plots=config.plots)
+        if report is not None:
+            report.write_outcome(Path(config.out), finished, plots=config.plots, describe=strategy.describe_label)
     return report
+
+
+def _stop_devices(devices: list[tuple[DeviceClient, threading.Thread]], wait_s: float) -> None:
+    """Give the device threads ``wait_s`` to end (they stop when the coordinator says so), then
+    stop the rest: training stops after its current step, so no thread is left inside torch."""
+    end = time.monotonic() + wait_s
+    for client, thread in devices:
+        thread.join(timeout=max(0.0, end - time.monotonic()))
+        if thread.is_alive():
+            client.stop()
+    for client, thread in devices:
+        thread.join(timeout=10.0)
+        if thread.is_alive():
+            log.warning("device %s did not stop in time", thread.name)
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:

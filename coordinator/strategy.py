@@ -48,8 +48,21 @@ class FederationConfig:
     publish_every: int = 0
 
     def __post_init__(self) -> None:
-        if type(self.publish_every) is not int or self.publish_every < 0:
-            raise ValueError(f"publish_every must be an int >= 0, got {self.publish_every!r}")
+        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        k = self.devices_per_round
+        if k is not None and (type(k) is not int or k < 1):
+            raise ValueError(f"devices_per_round must be an integer >= 1 (or absent: every device), got {k!r}")
+        if not (isinstance(self.quorum, (int, float)) and 0 < self.quorum <= 1):
+            raise ValueError(f"quorum must be a fraction in (0, 1], got {self.quorum!r}")
+        for name in ("round_deadline_s", "register_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if type(self.seed) is not int:
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,12 @@ class Strategy(ABC):
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
         """Restore what `state_tensors` returned."""
 
+    @classmethod
+    def describe_label(cls, label: str) -> str:
+        """How a person reads ``label`` in output and plots (e.g. ``width 0.25``); the report
+        keeps the label itself."""
+        return label
+
     def method_config(self) -> dict[str, Any]:
         """Method-specific settings for the report."""
         return {}
@@ -161,16 +180,19 @@ class Strategy(ABC):
                 raise TimeoutError(f"only {len(online)} of {self.config.min_devices} devices registered "
                                    f"within {self.config.register_timeout_s} s")
         every = self.config.publish_every
-        for rnd in range(start, self.config.rounds):
-            record = self._round(fleet, rnd)
-            report.add_round(record)
-            self._checkpoint(rnd, report)
-            if on_round is not None:
-                on_round(record)
-            if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
-                self._publish(fleet, rnd)  # an interim model
-        if self.config.rounds > 0:
-            self._publish(fleet, self.config.rounds - 1)
+        try:
+            for rnd in range(start, self.config.rounds):
+                record = self._round(fleet, rnd)
+                report.add_round(record)
+                self._checkpoint(rnd, report)
+                if on_round is not None:
+                    on_round(record)
+                if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
+                    self._publish(fleet, rnd)  # an interim model
+        except BaseException:  # Ctrl-C or an error: the report of the finished rounds names the devices
+            report.finish(fleet, self.model_params(), self.payload_bytes)
+            raise
+        self._publish(fleet, self.config.rounds - 1)
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report

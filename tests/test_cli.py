@@ -78,17 +78,20 @@ def test_real_fleet_from_toml_configs(tmp_path, broker):
         c_out, c_err = client.communicate(timeout=60)
         assert client.returncode == 0, c_err
         assert "training finished" in c_out
+        assert "round 1: trained fedavg global" in c_out and "round 2: trained fedavg global" in c_out, c_out
+    assert "round 2/2: accuracy global" in out and "done after 2 rounds" in out, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [r["round"] for r in report["rounds"]] == [0, 1]
     assert report["final"]["accuracy"]["global"] >= 0.85
     assert sorted(d["id"] for d in report["devices"]) == ["pi0", "pi1"]
     assert (tmp_path / "checkpoint" / "checkpoint.msgpack").exists()
 
-    # Restarted with the same checkpoint, the coordinator has nothing left to do and
-    # keeps the history: no completed round is lost or run twice.
+    # Restarted with the same checkpoint, the coordinator has nothing left to do, says so and
+    # leaves the finished report as it was: no round, device or figure is lost or run twice.
+    written = (tmp_path / "report" / "report.json").read_bytes()
     again = subprocess.run(EDGEFL + ["coordinator", "--config", str(coordinator_toml)],
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
-    resumed = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert [r["round"] for r in resumed["rounds"]] == [0, 1]
-    assert resumed["rounds"] == report["rounds"]
+    assert "already finished its 2 rounds" in again.stdout, again.stdout
+    assert (tmp_path / "report" / "report.json").read_bytes() == written
+    assert sorted(p.name for p in (tmp_path / "report").iterdir() if p.suffix == ".json") == ["report.json"]

@@ -23,7 +23,7 @@ from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.model_store import MAX_MODEL_BYTES, ModelRejected, read_model_info, save_model
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Envelope, Error, Model, Register, decode_envelope, encode_envelope
+from edge_sdk.protocol.messages import Envelope, Error, Model, Register, decode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig

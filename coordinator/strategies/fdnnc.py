@@ -137,6 +137,10 @@ class Fdnnc(Strategy):
 
     name = "fdnnc"
 
+    @classmethod
+    def describe_label(cls, label: str) -> str:
+        return {BIG: "big (dense)", SMALL: "small (low-rank)"}.get(label, label)
+
     def __init__(self, config: FederationConfig, options: FdnncOptions, dense_spec: dict,
                  eval_data: EvalData | None = None) -> None:
         super().__init__(config, eval_data)

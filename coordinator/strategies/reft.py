@@ -31,7 +31,7 @@ from edge_sdk.training import evaluate
 
 from coordinator.distillation import DistillConfig, DistillResult, distill, ensemble_logits
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, level_label,
+from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -155,6 +155,10 @@ class Reft(Strategy):
 
     name = "reft"
     needs_public_data = True
+
+    @classmethod
+    def describe_label(cls, label: str) -> str:
+        return describe_level(label)
 
     def __init__(self, config: FederationConfig, options: ReftOptions, spec: dict, public_x: np.ndarray,
                  eval_data: EvalData | None = None) -> None:

@@ -22,7 +22,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import evaluate
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level,
+from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
 from coordinator.strategies.reft import option_choice, option_float, option_levels, parse_options
@@ -65,6 +65,10 @@ class StaticPrune(Strategy):
     """FedAvg on one model pruned to what the weakest device affords."""
 
     name = "static-prune"
+
+    @classmethod
+    def describe_label(cls, label: str) -> str:
+        return describe_level(label)
 
     def __init__(self, config: FederationConfig, options: StaticPruneOptions, spec: dict,
                  eval_data: EvalData | None = None) -> None:

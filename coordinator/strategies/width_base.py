@@ -35,6 +35,10 @@ class WidthStrategy(Strategy):
     export_dir: str | None = None  # where to export every width after the run
     exported: dict[str, dict[str, Any]] | None = None
 
+    @classmethod
+    def describe_label(cls, label: str) -> str:
+        return label if label == "global" else f"width {label}"
+
     @abstractmethod
     def loaded_model(self, label: str) -> torch.nn.Module:
         """The width-``label`` network holding the current global tensors."""

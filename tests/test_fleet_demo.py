@@ -106,7 +106,9 @@ def test_the_demo_broker_is_the_home_servers(demo):
 def test_ctrl_c_stops_every_process(demo):
     folder = demo[0]  # a second run in the same folder replaces the first
     proc = subprocess.Popen(["bash", SCRIPT, folder], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=_env(), start_new_session=True)
+                            text=True, env=_env(), start_new_session=True,
+                            # as in a terminal, even when the suite runs as a background job (SIGINT ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while not any("coordinator --config" in p for p in _processes_in(folder)):

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -53,11 +54,34 @@ def bundle(tmp_path_factory) -> Path:
     return out
 
 
+def _venv_seeing_our_packages(root: Path) -> Path:
+    """The staged venv, made beforehand so that it sees torch & co. from this interpreter's
+    site-packages, as `--system-site-packages` lets a Jetson's venv see NVIDIA's torch. (Made
+    by install.sh from inside a venv, `--system-site-packages` would see the base
+    interpreter's packages instead, which have no torch.)"""
+    venv = root / "opt" / "edgefl" / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (site / "_test_runner_packages.pth").write_text("\n".join(sorted(ours)) + "\n")
+    return venv
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, wheel):
     root = tmp_path_factory.mktemp("root")
-    first = _run("--root", root, "--source", wheel, "--torch", "skip", "--system-site-packages")
+    _venv_seeing_our_packages(root)
+    first = _run("--root", root, "--source", wheel, "--torch", "skip")
     return root, first
+
+
+def test_a_missing_venv_is_created_and_a_missing_torch_is_a_clear_error(tmp_path, wheel):
+    proc = _run("--root", tmp_path, "--source", wheel, "--torch", "skip", env={"EDGEFL_PYTHON": sys.base_prefix
+                                                                               + "/bin/python3"}, check=False)
+    assert "created virtual environment /opt/edgefl/venv" in proc.stdout, proc.stdout + proc.stderr
+    if proc.returncode != 0:  # the base interpreter has no torch (the usual case): one line says why
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "the edge SDK does not import: ModuleNotFoundError: No module named 'torch'" in proc.stderr
 
 
 def _mode(path: Path) -> int:

@@ -24,6 +24,10 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_them():
     # CI may spell pip as `python -m pip`, nothing else differs
     assert install.replace("pip install", "python -m pip install", 1) in ci_lines
     assert test in ci_lines
+    # ...inside the fresh virtual environment the README asks for, made before them
+    venv = re.search(r"fresh virtual\s+environment \(`([^`]+)`\)", (ROOT / "README.md").read_text()).group(1)
+    assert venv in ci_lines
+    assert ci_lines.index(venv) < ci_lines.index(test)
 
 
 def test_readme_simulate_example_uses_real_options():

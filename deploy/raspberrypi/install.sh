@@ -168,13 +168,13 @@ install_venv() {
     if [ "$WITH_ORT" = 1 ]; then
         "${pip[@]}" onnxruntime
     fi
-    local rc=0
-    "$VENV/bin/python" -c 'import torch, edge_sdk.client' || rc=$?
+    local rc=0 why
+    why=$("$VENV/bin/python" -c 'import torch, edge_sdk.client' 2>&1) || rc=$?
     if [ "$rc" = 132 ]; then
         die "torch dies with 'Illegal instruction' on this CPU (ARMv8.0, e.g. Pi 3/4)." \
             "Use --torch 'torch==2.9.1', or torch>=2.11 from --torch-index https://download.pytorch.org/whl/cpu"
     elif [ "$rc" != 0 ]; then
-        die "the edge SDK does not import (exit $rc); see docs/deploy.md, Troubleshooting"
+        die "the edge SDK does not import: ${why##*$'\n'}; see docs/deploy.md, Troubleshooting"
     fi
     [ -x "$VENV/bin/edgefl" ] || die "pip did not install the edgefl command"
     echo "$wanted" > "$marker"

@@ -64,9 +64,11 @@ class Display:
     def round(self, record: Any) -> None:
         self.done += 1
         self._round_started = time.monotonic()
+        evaluated = (f"accuracy {_accuracies(record.accuracy, self.describe)}  loss {record.loss:.3f}"
+                     if record.accuracy else "not evaluated")
         self.console.print(
-            f"round {record.round + 1}/{self.rounds}: accuracy {_accuracies(record.accuracy, self.describe)}"
-            f"  loss {record.loss:.3f}  {len(record.participants)} devices  down {size(record.bytes_down)}"
+            f"round {record.round + 1}/{self.rounds}: {evaluated}"
+            f"  {len(record.participants)} devices  down {size(record.bytes_down)}"
             f"  up {size(record.bytes_up)}  {record.seconds:.1f} s on the devices ({record.host_seconds:.1f} s here)",
             soft_wrap=True)
 
@@ -125,6 +127,7 @@ def _simulate(args: argparse.Namespace) -> int:
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr),
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=_flag_options(args), publish_every=args.publish_every,
+        devices_per_round=args.devices_per_round, eval_every=args.eval_every,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
@@ -159,6 +162,10 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
     p.add_argument("--partition", default="iid", help="how data is split over devices: iid | shards:K (K classes "
                                                       "per device) | dirichlet:ALPHA")
+    p.add_argument("--devices-per-round", type=_at_least(1), metavar="K",
+                   help="sample K of the devices each round, as the papers do (default: every device)")
+    p.add_argument("--eval-every", type=_at_least(1), default=1, metavar="N",
+                   help="evaluate on the test set after every N rounds; the last round always")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")

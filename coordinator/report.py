@@ -16,11 +16,12 @@ __all__ = ["RoundRecord", "RunReport", "merge_stages"]
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """One round's outcome. `seconds` is simulated wall-clock on the profiled devices."""
+    """One round's outcome. `seconds` is simulated wall-clock on the profiled devices;
+    `accuracy` is empty and `loss` None in a round that was not evaluated (`eval_every`)."""
 
     round: int
     accuracy: dict[str, float]
-    loss: float
+    loss: float | None
     bytes_down: int
     bytes_up: int
     seconds: float
@@ -83,8 +84,12 @@ class RunReport:
         self.rejections = [{"device": d, "code": c, "message": m} for d, c, m in fleet.rejections]
         self.rejection_count = fleet.rejection_count
 
+    def last_evaluated(self) -> RoundRecord | None:
+        """The latest round that was evaluated (the last one, unless the job was interrupted)."""
+        return next((r for r in reversed(self.rounds) if r.accuracy), None)
+
     def to_dict(self) -> dict[str, Any]:
-        last = self.rounds[-1] if self.rounds else None
+        last = self.last_evaluated()
         return {
             "method": self.method,
             "status": self.status,
@@ -96,6 +101,7 @@ class RunReport:
             "rejection_count": self.rejection_count,
             "final": {
                 "accuracy": dict(last.accuracy) if last else {},
+                "evaluated_round": last.round if last else None,
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),
                 "bytes_up_total": sum(r.bytes_up for r in self.rounds),
                 "seconds_total": sum(r.seconds for r in self.rounds),
@@ -122,7 +128,8 @@ class RunReport:
             writer.writerow(["round", *[f"accuracy_{k}" for k in labels], "loss", "bytes_down",
                              "bytes_up", "seconds", "host_seconds", "participants"])
             for r in self.rounds:
-                writer.writerow([r.round, *[r.accuracy.get(k, "") for k in labels], r.loss, r.bytes_down,
+                writer.writerow([r.round, *[r.accuracy.get(k, "") for k in labels],
+                                 "" if r.loss is None else r.loss, r.bytes_down,
                                  r.bytes_up, round(r.seconds, 3), round(r.host_seconds, 3), len(r.participants)])
         if plots and self.rounds:
             self._plot(out, labels, describe)
@@ -136,9 +143,10 @@ class RunReport:
         rounds = [r.round + 1 for r in self.rounds]  # counted from 1, as the console prints them
         fig, ax = plt.subplots(figsize=(6, 4))
         for label in labels:
+            points = [(r.round + 1, r.accuracy[label]) for r in self.rounds if label in r.accuracy]
             # markers on short runs, so that even one round shows as a visible point per label
-            ax.plot(rounds, [r.accuracy.get(label) for r in self.rounds], marker="o" if len(rounds) <= 30 else None,
-                    markersize=7 if len(rounds) == 1 else 4, label=describe(label))
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o" if len(points) <= 30 else None,
+                    markersize=7 if len(points) == 1 else 4, label=describe(label))
         ax.set(xlabel="round", ylabel="test accuracy", title=f"{self.method}: accuracy per round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if len(rounds) == 1:

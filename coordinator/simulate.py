@@ -67,12 +67,17 @@ class SimulationConfig:
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
+    devices_per_round: int | None = None  # sample this many devices per round (None: all), as the papers do
+    eval_every: int = 1  # evaluate after every this many rounds; the last round always
 
     def __post_init__(self) -> None:
-        for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0)):
+        for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        k = self.devices_per_round
+        if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
+            raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
         if self.throttle not in MODES:
             raise ValueError(f"throttle must be one of {', '.join(MODES)}, got {self.throttle!r}")
         if not self.profiles:
@@ -88,6 +93,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
         rounds=config.rounds, min_devices=config.clients, quorum=0.5,
         round_deadline_s=config.round_deadline_s, seed=config.seed, train=config.train,
         checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
+        devices_per_round=config.devices_per_round, eval_every=config.eval_every,
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,

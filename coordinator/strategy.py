@@ -46,9 +46,11 @@ class FederationConfig:
     retain_models: bool = True
     #: also publish after every this many rounds (0: only after the last), for long jobs
     publish_every: int = 0
+    #: evaluate on the held-out data after every this many rounds; the last round always does
+    eval_every: int = 1
 
     def __post_init__(self) -> None:
-        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0)):
+        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -215,6 +217,10 @@ class Strategy(ABC):
     def begin_stage(self, rnd: int, stage: Any) -> None:
         """Called before each stage of round ``rnd`` (e.g. to choose who trains in it)."""
 
+    def evaluates(self, rnd: int) -> bool:
+        """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""
+        return (rnd + 1) % self.config.eval_every == 0 or rnd + 1 == self.config.rounds
+
     def _round(self, fleet: Fleet, rnd: int) -> RoundRecord:
         if not fleet.online():  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
             fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
@@ -245,7 +251,10 @@ class Strategy(ABC):
         else:
             log.warning("round %d: %d of %d updates, below quorum %d; model unchanged",
                         rnd, len(updates), len(participants), needed)
-        accuracy, loss = self.evaluate(rnd)
+        accuracy: dict[str, float] = {}
+        loss: float | None = None
+        if self.evaluates(rnd):
+            accuracy, loss = self.evaluate(rnd)
         up = sum(u.nbytes for u in updates.values())
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,

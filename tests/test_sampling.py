@@ -1,0 +1,44 @@
+"""The papers' protocol in simulation: K of N devices per round and evaluation every N rounds
+(the last round always), so that a long job's time goes to training."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.strategy import FederationConfig
+from edge_sdk.training import TrainConfig
+
+
+def test_k_devices_per_round_and_evaluation_every_second_round(tmp_path, broker) -> None:
+    config = SimulationConfig(
+        method="fedavg", clients=5, rounds=3, devices_per_round=2, eval_every=2, dataset="digits",
+        model="mlp", out=str(tmp_path), broker_url=broker.url, job="sampling", plots=True,
+        train=TrainConfig(epochs=1, batch_size=32, lr=0.05),
+    )
+    report = run_simulation(config)
+    assert [len(r.participants) for r in report.rounds] == [2, 2, 2]
+    assert len({tuple(r.participants) for r in report.rounds}) > 1  # sampled anew each round
+    assert [bool(r.accuracy) for r in report.rounds] == [False, True, True]  # round 2, and the last
+    assert report.rounds[0].loss is None and report.rounds[2].loss is not None
+    final = report.to_dict()["final"]
+    assert final["evaluated_round"] == 2 and final["accuracy"]["global"] > 0.5
+    csv_rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert csv_rows[1].split(",")[1:3] == ["", ""]  # round 1: no accuracy, no loss
+    assert (tmp_path / "accuracy.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"devices_per_round": 5}, "devices_per_round must be an integer in 1..clients (4)"),
+    ({"devices_per_round": 0}, "devices_per_round"),
+    ({"eval_every": 0}, "eval_every must be an integer >= 1"),
+])
+def test_impossible_sampling_settings_are_rejected(kw, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        SimulationConfig(clients=4, **kw)
+
+
+def test_the_coordinator_config_takes_eval_every() -> None:
+    assert FederationConfig(eval_every=5).eval_every == 5
+    with pytest.raises(ValueError, match="eval_every"):
+        FederationConfig(eval_every=1.5)

@@ -127,7 +127,7 @@ def _simulate(args: argparse.Namespace) -> int:
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr),
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=_flag_options(args), publish_every=args.publish_every,
-        devices_per_round=args.devices_per_round, eval_every=args.eval_every,
+        devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
@@ -166,6 +166,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="sample K of the devices each round, as the papers do (default: every device)")
     p.add_argument("--eval-every", type=_at_least(1), default=1, metavar="N",
                    help="evaluate on the test set after every N rounds; the last round always")
+    p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
+                   help="where simulated devices train: cpu, cuda, cuda:N or auto; their profiled speed "
+                        "is still what the report's seconds count")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")

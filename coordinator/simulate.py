@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
@@ -69,6 +70,7 @@ class SimulationConfig:
     publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
     devices_per_round: int | None = None  # sample this many devices per round (None: all), as the papers do
     eval_every: int = 1  # evaluate after every this many rounds; the last round always
+    sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
 
     def __post_init__(self) -> None:
         for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
@@ -78,6 +80,7 @@ class SimulationConfig:
         k = self.devices_per_round
         if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
             raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
+        resolve_device(self.sim_device)
         if self.throttle not in MODES:
             raise ValueError(f"throttle must be one of {', '.join(MODES)}, got {self.throttle!r}")
         if not self.profiles:
@@ -121,20 +124,28 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
     return private, dataset.x_train[np.sort(public)]
 
 
+def compute_slot() -> threading.Lock | None:
+    """What the simulated devices of one process share so that one trains at a time, with all
+    of torch's threads (DeviceContext.compute_slot); bench/bench_sim.py compares with None."""
+    return threading.Lock()
+
+
 def _device_threads(config: SimulationConfig, url: str, dataset: ImageDataset, private: np.ndarray,
                     profiles: list[DeviceProfile]) -> list[tuple[DeviceClient, threading.Thread]]:
     shards = [private[s] for s in partition(dataset.y_train[private], config.clients, config.partition,
                                             seed=config.seed)]
     devices = []
+    slot = compute_slot()
     for i, (shard, profile) in enumerate(zip(shards, profiles)):
         device_id = f"dev{i:03d}"
         client = DeviceClient(
             ClientConfig(device_id=device_id, transport=TransportConfig(url=url, client_id=f"{config.job}-{device_id}"),
                          job=config.job, link=config.link, register_retry_s=2.0, seed=config.seed + i,
-                         state_dir=str(Path(config.out) / "devices" / device_id)),
+                         state_dir=str(Path(config.out) / "devices" / device_id), device=config.sim_device),
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
             profile,
             Throttle(profile, mode=config.throttle),
+            compute_slot=slot,
         )
         thread = threading.Thread(target=client.run, name=device_id, daemon=True)
         devices.append((client, thread))

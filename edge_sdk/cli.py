@@ -80,10 +80,14 @@ def _profile(args: argparse.Namespace) -> int:
     if args.config is not None and args.name == "this-device":
         from edge_sdk.config import read_toml
         args.name = str(read_toml(args.config).get("device_id", args.name))
+    if args.device is None:  # the device the client will train on
+        from edge_sdk.config import read_toml
+        from edge_sdk.device_config import training_device
+        args.device = training_device(read_toml(args.config)) if args.config is not None else "auto"
     transport = _profile_transport(args)
     try:
         profile = measure_device(name=args.name, seconds=args.seconds, transport=transport,
-                                 topic=f"edgefl/profile/{args.name}" if transport else None)
+                                 topic=f"edgefl/profile/{args.name}" if transport else None, device=args.device)
     finally:
         if transport is not None:
             transport.close()
@@ -104,6 +108,7 @@ def _client(args: argparse.Namespace) -> int:
               f"loss {r.loss:.3f}; got {r.bytes_down / 1e6:.2f} MB, sent {r.bytes_up / 1e6:.2f} MB", flush=True)
     client.on_round = said
     print(f"device {client.config.device_id} ({client.profile.name}, {client.profile.gflops:.1f} GFLOPS, "
+          f"training on {client.torch_device}, "
           f"{len(client.data)} samples) joining job {client.config.job!r} on {client.config.transport.url}",
           flush=True)
     reason = client.run()
@@ -157,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="this-device",
                    help="profile name ([A-Za-z0-9_.-]); with --config, the config's device_id")
     p.add_argument("--seconds", type=float, default=1.0, help="time per micro-benchmark")
+    p.add_argument("--device", help="the torch device to measure, the one training will use: auto (a CUDA GPU "
+                                    "when torch sees one, else the CPU), cpu, cuda, cuda:N (default: the "
+                                    "config's [device] device, else auto)")
     p.add_argument("--config", help="client TOML whose [broker] table (URL, username, password_file, ca_file) "
                                     "to measure bandwidth over")
     p.add_argument("--broker", help="mqtt[s]://host:port to also measure bandwidth to the broker")

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
@@ -50,6 +51,8 @@ class ClientConfig:
     register_retry_s: float = 5.0
     seed: int = 0
     schedule: SchedulePolicy = field(default_factory=SchedulePolicy)
+    #: where local training runs: auto (a CUDA GPU when torch sees one), cpu, cuda or cuda:N
+    device: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,11 @@ class DeviceClient:
 
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
                  throttle: Throttle | None = None,
-                 on_round: Callable[[RoundTrained], None] | None = None) -> None:
+                 on_round: Callable[[RoundTrained], None] | None = None,
+                 compute_slot: threading.Lock | None = None) -> None:
         self.config = config
+        self.torch_device = resolve_device(config.device)
+        self.compute_slot = compute_slot  # shared by simulated devices of one process (DeviceContext)
         self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data
         self.profile = profile
@@ -231,7 +237,7 @@ class DeviceClient:
         ctx = DeviceContext(
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
-            throttle=self.throttle, stop=self._stop,
+            throttle=self.throttle, stop=self._stop, device=self.torch_device, compute_slot=self.compute_slot,
         )
         started = time.monotonic()
         try:

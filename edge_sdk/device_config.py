@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import read_toml, section, transport_from_toml
 from edge_sdk.data import load_dataset
@@ -15,12 +16,12 @@ from edge_sdk.partition import partition
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
 
-__all__ = ["client_from_toml", "local_data_from_toml"]
+__all__ = ["client_from_toml", "local_data_from_toml", "training_device"]
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
              "schedule"}
 _DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
-_DEVICE_KEYS = {"profile", "measure_seconds"}
+_DEVICE_KEYS = {"profile", "measure_seconds", "device"}
 _LINK_KEYS = {"chunk_size", "transfer_dtype"}
 
 
@@ -44,11 +45,19 @@ def local_data_from_toml(config: dict) -> LocalData:
     return LocalData(np.ascontiguousarray(x), np.ascontiguousarray(y), dataset.num_classes)
 
 
+def training_device(config: dict) -> str:
+    """`[device] device`: where local training runs (auto, cpu, cuda, cuda:N); default auto."""
+    name = section(config, "device", _DEVICE_KEYS).get("device", "auto")
+    resolve_device(name)  # a one-line error now rather than at the first round
+    return name
+
+
 def _profile(config: dict, device_id: str) -> DeviceProfile:
     device = section(config, "device", _DEVICE_KEYS)
     choice = device.get("profile", "measure")
-    if choice == "measure":
-        return measure_device(name=device_id, seconds=float(device.get("measure_seconds", 1.0)))
+    if choice == "measure":  # the device training will use
+        return measure_device(name=device_id, seconds=float(device.get("measure_seconds", 1.0)),
+                              device=training_device(config))
     return load_profile(choice)
 
 
@@ -72,5 +81,6 @@ def client_from_toml(path: str | Path) -> DeviceClient:
         heartbeat_s=float(config.get("heartbeat_s", 30.0)),
         seed=int(config.get("seed", 0)),
         schedule=SchedulePolicy.from_dict(section(config, "schedule", set(SchedulePolicy.KEYS))),
+        device=training_device(config),
     )
     return DeviceClient(client_config, local_data_from_toml(config), _profile(config, device_id))

@@ -293,14 +293,16 @@ def measure_device(name: str = "this-device", seconds: float = 1.0, transport: A
                    topic: str | None = None, device: str = "auto") -> DeviceProfile:
     """Measure this machine into a :class:`DeviceProfile` (``measured=True``).
 
-    ``device="auto"`` benchmarks CUDA when available, else the CPU. Bandwidth is
+    ``device`` is the one training will use (``auto``: CUDA when torch sees a GPU, else the
+    CPU; see :func:`edge_sdk.accelerator.resolve_device`). Bandwidth is
     measured via ``transport`` (on ``topic``, default ``edgefl/bw/<name>``); without a
     transport both link speeds are :data:`NOMINAL_MBPS` with source "not measured".
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ValueError(f"profile name {name!r} invalid: need 1-64 chars of [A-Za-z0-9_.-]")
-    dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    detail = measure_flops_detail(seconds=seconds, device=dev)
+    from edge_sdk.accelerator import resolve_device
+
+    detail = measure_flops_detail(seconds=seconds, device=str(resolve_device(device)))
     sources = {
         "gflops": (f"measured: conv2d fwd+bwd {detail['conv_shape']} batch {detail['conv_batch']}, "
                    f"{detail['dtype']} on {detail['device']}, {detail['threads']} threads, "

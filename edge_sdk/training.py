@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate"]
+__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
+           "on_device"]
 
 _OPTIMIZERS = ("sgd", "adam")
 
@@ -138,6 +139,21 @@ def _device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+@contextlib.contextmanager
+def on_device(model: nn.Module, device: torch.device | str | None) -> Iterator[torch.device]:
+    """Move ``model`` (in place) to ``device`` for the block, then back where it was, so that
+    what follows (``state_to_numpy``, the wire) finds it on the CPU. ``None``: leave it."""
+    home = _device(model)
+    target = home if device is None else torch.device(device)
+    if target != home:
+        model.to(target)
+    try:
+        yield target
+    finally:
+        if target != home:
+            model.to(home)
+
+
 def _check_labels(logits: torch.Tensor, y: torch.Tensor) -> None:
     if logits.ndim != 2:
         raise ValueError(f"model must output (N, classes) logits, got shape {tuple(logits.shape)}")
@@ -148,13 +164,15 @@ def _check_labels(logits: torch.Tensor, y: torch.Tensor) -> None:
 
 def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
                 seed: int = 0, regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
-                on_step: Callable[[int], None] | None = None) -> TrainResult:
+                on_step: Callable[[int], None] | None = None,
+                device: torch.device | str | None = None) -> TrainResult:
     """Train ``model`` in place on ``(x, y)`` with cross-entropy (+ ``regularizer(model)``).
 
-    ``on_step(step)`` is called after every optimizer step (1-based); an exception
-    it raises aborts training and propagates. The model's train/eval mode is
-    restored afterwards. Raises NonFiniteLossError before applying a step whose
-    loss is NaN/inf, ValueError for bad data.
+    On ``device`` (e.g. ``cuda``) the model, the data and the optimizer state live there while
+    training; the model is moved back where it was afterwards. ``on_step(step)`` is called
+    after every optimizer step (1-based); an exception it raises aborts training and
+    propagates. The model's train/eval mode is restored afterwards. Raises
+    NonFiniteLossError before applying a step whose loss is NaN/inf, ValueError for bad data.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -167,14 +185,16 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
             params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     else:
         opt = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    device, n, was_training = _device(model), len(xt), model.training
+    n, was_training = len(xt), model.training
     gen = torch.Generator().manual_seed(seed)
     steps = samples = 0
     loss_sum = 0.0
     start = time.perf_counter()
     model.train()
     try:
-        with _threads(config.threads), torch.random.fork_rng(devices=[]):
+        with (on_device(model, device) as dev, _threads(config.threads),
+              torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])):
+            xt, yt = xt.to(dev), yt.to(dev)  # a device's shard is small: copied once, not per batch
             torch.manual_seed(seed)
             for epoch in range(config.epochs):
                 if config.max_steps is not None and steps >= config.max_steps:
@@ -183,8 +203,8 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                 for i in range(0, n, config.batch_size):
                     if config.max_steps is not None and steps >= config.max_steps:
                         break
-                    idx = order[i:i + config.batch_size]
-                    xb, yb = xt[idx].to(device), yt[idx].to(device)
+                    idx = order[i:i + config.batch_size].to(dev)
+                    xb, yb = xt[idx], yt[idx]
                     logits = model(xb)
                     if steps == 0:
                         _check_labels(logits, yb)
@@ -208,19 +228,20 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                        seconds=time.perf_counter() - start)
 
 
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray,
-             batch_size: int = 512) -> tuple[float, float]:
-    """``(accuracy in [0, 1], mean cross-entropy)`` in eval mode without gradients."""
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 512,
+             device: torch.device | str | None = None) -> tuple[float, float]:
+    """``(accuracy in [0, 1], mean cross-entropy)`` in eval mode without gradients, on
+    ``device`` if given (the model is moved back afterwards)."""
     if type(batch_size) is not int or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     xt, yt = _tensors(model, x, y)
-    device, was_training = _device(model), model.training
+    was_training = model.training
     correct, loss_sum = 0, 0.0
     model.eval()
     try:
-        with torch.no_grad():
+        with on_device(model, device) as dev, torch.no_grad():
             for i in range(0, len(xt), batch_size):
-                xb, yb = xt[i:i + batch_size].to(device), yt[i:i + batch_size].to(device)
+                xb, yb = xt[i:i + batch_size].to(dev), yt[i:i + batch_size].to(dev)
                 logits = model(xb)
                 _check_labels(logits, yb)
                 loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))

@@ -130,7 +130,7 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     if len(held_idx):
         start = time.perf_counter()
         metrics["local_acc"], metrics["local_loss"] = evaluate(model, data.x[held_idx], data.y[held_idx],
-                                                             batch_size=config.batch_size)
+                                                             batch_size=config.batch_size, device=ctx.device)
         metrics["local_n"] = float(len(held_idx))
         seconds += time.perf_counter() - start
     after = state_to_numpy(model, copy=True)

@@ -24,7 +24,7 @@ from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
+from edge_sdk.training import TrainConfig, on_device
 
 __all__ = ["train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
            "dequantize_logits", "PUBLIC_PREFIX", "LOGITS_DTYPES", "PUBLIC_DTYPES"]
@@ -133,12 +133,13 @@ def dequantize_logits(tensors: Mapping[str, np.ndarray]) -> np.ndarray:
     return z.astype(np.float32)
 
 
-def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256,
+            device: torch.device | None = None) -> np.ndarray:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            return np.concatenate([model(torch.from_numpy(np.ascontiguousarray(x[i:i + batch_size]))).numpy()
+        with on_device(model, device) as dev, torch.no_grad():
+            return np.concatenate([model(torch.from_numpy(np.ascontiguousarray(x[i:i + batch_size])).to(dev)).cpu().numpy()
                                    for i in range(0, len(x), batch_size)])
     finally:
         model.train(was_training)
@@ -170,7 +171,7 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         raise ValueError(f"public inputs have shape {x_public.shape[1:]}, model expects {model.input_shape}")
     result = ctx.train(model, data.x, data.y, config)
     started = time.perf_counter()
-    logits = _logits(model, x_public, batch_size=config.batch_size)  # no more activation memory than training
+    logits = _logits(model, x_public, batch_size=config.batch_size, device=ctx.device)  # no more activation memory than training
     seconds = result.seconds + time.perf_counter() - started
     compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(x_public))
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),

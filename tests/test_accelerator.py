@@ -1,0 +1,118 @@
+"""Where a device trains: the torch device it names (auto | cpu | cuda[:N]) is where the model,
+the batches and the optimizer state live, what its profile measures, and updates still come
+back on the CPU for the wire. CUDA cases run where torch sees a GPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from edge_sdk.accelerator import resolve_device
+from edge_sdk.cli import main as edgefl
+from edge_sdk.device_config import client_from_toml
+from edge_sdk.methods import DeviceContext
+from edge_sdk.models.spec import build_model
+from edge_sdk.models.zoo import mlp
+from edge_sdk.training import TrainConfig, evaluate, train_local
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA GPU here")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+
+
+def _data(n: int = 96, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    return (rng.normal(size=(n, 8)) + y[:, None]).astype(np.float32), y
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(mlp(8, 3, hidden=(16,)))
+
+
+def test_auto_is_cuda_when_torch_sees_a_gpu_else_the_cpu() -> None:
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["gpu", "", "CUDA", "cuda:x", "mps", None])
+def test_unknown_devices_are_one_line_errors_listing_the_choices(name) -> None:
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        resolve_device(name)
+
+
+@no_cuda
+def test_cuda_without_a_gpu_says_so_in_one_line() -> None:
+    with pytest.raises(ValueError, match="sees no CUDA GPU") as err:
+        resolve_device("cuda")
+    assert "\n" not in str(err.value)
+
+
+def test_training_on_a_named_device_leaves_the_model_where_it_was() -> None:
+    x, y = _data()
+    model = _model()
+    result = train_local(model, x, y, TrainConfig(epochs=2, batch_size=16, lr=0.1), device="cpu")
+    assert result.steps == 12 and all(p.device.type == "cpu" for p in model.parameters())
+    assert evaluate(model, x, y, device="cpu")[0] > 0.5
+
+
+@needs_cuda
+def test_training_on_cuda_matches_the_cpu_and_comes_back_to_the_cpu() -> None:
+    x, y = _data()
+    config = TrainConfig(epochs=2, batch_size=16, lr=0.1)
+    on_cpu, on_gpu = _model(), _model()
+    train_local(on_cpu, x, y, config, seed=3, device="cpu")
+    seen = []
+    train_local(on_gpu, x, y, config, seed=3, device="cuda",
+                regularizer=lambda m: seen.append(next(m.parameters()).device.type) or torch.zeros((), device="cuda"))
+    assert set(seen) == {"cuda"}  # it really trained there
+    assert all(p.device.type == "cpu" for p in on_gpu.parameters())
+    for a, b in zip(on_cpu.parameters(), on_gpu.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert evaluate(on_gpu, x, y, device="cuda") == pytest.approx(evaluate(on_cpu, x, y), abs=1e-4)
+
+
+def test_simulated_devices_sharing_a_slot_train_one_at_a_time() -> None:
+    slot = threading.Lock()
+    x, y = _data()
+    steps: list[tuple[str, float]] = []  # (device, time) of every training step
+
+    def record(model: torch.nn.Module) -> torch.Tensor:
+        assert slot.locked()
+        steps.append((threading.current_thread().name, time.perf_counter()))
+        return torch.zeros(())
+
+    def device() -> None:
+        ctx = DeviceContext(device_id=threading.current_thread().name, round=0, compute_slot=slot)
+        ctx.train(_model(), x, y, TrainConfig(epochs=3, batch_size=8), regularizer=record)
+
+    trainers = [threading.Thread(target=device, name=f"dev{i}") for i in range(4)]
+    for t in trainers:
+        t.start()
+    for t in trainers:
+        t.join()
+    spans = sorted((min(t for n, t in steps if n == name), max(t for n, t in steps if n == name))
+                   for name in {n for n, _ in steps})
+    assert len(spans) == 4 and len(steps) == 4 * 36
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))  # no device's steps inside another's
+
+
+def test_a_client_config_names_its_training_device(tmp_path) -> None:
+    path = tmp_path / "client.toml"
+    base = 'device_id = "pi"\n[data]\ndataset = "digits"\n[device]\nprofile = "raspberry-pi-4b"\n'
+    path.write_text(base + 'device = "cpu"\n')
+    assert client_from_toml(path).torch_device == torch.device("cpu")
+    path.write_text(base + 'device = "gpu"\n')
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda"):
+        client_from_toml(path)
+
+
+def test_profile_measures_the_named_device(capsys) -> None:
+    assert edgefl(["profile", "--device", "cpu", "--seconds", "0.2"]) == 0
+    assert "float32 on cpu" in capsys.readouterr().out
+    assert edgefl(["profile", "--device", "tpu", "--seconds", "0.2"]) == 2
+    assert "device must be one of auto, cpu, cuda" in capsys.readouterr().err

@@ -1,0 +1,118 @@
+"""How much of the hardware `edgefl simulate` uses: its training throughput against a bare torch
+loop doing the same work on the same cores.
+
+    python bench/bench_sim.py [--devices 100] [--per-round 10] [--rounds 5] [--threads 2]
+                              [--dataset fashion-mnist] [--sim-device cpu] [--out bench/results/sim.md]
+
+The paper protocol's round: K of N devices (600 Fashion-MNIST images each when N = 100), cnn4,
+one local epoch, batch 32, SGD, FedAvg, then an evaluation on the whole test set. The baseline
+is the same round without federation: for each of K shards, load the global weights into a
+model, train it with `train_local`, average the weights in numpy, evaluate — one process, the
+same torch threads. `edgefl simulate` adds what makes it a simulation: a broker, an MQTT
+connection per device, encoding, chunking and validation of every plan and update. The ratio
+printed is baseline seconds per round / simulate's seconds per round (median over the rounds
+after the first, which pays for start-up); 1.0 means the simulation costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from coordinator.simulate import SimulationConfig, run_simulation
+from edge_sdk.data import load_dataset
+from edge_sdk.models.spec import build_model
+from edge_sdk.models.zoo import model_for_dataset
+from edge_sdk.partition import partition
+from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig, evaluate, train_local
+
+__all__ = ["bare_rounds", "simulated_rounds", "main"]
+
+DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: TrainConfig, seed: int,
+                device: str) -> list[float]:
+    """Seconds per round of the same work without federation (train K shards, average, evaluate)."""
+    shards = partition(dataset.y_train, devices, "iid", seed=seed)
+    spec = model_for_dataset("cnn4", dataset.input_shape, dataset.num_classes)
+    global_model = build_model(spec)
+    rng = np.random.default_rng(seed)
+    seconds = []
+    for rnd in range(rounds):
+        start = time.perf_counter()
+        weights = state_to_numpy(global_model, copy=True)
+        states, counts = [], []
+        for k in sorted(rng.choice(devices, size=per_round, replace=False)):
+            model = build_model(spec)
+            load_numpy_state(model, weights)
+            shard = shards[k]
+            train_local(model, dataset.x_train[shard], dataset.y_train[shard], train, seed=rnd, device=device)
+            states.append(state_to_numpy(model))
+            counts.append(len(shard))
+        load_numpy_state(global_model, {name: np.average([s[name] for s in states], axis=0, weights=counts)
+                                        .astype(weights[name].dtype) for name in weights})
+        evaluate(global_model, dataset.x_test, dataset.y_test, device=device)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def simulated_rounds(dataset_name: str, data_root: str | None, devices: int, per_round: int, rounds: int,
+                     train: TrainConfig, seed: int, device: str) -> tuple[list[float], float]:
+    """Host seconds per round of `edgefl simulate` doing that work, and the job's accuracy."""
+    with tempfile.TemporaryDirectory() as out:
+        report = run_simulation(SimulationConfig(
+            method="fedavg", clients=devices, devices_per_round=per_round, rounds=rounds, dataset=dataset_name,
+            data_root=data_root, model="cnn4", train=train, seed=seed, out=out, plots=False, job="bench-sim",
+            sim_device=device,
+        ))
+    return [r.host_seconds for r in report.rounds], report.rounds[-1].accuracy["global"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="fashion-mnist" if DEBIAN_FMNIST.is_dir() else "mnist-sample")
+    parser.add_argument("--data-root", default=str(DEBIAN_FMNIST) if DEBIAN_FMNIST.is_dir() else None)
+    parser.add_argument("--devices", type=int, default=100)
+    parser.add_argument("--per-round", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--sim-device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="also write the result table (markdown) here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train = TrainConfig(epochs=1, batch_size=32, lr=0.05)
+    dataset = load_dataset(args.dataset, root=args.data_root, seed=args.seed)
+    per_device = len(dataset.y_train) // args.devices
+    bare = bare_rounds(dataset, args.devices, args.per_round, args.rounds, train, args.seed, args.sim_device)
+    sim, accuracy = simulated_rounds(args.dataset, args.data_root, args.devices, args.per_round, args.rounds,
+                                     train, args.seed, args.sim_device)
+    bare_s, sim_s = statistics.median(bare[1:] or bare), statistics.median(sim[1:] or sim)
+    lines = [
+        f"{args.dataset}: {args.devices} devices ({per_device} images each), {args.per_round} per round, "
+        f"{args.rounds} rounds, cnn4, 1 epoch, batch 32, {args.threads} torch threads, on {args.sim_device}; "
+        f"test set {len(dataset.y_test)} images",
+        "",
+        "| | seconds per round (median after round 1) | all rounds |",
+        "|---|---|---|",
+        f"| bare torch loop (train K shards, average, evaluate) | {bare_s:.2f} | {' '.join(f'{s:.2f}' for s in bare)} |",
+        f"| `edgefl simulate` (broker, MQTT, codec, validation) | {sim_s:.2f} | {' '.join(f'{s:.2f}' for s in sim)} |",
+        "",
+        f"**simulate / bare throughput: {bare_s / sim_s:.2f}x** (accuracy after {args.rounds} rounds {accuracy:.3f})",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

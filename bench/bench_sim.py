@@ -2,7 +2,8 @@
 loop doing the same work on the same cores.
 
     python bench/bench_sim.py [--devices 100] [--per-round 10] [--rounds 5] [--threads 2]
-                              [--dataset fashion-mnist] [--sim-device cpu] [--out bench/results/sim.md]
+                              [--dataset fashion-mnist] [--sim-device cpu] [--also-concurrent]
+                              [--out bench/results/sim.md]
 
 The paper protocol's round: K of N devices (600 Fashion-MNIST images each when N = 100), cnn4,
 one local epoch, batch 32, SGD, FedAvg, then an evaluation on the whole test set. The baseline
@@ -12,6 +13,8 @@ same torch threads. `edgefl simulate` adds what makes it a simulation: a broker,
 connection per device, encoding, chunking and validation of every plan and update. The ratio
 printed is baseline seconds per round / simulate's seconds per round (median over the rounds
 after the first, which pays for start-up); 1.0 means the simulation costs nothing extra.
+``--also-concurrent`` also times the simulation with every sampled device training at once in
+its thread (no shared compute slot: how edgefl simulated before).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
 
+from coordinator import sim_devices
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--sim-device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--also-concurrent", action="store_true",
+                        help="also time devices training all at once (no compute slot)")
     parser.add_argument("--out", help="also write the result table (markdown) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -95,6 +102,12 @@ def main(argv: list[str] | None = None) -> None:
     bare = bare_rounds(dataset, args.devices, args.per_round, args.rounds, train, args.seed, args.sim_device)
     sim, accuracy = simulated_rounds(args.dataset, args.data_root, args.devices, args.per_round, args.rounds,
                                      train, args.seed, args.sim_device)
+    rows = [("`edgefl simulate` (broker, MQTT, codec, validation)", sim)]
+    if args.also_concurrent:
+        with mock.patch.object(sim_devices, "compute_slot", lambda: None):
+            rows.append(("`edgefl simulate`, devices training at once (no compute slot)", simulated_rounds(
+                args.dataset, args.data_root, args.devices, args.per_round, args.rounds, train, args.seed,
+                args.sim_device)[0]))
     bare_s, sim_s = statistics.median(bare[1:] or bare), statistics.median(sim[1:] or sim)
     lines = [
         f"{args.dataset}: {args.devices} devices ({per_device} images each), {args.per_round} per round, "
@@ -104,9 +117,11 @@ def main(argv: list[str] | None = None) -> None:
         "| | seconds per round (median after round 1) | all rounds |",
         "|---|---|---|",
         f"| bare torch loop (train K shards, average, evaluate) | {bare_s:.2f} | {' '.join(f'{s:.2f}' for s in bare)} |",
-        f"| `edgefl simulate` (broker, MQTT, codec, validation) | {sim_s:.2f} | {' '.join(f'{s:.2f}' for s in sim)} |",
+        *[f"| {name} | {statistics.median(secs[1:] or secs):.2f} | {' '.join(f'{s:.2f}' for s in secs)} |"
+          for name, secs in rows],
         "",
         f"**simulate / bare throughput: {bare_s / sim_s:.2f}x** (accuracy after {args.rounds} rounds {accuracy:.3f})",
+        *[f"{name}: {bare_s / statistics.median(secs[1:] or secs):.2f}x" for name, secs in rows[1:]],
     ]
     text = "\n".join(lines)
     print(text)

@@ -128,6 +128,8 @@ def _simulate(args: argparse.Namespace) -> int:
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=_flag_options(args), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
+        backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
+        ray_cpus_per_worker=args.ray_cpus_per_worker,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
@@ -169,6 +171,16 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
                    help="where simulated devices train: cpu, cuda, cuda:N or auto; their profiled speed "
                         "is still what the report's seconds count")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="local: every simulated device in this process; ray: spread over Ray actors "
+                        "(pip install 'edgefl[ray]'), each a process hosting many devices")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="join this running Ray cluster (default: start one on this machine); devices on "
+                        "other machines need a --broker they can reach")
+    p.add_argument("--ray-workers", type=_at_least(1), metavar="N",
+                   help="Ray actor processes (default: one per CPU of the cluster, at most --clients)")
+    p.add_argument("--ray-cpus-per-worker", type=_positive_float, default=1.0, metavar="CPUS",
+                   help="CPUs (torch threads) of each Ray actor")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")

@@ -1,7 +1,8 @@
 """A whole federated job on one machine: broker, coordinator and N devices.
 
-Every device is a thread with its own MQTT connection, its own private shard of
-a real dataset and a device profile; its compute (the FLOPs of its training) and
+Every device is a thread (in this process, or in Ray actor processes with `backend="ray"`)
+with its own MQTT connection, its own private shard of a real dataset and a device profile;
+its compute (the FLOPs of its training) and
 transfers (the bytes it really sent) are timed at that profile's speed, so the report's
 `seconds` are those of the profiled fleet, whatever this machine's speed or load.
 """
@@ -9,8 +10,6 @@ transfers (the bytes it really sent) are timed at that profile's speed, so the r
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,26 +17,28 @@ from typing import Any, Callable
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
-from edge_sdk.methods import LocalData
-from edge_sdk.partition import partition
-from edge_sdk.profiling import DeviceProfile, load_profile
+from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.throttle import MODES, Throttle
+from edge_sdk.throttle import MODES
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.broker import EmbeddedBroker
 from coordinator.fleet import Fleet, FleetProgress
+from coordinator.ray_devices import RayDevices
 from coordinator.report import RoundRecord, RunReport
+from coordinator.sim_devices import DeviceHost, build_clients
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 
 __all__ = ["SimulationConfig", "DEFAULT_FLEET", "run_simulation", "build_strategy", "split_public"]
 
 log = logging.getLogger(__name__)
+
+#: Where the simulated devices run (`--backend`).
+BACKENDS = ("local", "ray")
 
 #: A mixed home fleet; devices take these profiles in turn.
 DEFAULT_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "jetson-nano",
@@ -71,6 +72,10 @@ class SimulationConfig:
     devices_per_round: int | None = None  # sample this many devices per round (None: all), as the papers do
     eval_every: int = 1  # evaluate after every this many rounds; the last round always
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
+    backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
+    ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
+    ray_workers: int | None = None  # Ray actor processes (None: one per CPU of the cluster, at most clients)
+    ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each actor
 
     def __post_init__(self) -> None:
         for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
@@ -81,6 +86,14 @@ class SimulationConfig:
         if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
             raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
         resolve_device(self.sim_device)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend != "ray" and (self.ray_address is not None or self.ray_workers is not None):
+            raise ValueError("ray_address and ray_workers need backend 'ray'")
+        if self.ray_workers is not None and (type(self.ray_workers) is not int or self.ray_workers < 1):
+            raise ValueError(f"ray_workers must be an integer >= 1, got {self.ray_workers!r}")
+        if not (isinstance(self.ray_cpus_per_worker, (int, float)) and 0 < self.ray_cpus_per_worker <= 1024):
+            raise ValueError(f"ray_cpus_per_worker must be a number of CPUs > 0, got {self.ray_cpus_per_worker!r}")
         if self.throttle not in MODES:
             raise ValueError(f"throttle must be one of {', '.join(MODES)}, got {self.throttle!r}")
         if not self.profiles:
@@ -124,34 +137,6 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
     return private, dataset.x_train[np.sort(public)]
 
 
-def compute_slot() -> threading.Lock | None:
-    """What the simulated devices of one process share so that one trains at a time, with all
-    of torch's threads (DeviceContext.compute_slot); bench/bench_sim.py compares with None."""
-    return threading.Lock()
-
-
-def _device_threads(config: SimulationConfig, url: str, dataset: ImageDataset, private: np.ndarray,
-                    profiles: list[DeviceProfile]) -> list[tuple[DeviceClient, threading.Thread]]:
-    shards = [private[s] for s in partition(dataset.y_train[private], config.clients, config.partition,
-                                            seed=config.seed)]
-    devices = []
-    slot = compute_slot()
-    for i, (shard, profile) in enumerate(zip(shards, profiles)):
-        device_id = f"dev{i:03d}"
-        client = DeviceClient(
-            ClientConfig(device_id=device_id, transport=TransportConfig(url=url, client_id=f"{config.job}-{device_id}"),
-                         job=config.job, link=config.link, register_retry_s=2.0, seed=config.seed + i,
-                         state_dir=str(Path(config.out) / "devices" / device_id), device=config.sim_device),
-            LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
-            profile,
-            Throttle(profile, mode=config.throttle),
-            compute_slot=slot,
-        )
-        thread = threading.Thread(target=client.run, name=device_id, daemon=True)
-        devices.append((client, thread))
-    return devices
-
-
 def run_simulation(config: SimulationConfig,
                    on_round: Callable[[RoundRecord], None] | None = None,
                    on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport:
@@ -161,12 +146,13 @@ def run_simulation(config: SimulationConfig,
     the broker, writes the report of the rounds finished so far, then propagates.
     """
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
-    profiles = [load_profile(config.profiles[i % len(config.profiles)]) for i in range(config.clients)]
+    for name in set(config.profiles):
+        load_profile(name)  # a bad profile is an error now, not in a device thread
     private, public = split_public(config, dataset)
     strategy = build_strategy(config, dataset, public)
     broker = None if config.broker_url else EmbeddedBroker()
     report: RunReport | None = None
-    devices: list[tuple[DeviceClient, threading.Thread]] = []
+    devices: DeviceHost | RayDevices | None = None
     finished = False
     try:
         if broker is not None:
@@ -178,14 +164,18 @@ def run_simulation(config: SimulationConfig,
         try:
             fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress)
             fleet.start()
-            devices = _device_threads(config, url, dataset, private, profiles)
-            for _, thread in devices:
-                thread.start()
+            if config.backend == "ray":
+                devices = RayDevices(config, url)
+                report.config["ray"] = {"hosts": devices.start()}
+            else:
+                devices = DeviceHost(build_clients(config, url, dataset, private, range(config.clients)))
+                devices.start()
             strategy.run(fleet, report, on_round=on_round)
             transport.wait_published(10.0)
             finished = True
         finally:
-            _stop_devices(devices, wait_s=30.0 if finished else 0.0)
+            if devices is not None:
+                devices.stop(wait_s=30.0 if finished else 0.0)
             transport.close()
     finally:
         if broker is not None:
@@ -193,20 +183,6 @@ def run_simulation(config: SimulationConfig,
         if report is not None:
             report.write_outcome(Path(config.out), finished, plots=config.plots, describe=strategy.describe_label)
     return report
-
-
-def _stop_devices(devices: list[tuple[DeviceClient, threading.Thread]], wait_s: float) -> None:
-    """Give the device threads ``wait_s`` to end (they stop when the coordinator says so), then
-    stop the rest: training stops after its current step, so no thread is left inside torch."""
-    end = time.monotonic() + wait_s
-    for client, thread in devices:
-        thread.join(timeout=max(0.0, end - time.monotonic()))
-        if thread.is_alive():
-            client.stop()
-    for client, thread in devices:
-        thread.join(timeout=10.0)
-        if thread.is_alive():
-            log.warning("device %s did not stop in time", thread.name)
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:

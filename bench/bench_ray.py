@@ -1,0 +1,145 @@
+"""`edgefl simulate --backend ray`: speed-up with worker processes, and a thousand devices.
+
+    python bench/bench_ray.py speedup [--workers 1,2] [--rounds 6] [--dataset fashion-mnist]
+    python bench/bench_ray.py scale [--devices 1000] [--per-round 100] [--rounds 6] [--workers 2]
+
+speedup: the paper protocol (100 devices with 600 Fashion-MNIST images each, 10 per round, cnn4,
+one epoch, batch 32) on Ray with 1 CPU (one torch thread) per actor, for each worker count;
+seconds per round are the median over the rounds that do not evaluate (the coordinator
+evaluates only after the last round), so they measure the devices' side, which is what Ray
+spreads. The in-process backend with the same threads in all is the baseline of the same run.
+
+scale: many devices with a light local step (mlp on the digits, 2 optimizer steps), reporting
+the resident memory of the coordinator's process and of every Ray worker after each round:
+memory should stay flat once every device has trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from coordinator.simulate import SimulationConfig, run_simulation
+from edge_sdk.training import TrainConfig
+
+__all__ = ["speedup", "scale", "main"]
+
+DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+def _per_round(report) -> tuple[float, list[float]]:
+    seconds = [r.host_seconds for r in report.rounds]
+    steady = seconds[1:-1] or seconds  # not the first (start-up) nor the last (evaluation)
+    return statistics.median(steady), seconds
+
+
+def speedup(args: argparse.Namespace) -> str:
+    train = TrainConfig(epochs=1, batch_size=32, lr=0.05)
+    base = dict(method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
+                dataset=args.dataset, data_root=args.data_root, model="cnn4", train=train, plots=False,
+                eval_every=args.rounds, seed=args.seed)
+    rows = []
+    with tempfile.TemporaryDirectory() as out:
+        torch.set_num_threads(max(args.workers))
+        local, _ = _per_round(run_simulation(SimulationConfig(**base, out=f"{out}/local", job="bench-local")))
+        rows.append((f"in-process backend, {max(args.workers)} torch threads", local, None))
+        for workers in args.workers:
+            report = run_simulation(SimulationConfig(**base, out=f"{out}/ray{workers}", job=f"bench-ray{workers}",
+                                                     backend="ray", ray_workers=workers, ray_cpus_per_worker=1))
+            rows.append((f"Ray, {workers} worker process(es) x 1 CPU", *_per_round(report)[:1], workers))
+    one = next(s for name, s, w in rows if w == min(args.workers))
+    lines = [f"{args.dataset}: {args.devices} devices, {args.per_round} per round, {args.rounds} rounds, cnn4, "
+             f"1 epoch, batch 32; {os.cpu_count()} CPUs here", "",
+             "| backend | seconds per round (median, rounds 2..R-1) | speed-up over 1 worker | / workers |",
+             "|---|---|---|---|"]
+    for name, seconds, workers in rows:
+        if workers is None:
+            lines.append(f"| {name} | {seconds:.2f} | | |")
+        else:
+            gain = one / seconds
+            lines.append(f"| {name} | {seconds:.2f} | {gain:.2f}x | {gain / workers:.2f} |")
+    return "\n".join(lines)
+
+
+def _rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total / 2**20
+
+
+def scale(args: argparse.Namespace) -> str:
+    train = TrainConfig(epochs=1, batch_size=16, lr=0.05, max_steps=2)
+    samples: list[tuple[int, float, float]] = []
+    workers: list[int] = []
+
+    def on_round(record) -> None:
+        samples.append((record.round + 1, _rss_mb([os.getpid()]), _rss_mb(workers)))
+
+    with tempfile.TemporaryDirectory() as out:
+        config = SimulationConfig(
+            method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
+            dataset="digits", model="mlp", train=train, plots=False, out=out, job="bench-scale",
+            backend="ray", ray_workers=args.workers[0], eval_every=1, round_deadline_s=300.0)
+        from coordinator import ray_devices
+
+        original = ray_devices.RayDevices.start
+
+        def start(self):  # note the actors' pids to sample their memory
+            placed = original(self)
+            workers.extend(h["pid"] for h in placed)
+            return placed
+        ray_devices.RayDevices.start = start
+        started = time.monotonic()
+        try:
+            report = run_simulation(config, on_round=on_round)
+        finally:
+            ray_devices.RayDevices.start = original
+        wall = time.monotonic() - started
+    lines = [f"{args.devices} devices on {args.workers[0]} Ray workers, {args.per_round} per round, "
+             f"{args.rounds} rounds, mlp on digits, 2 local steps; wall {wall:.0f} s; accuracy "
+             f"{report.rounds[-1].accuracy['global']:.3f}; participants per round "
+             f"{json.dumps([len(r.participants) for r in report.rounds])}", "",
+             "| after round | coordinator RSS MB | Ray workers RSS MB (all) |", "|---|---|---|"]
+    lines += [f"| {rnd} | {coord:.0f} | {actors:.0f} |" for rnd, coord, actors in samples]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["speedup", "scale"])
+    parser.add_argument("--dataset", default="fashion-mnist" if DEBIAN_FMNIST.is_dir() else "mnist-sample")
+    parser.add_argument("--data-root", default=str(DEBIAN_FMNIST) if DEBIAN_FMNIST.is_dir() else None)
+    parser.add_argument("--devices", type=int)
+    parser.add_argument("--per-round", type=int)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--workers", default=None, help="comma-separated worker counts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="also write the table (markdown) here")
+    args = parser.parse_args(argv)
+    if args.mode == "speedup":
+        args.devices, args.per_round = args.devices or 100, args.per_round or 10
+        args.workers = [int(w) for w in (args.workers or f"1,{os.cpu_count()}").split(",")]
+        text = speedup(args)
+    else:
+        args.devices, args.per_round = args.devices or 1000, args.per_round or 100
+        args.workers = [int(w) for w in (args.workers or str(os.cpu_count())).split(",")]
+        text = scale(args)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Simulated devices hosted by one process: a thread per `DeviceClient`, each with its own MQTT
+connection, private shard and profile, training one at a time through a shared compute slot.
+
+`edgefl simulate` runs one host in its own process (the default backend) or one per Ray actor
+(`coordinator/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from edge_sdk.client import ClientConfig, DeviceClient
+from edge_sdk.data import ImageDataset
+from edge_sdk.methods import LocalData
+from edge_sdk.partition import partition
+from edge_sdk.profiling import load_profile
+from edge_sdk.throttle import Throttle
+from edge_sdk.transport import TransportConfig
+
+if TYPE_CHECKING:
+    from coordinator.simulate import SimulationConfig
+
+__all__ = ["DeviceHost", "compute_slot", "device_id", "build_clients"]
+
+log = logging.getLogger(__name__)
+
+
+def compute_slot() -> threading.Lock | None:
+    """What the simulated devices of one process share so that one trains at a time, with all
+    of torch's threads (DeviceContext.compute_slot); bench/bench_sim.py compares with None."""
+    return threading.Lock()
+
+
+def device_id(index: int) -> str:
+    return f"dev{index:03d}"
+
+
+def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
+                  indices: Sequence[int]) -> list[DeviceClient]:
+    """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
+    whichever process builds them (the split depends only on the config and the dataset)."""
+    shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
+    slot = compute_slot()
+    clients = []
+    for i in indices:
+        shard = private[shards[i]]
+        profile = load_profile(config.profiles[i % len(config.profiles)])
+        name = device_id(i)
+        clients.append(DeviceClient(
+            ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),
+                         job=config.job, link=config.link, register_retry_s=2.0, seed=config.seed + i,
+                         state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device),
+            LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
+            profile,
+            Throttle(profile, mode=config.throttle),
+            compute_slot=slot,
+        ))
+    return clients
+
+
+class DeviceHost:
+    """Runs its devices in threads until the coordinator says stop or `stop` is called."""
+
+    def __init__(self, clients: list[DeviceClient]) -> None:
+        self.clients = clients
+        self.threads = [threading.Thread(target=c.run, name=c.config.device_id, daemon=True) for c in clients]
+
+    @property
+    def device_ids(self) -> list[str]:
+        return [c.config.device_id for c in self.clients]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self, wait_s: float) -> list[str]:
+        """Give the devices ``wait_s`` to end by themselves, then stop the rest (training stops
+        after its current step, so no thread is left inside torch). Returns those that did
+        not stop in time."""
+        end = time.monotonic() + wait_s
+        for client, thread in zip(self.clients, self.threads):
+            thread.join(timeout=max(0.0, end - time.monotonic()))
+            if thread.is_alive():
+                client.stop()
+        stuck = []
+        for thread in self.threads:
+            thread.join(timeout=10.0)
+            if thread.is_alive():
+                log.warning("device %s did not stop in time", thread.name)
+                stuck.append(thread.name)
+        return stuck

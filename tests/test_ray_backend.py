@@ -1,0 +1,106 @@
+"""`edgefl simulate --backend ray`: simulated devices on Ray actors, still talking MQTT.
+
+The cluster test starts two Ray nodes on this machine's loopback the way a user would
+(`ray start --head`, then `ray start --address`), runs a job that joins it, and checks that
+devices ran on both nodes and the job learned as the in-process backend does."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from coordinator.ray_devices import _ray, config_from_json, config_to_json
+from coordinator.simulate import SimulationConfig, run_simulation
+from edge_sdk.training import TrainConfig
+
+RAY = Path(sys.executable).with_name("ray")
+needs_ray = pytest.mark.skipif(not RAY.exists(), reason="Ray is not installed (pip install 'edgefl[ray]')")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_cluster(marks: tuple[str, ...]) -> list[psutil.Process]:
+    """Stop this test's Ray processes (those naming its temp dir or port, and their children)
+    without `ray stop`, which would stop every Ray cluster of this machine."""
+    procs: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(m in " ".join(proc.info["cmdline"] or ()) for m in marks):
+            for p in [proc, *proc.children(recursive=True)]:
+                procs[p.pid] = p
+    for proc in procs.values():
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=15)
+    for proc in alive:
+        proc.kill()
+    return psutil.wait_procs(alive, timeout=5)[1]
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    try:
+        subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
+                        *common], env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run([RAY, "start", f"--address=127.0.0.1:{port}", *common], env=env, check=True,
+                       capture_output=True, timeout=120)
+        yield f"127.0.0.1:{port}"
+    finally:
+        left = _stop_cluster((temp, f":{port} ", f":{port}"))
+        shutil.rmtree(temp, ignore_errors=True)
+        assert not left, f"Ray processes left running: {[p.pid for p in left]}"
+
+
+def _config(tmp_path: Path, **kw) -> SimulationConfig:
+    return SimulationConfig(method="fedavg", clients=4, rounds=2, dataset="digits", model="mlp", plots=False,
+                            train=TrainConfig(epochs=1, batch_size=32, lr=0.05), out=str(tmp_path), **kw)
+
+
+@needs_ray
+def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    report = run_simulation(_config(tmp_path / "ray", backend="ray", ray_address=two_nodes, job="ray2"))
+    hosts = report.config["ray"]["hosts"]
+    assert len({h["node"] for h in hosts}) == 2  # both nodes host devices
+    assert sorted(d for h in hosts for d in h["devices"]) == ["dev000", "dev001", "dev002", "dev003"]
+    assert all(h["pid"] != os.getpid() for h in hosts)
+    assert [len(r.participants) for r in report.rounds] == [4, 4]  # every device reported over MQTT
+    local = run_simulation(_config(tmp_path / "local", job="local2"))
+    assert report.rounds[-1].accuracy["global"] == pytest.approx(local.rounds[-1].accuracy["global"], abs=0.02)
+    assert report.rounds[-1].bytes_up == local.rounds[-1].bytes_up
+
+
+def test_the_settings_cross_to_an_actor_as_json_and_come_back_equal() -> None:
+    config = SimulationConfig(method="flanc", clients=7, partition="shards:2", backend="ray", ray_workers=3,
+                              train=TrainConfig(epochs=2, lr=0.01), options={"sample": "any"})
+    assert config_from_json(config_to_json(config)) == config
+
+
+def test_without_ray_the_backend_is_a_one_line_error(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ValueError, match=r"pip install 'edgefl\[ray\]'"):
+        _ray()
+
+
+def test_ray_options_need_the_ray_backend() -> None:
+    with pytest.raises(ValueError, match="need backend 'ray'"):
+        SimulationConfig(ray_workers=2)
+    with pytest.raises(ValueError, match="backend must be one of local, ray"):
+        SimulationConfig(backend="dask")

@@ -1,7 +1,7 @@
 """`edgefl simulate --backend ray`: speed-up with worker processes, and a thousand devices.
 
     python bench/bench_ray.py speedup [--workers 1,2] [--rounds 6] [--dataset fashion-mnist]
-    python bench/bench_ray.py scale [--devices 1000] [--per-round 100] [--rounds 6] [--workers 2]
+    python bench/bench_ray.py scale [--devices 1000] [--per-round 100] [--rounds 6] [--workers N]
 
 speedup: the paper protocol (100 devices with 600 Fashion-MNIST images each, 10 per round, cnn4,
 one epoch, batch 32) on Ray with 1 CPU (one torch thread) per actor, for each worker count;
@@ -54,7 +54,9 @@ def speedup(args: argparse.Namespace) -> str:
         for workers in args.workers:
             report = run_simulation(SimulationConfig(**base, out=f"{out}/ray{workers}", job=f"bench-ray{workers}",
                                                      backend="ray", ray_workers=workers, ray_cpus_per_worker=1))
-            rows.append((f"Ray, {workers} worker process(es) x 1 CPU", *_per_round(report)[:1], workers))
+            threads = sorted({h["torch_threads"] for h in report.config["ray"]["hosts"]})
+            rows.append((f"Ray, {workers} worker process(es) x 1 CPU (torch threads {threads})",
+                         *_per_round(report)[:1], workers))
     one = next(s for name, s, w in rows if w == min(args.workers))
     lines = [f"{args.dataset}: {args.devices} devices, {args.per_round} per round, {args.rounds} rounds, cnn4, "
              f"1 epoch, batch 32; {os.cpu_count()} CPUs here", "",
@@ -91,7 +93,8 @@ def scale(args: argparse.Namespace) -> str:
         config = SimulationConfig(
             method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
             dataset="digits", model="mlp", train=train, plots=False, out=out, job="bench-scale",
-            backend="ray", ray_workers=args.workers[0], eval_every=1, round_deadline_s=300.0)
+            backend="ray", ray_workers=args.workers[0] if args.workers else None, eval_every=1,
+            round_deadline_s=300.0)
         from coordinator import ray_devices
 
         original = ray_devices.RayDevices.start
@@ -107,7 +110,7 @@ def scale(args: argparse.Namespace) -> str:
         finally:
             ray_devices.RayDevices.start = original
         wall = time.monotonic() - started
-    lines = [f"{args.devices} devices on {args.workers[0]} Ray workers, {args.per_round} per round, "
+    lines = [f"{args.devices} devices on {len(workers)} Ray workers ({os.cpu_count()} CPUs), {args.per_round} per round, "
              f"{args.rounds} rounds, mlp on digits, 2 local steps; wall {wall:.0f} s; accuracy "
              f"{report.rounds[-1].accuracy['global']:.3f}; participants per round "
              f"{json.dumps([len(r.participants) for r in report.rounds])}", "",
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         text = speedup(args)
     else:
         args.devices, args.per_round = args.devices or 1000, args.per_round or 100
-        args.workers = [int(w) for w in (args.workers or str(os.cpu_count())).split(",")]
+        args.workers = [int(w) for w in args.workers.split(",")] if args.workers else None  # None: as Ray needs
         text = scale(args)
     print(text)
     if args.out:

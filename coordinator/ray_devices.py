@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS
 
 if TYPE_CHECKING:
     from coordinator.simulate import SimulationConfig
@@ -55,6 +58,12 @@ def config_from_json(text: str) -> "SimulationConfig":
     return SimulationConfig(**data)
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 class DeviceActor:
     """One Ray actor: a process hosting some of the simulated devices (made a Ray actor class
     by `RayDevices`; plain Python otherwise, so it can be tested without a cluster)."""
@@ -64,14 +73,14 @@ class DeviceActor:
 
         from edge_sdk.data import load_dataset
 
-        from coordinator.sim_devices import DeviceHost, build_clients
+        from coordinator.sim_devices import DeviceHost
         from coordinator.simulate import split_public
 
         torch.set_num_threads(max(1, threads))
         config = config_from_json(config_json)
         dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
         private, _ = split_public(config, dataset)
-        self.host = DeviceHost(build_clients(config, url, dataset, private, indices))
+        self.host = DeviceHost.create(config, url, dataset, private, indices)
 
     def start(self) -> dict[str, Any]:
         """Start the devices; where they run."""
@@ -83,7 +92,9 @@ class DeviceActor:
                 node = ray.get_runtime_context().get_node_id()
         except ImportError:
             pass
-        return {"node": node, "pid": os.getpid(), "devices": self.host.device_ids}
+        trainer = self.host.trainer
+        threads = trainer.submit(torch_threads).result() if trainer is not None else torch_threads()
+        return {"node": node, "pid": os.getpid(), "torch_threads": threads, "devices": self.host.device_ids}
 
     def stop(self, wait_s: float) -> list[str]:
         """Wait up to ``wait_s`` for the devices to finish, stop the rest; the ones stuck."""
@@ -116,16 +127,21 @@ class RayDevices:
         self._check_reachable(ray)
         cpus = float(ray.cluster_resources().get("CPU", 1))
         gpus = float(ray.cluster_resources().get("GPU", 0))
-        workers = config.ray_workers or max(1, int(cpus // config.ray_cpus_per_worker))
-        workers = min(workers, config.clients)
-        options: dict[str, Any] = {"num_cpus": config.ray_cpus_per_worker, "scheduling_strategy": "SPREAD"}
+        needed = math.ceil(config.clients / MAX_DEVICES_PER_PROCESS)
+        if config.ray_workers is not None and config.ray_workers < needed:
+            raise ValueError(f"{config.clients} devices need at least {needed} Ray workers "
+                             f"({MAX_DEVICES_PER_PROCESS} per process), got ray_workers={config.ray_workers}")
+        workers = config.ray_workers or max(needed, min(config.clients, int(cpus // config.ray_cpus_per_worker)))
+        # more actors than the cluster's CPUs allow at that share: each gets a smaller share
+        share = min(config.ray_cpus_per_worker, cpus / workers)
+        options: dict[str, Any] = {"num_cpus": share, "scheduling_strategy": "SPREAD"}
         if config.sim_device != "cpu":
             if gpus <= 0:
                 raise ValueError(f"sim_device {config.sim_device!r}: the Ray cluster has no GPU")
             options["num_gpus"] = gpus / workers
         actor_class = ray.remote(DeviceActor)
         text = config_to_json(config)
-        threads = max(1, int(config.ray_cpus_per_worker))
+        threads = max(1, int(share))
         shards = [part.tolist() for part in np.array_split(np.arange(config.clients), workers)]
         self.actors = [actor_class.options(**options).remote(text, self.url, part, threads) for part in shards]
         placed = ray.get([actor.start.remote() for actor in self.actors])

@@ -29,7 +29,7 @@ from coordinator.broker import EmbeddedBroker
 from coordinator.fleet import Fleet, FleetProgress
 from coordinator.ray_devices import RayDevices
 from coordinator.report import RoundRecord, RunReport
-from coordinator.sim_devices import DeviceHost, build_clients
+from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS, DeviceHost
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 
@@ -88,6 +88,10 @@ class SimulationConfig:
         resolve_device(self.sim_device)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS:
+            raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices (paho-mqtt "
+                             f"polls sockets with select(), which stops at 1024 file descriptors); for "
+                             f"{self.clients}, use --backend ray, which spreads them over processes")
         if self.backend != "ray" and (self.ray_address is not None or self.ray_workers is not None):
             raise ValueError("ray_address and ray_workers need backend 'ray'")
         if self.ray_workers is not None and (type(self.ray_workers) is not int or self.ray_workers < 1):
@@ -168,7 +172,7 @@ def run_simulation(config: SimulationConfig,
                 devices = RayDevices(config, url)
                 report.config["ray"] = {"hosts": devices.start()}
             else:
-                devices = DeviceHost(build_clients(config, url, dataset, private, range(config.clients)))
+                devices = DeviceHost.create(config, url, dataset, private, range(config.clients))
                 devices.start()
             strategy.run(fleet, report, on_round=on_round)
             transport.wait_published(10.0)

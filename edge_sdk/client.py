@@ -10,6 +10,7 @@ import hashlib
 import logging
 import threading
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -30,7 +31,7 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
-from edge_sdk.transport import MqttTransport, TransportConfig, Will
+from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, Will
 
 __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
@@ -53,6 +54,9 @@ class ClientConfig:
     schedule: SchedulePolicy = field(default_factory=SchedulePolicy)
     #: where local training runs: auto (a CUDA GPU when torch sees one), cpu, cuda or cuda:N
     device: str = "auto"
+    #: keep retrying a failed first connection to the broker this long (0: fail at once, with
+    #: the reason), e.g. while a simulation's hundreds of devices connect at the same time
+    connect_retry_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,12 @@ class DeviceClient:
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
-                 compute_slot: threading.Lock | None = None) -> None:
+                 trainer: Executor | None = None) -> None:
         self.config = config
         self.torch_device = resolve_device(config.device)
-        self.compute_slot = compute_slot  # shared by simulated devices of one process (DeviceContext)
+        #: runs this device's local rounds; simulated devices of one process share a one-thread
+        #: executor, so they train one at a time, all in one thread with one pool of torch threads
+        self.trainer = trainer
         self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data
         self.profile = profile
@@ -147,7 +153,7 @@ class DeviceClient:
         # subscribed on connect, before the birth message: what answers it reaches us
         transport.subscribe(self.topics.downlink(self.config.device_id))
         transport.subscribe(self.topics.broadcast())
-        transport.connect()
+        self._connect(transport)
         self.link = MessageLink(transport, self.config.link)
         reason = "stopped"
         try:
@@ -166,6 +172,19 @@ class DeviceClient:
         return reason
 
     # -- loop -------------------------------------------------------------
+    def _connect(self, transport: MqttTransport) -> None:
+        give_up = time.monotonic() + self.config.connect_retry_s
+        pause = 0.5
+        while True:
+            try:
+                return transport.connect()
+            except TransportError as exc:
+                if self._stop.is_set() or time.monotonic() + pause > give_up:
+                    raise
+                log.info("%s: %s; retrying in %.1f s", self.config.device_id, exc, pause)
+                self._stop.wait(pause)
+                pause = min(2 * pause, 5.0)
+
     def _loop(self, timeout_s: float | None) -> str:
         end = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._stop.is_set():
@@ -237,11 +256,15 @@ class DeviceClient:
         ctx = DeviceContext(
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
-            throttle=self.throttle, stop=self._stop, device=self.torch_device, compute_slot=self.compute_slot,
+            throttle=self.throttle, stop=self._stop, device=self.torch_device,
         )
         started = time.monotonic()
         try:
-            update = device_method(plan.method)(plan, self.data, ctx)
+            method = device_method(plan.method)
+            if self.trainer is None:
+                update = method(plan, self.data, ctx)
+            else:
+                update = self.trainer.submit(method, plan, self.data, ctx).result()
         except TrainingStopped:
             log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
             return None

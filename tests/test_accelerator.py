@@ -76,29 +76,27 @@ def test_training_on_cuda_matches_the_cpu_and_comes_back_to_the_cpu() -> None:
     assert evaluate(on_gpu, x, y, device="cuda") == pytest.approx(evaluate(on_cpu, x, y), abs=1e-4)
 
 
-def test_simulated_devices_sharing_a_slot_train_one_at_a_time() -> None:
-    slot = threading.Lock()
-    x, y = _data()
-    steps: list[tuple[str, float]] = []  # (device, time) of every training step
+def test_simulated_devices_train_one_at_a_time_on_one_trainer_thread(tmp_path, broker, monkeypatch) -> None:
+    from coordinator.simulate import SimulationConfig, run_simulation
+    from edge_sdk.methods import base
 
-    def record(model: torch.nn.Module) -> torch.Tensor:
-        assert slot.locked()
-        steps.append((threading.current_thread().name, time.perf_counter()))
-        return torch.zeros(())
+    calls: list[tuple[str, float, float]] = []  # (thread, start, end) of every local training
+    original = base.train_local
 
-    def device() -> None:
-        ctx = DeviceContext(device_id=threading.current_thread().name, round=0, compute_slot=slot)
-        ctx.train(_model(), x, y, TrainConfig(epochs=3, batch_size=8), regularizer=record)
-
-    trainers = [threading.Thread(target=device, name=f"dev{i}") for i in range(4)]
-    for t in trainers:
-        t.start()
-    for t in trainers:
-        t.join()
-    spans = sorted((min(t for n, t in steps if n == name), max(t for n, t in steps if n == name))
-                   for name in {n for n, _ in steps})
-    assert len(spans) == 4 and len(steps) == 4 * 36
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))  # no device's steps inside another's
+    def recorded(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            calls.append((threading.current_thread().name, start, time.perf_counter()))
+    monkeypatch.setattr(base, "train_local", recorded)
+    run_simulation(SimulationConfig(clients=4, rounds=2, dataset="digits", model="mlp", plots=False,
+                                    train=TrainConfig(epochs=2, batch_size=16), out=str(tmp_path),
+                                    broker_url=broker.url, job="one-trainer"))
+    assert len(calls) == 8
+    assert {name for name, _, _ in calls} == {"trainer_0"}  # not the devices' own threads
+    spans = sorted((a, b) for _, a, b in calls)
+    assert all(first[1] <= second[0] for first, second in zip(spans, spans[1:]))  # never two at once
 
 
 def test_a_client_config_names_its_training_device(tmp_path) -> None:

@@ -44,7 +44,7 @@ def _stop_cluster(marks: tuple[str, ...]) -> list[psutil.Process]:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=15)
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=5)
     for proc in alive:
         proc.kill()
     return psutil.wait_procs(alive, timeout=5)[1]

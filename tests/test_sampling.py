@@ -42,3 +42,9 @@ def test_the_coordinator_config_takes_eval_every() -> None:
     assert FederationConfig(eval_every=5).eval_every == 5
     with pytest.raises(ValueError, match="eval_every"):
         FederationConfig(eval_every=1.5)
+
+
+def test_a_fleet_too_big_for_one_process_is_sent_to_the_ray_backend() -> None:
+    with pytest.raises(ValueError, match="at most 180 simulated devices .* use --backend ray"):
+        SimulationConfig(clients=181)
+    assert SimulationConfig(clients=181, backend="ray").clients == 181

@@ -14,7 +14,7 @@ connection per device, encoding, chunking and validation of every plan and updat
 printed is baseline seconds per round / simulate's seconds per round (median over the rounds
 after the first, which pays for start-up); 1.0 means the simulation costs nothing extra.
 ``--also-concurrent`` also times the simulation with every sampled device training at once in
-its own thread (no shared trainer thread: how edgefl simulated before).
+its own thread (no shared compute slot: how edgefl simulated before).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim-device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--also-concurrent", action="store_true",
-                        help="also time devices training all at once, each in its own thread (no shared trainer)")
+                        help="also time devices training all at once, each in its own thread (no compute slot)")
     parser.add_argument("--out", help="also write the result table (markdown) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                                      train, args.seed, args.sim_device)
     rows = [("`edgefl simulate` (broker, MQTT, codec, validation)", sim)]
     if args.also_concurrent:
-        with mock.patch.object(sim_devices, "shared_trainer", lambda config: None):
+        with mock.patch.object(sim_devices, "compute_slot", lambda: None):
             rows.append(("`edgefl simulate`, devices training at once in their own threads", simulated_rounds(
                 args.dataset, args.data_root, args.devices, args.per_round, args.rounds, train, args.seed,
                 args.sim_device)[0]))

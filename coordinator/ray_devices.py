@@ -92,9 +92,7 @@ class DeviceActor:
                 node = ray.get_runtime_context().get_node_id()
         except ImportError:
             pass
-        trainer = self.host.trainer
-        threads = trainer.submit(torch_threads).result() if trainer is not None else torch_threads()
-        return {"node": node, "pid": os.getpid(), "torch_threads": threads, "devices": self.host.device_ids}
+        return {"node": node, "pid": os.getpid(), "torch_threads": torch_threads(), "devices": self.host.device_ids}
 
     def stop(self, wait_s: float) -> list[str]:
         """Wait up to ``wait_s`` for the devices to finish, stop the rest; the ones stuck."""

@@ -1,6 +1,6 @@
 """Simulated devices hosted by one process: a thread per `DeviceClient`, each with its own MQTT
-connection, private shard and profile; their local rounds run one at a time on one shared
-trainer thread, with all of torch's threads (one pool of them, not one per device thread).
+connection, private shard and profile; they train one at a time (a shared compute slot), each
+with all of the process' torch threads.
 
 `edgefl simulate` runs one host in its own process (the default backend) or one per Ray actor
 (`coordinator/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Executor, ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import ImageDataset
@@ -30,7 +28,7 @@ from edge_sdk.transport import TransportConfig
 if TYPE_CHECKING:
     from coordinator.simulate import SimulationConfig
 
-__all__ = ["DeviceHost", "MAX_DEVICES_PER_PROCESS", "shared_trainer", "device_id", "build_clients"]
+__all__ = ["DeviceHost", "MAX_DEVICES_PER_PROCESS", "compute_slot", "device_id", "build_clients"]
 
 #: paho-mqtt polls its socket with select(), which takes only file descriptors below 1024: past
 #: about 200 connected clients in one process, new connections never see their CONNACK
@@ -40,16 +38,11 @@ MAX_DEVICES_PER_PROCESS = 180
 log = logging.getLogger(__name__)
 
 
-def shared_trainer(config: "SimulationConfig") -> Executor | None:
-    """The one-thread executor the devices of one process train on (None: each device trains
-    in its own thread, all at once: with ``throttle="sleep"``, whose sleeps must overlap;
-    bench/bench_sim.py also compares with that)."""
-    if config.throttle == "sleep":
-        return None
-    # torch's thread count is per thread under OpenMP: a new thread would take the machine's
-    # default (every core) instead of what this process was given (e.g. a Ray actor's CPUs)
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer",
-                              initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),))
+def compute_slot() -> threading.Lock | None:
+    """What the simulated devices of one process share so that one trains at a time, with all
+    of torch's threads (DeviceContext.compute_slot); bench/bench_sim.py compares with None
+    (every device training at once in its own thread)."""
+    return threading.Lock()
 
 
 def device_id(index: int) -> str:
@@ -57,10 +50,11 @@ def device_id(index: int) -> str:
 
 
 def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-                  indices: Sequence[int], trainer: Executor | None = None) -> list[DeviceClient]:
+                  indices: Sequence[int]) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
     whichever process builds them (the split depends only on the config and the dataset)."""
     shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
+    slot = compute_slot()
     clients = []
     for i in indices:
         shard = private[shards[i]]
@@ -74,7 +68,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
             profile,
             Throttle(profile, mode=config.throttle),
-            trainer=trainer,
+            compute_slot=slot,
         ))
     return clients
 
@@ -82,18 +76,16 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
 class DeviceHost:
     """Runs its devices in threads until the coordinator says stop or `stop` is called."""
 
-    def __init__(self, clients: list[DeviceClient], trainer: Executor | None = None) -> None:
+    def __init__(self, clients: list[DeviceClient]) -> None:
         self.clients = clients
-        self.trainer = trainer
         self.threads = [threading.Thread(target=self._serve, args=(c,), name=c.config.device_id, daemon=True)
                         for c in clients]
 
     @classmethod
     def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
                indices: Sequence[int]) -> "DeviceHost":
-        """Devices ``indices`` of the job sharing one trainer (`shared_trainer`)."""
-        trainer = shared_trainer(config)
-        return cls(build_clients(config, url, dataset, private, indices, trainer), trainer)
+        """Devices ``indices`` of the job, sharing one compute slot."""
+        return cls(build_clients(config, url, dataset, private, indices))
 
     @property
     def device_ids(self) -> list[str]:
@@ -126,6 +118,4 @@ class DeviceHost:
             if thread.is_alive():
                 log.warning("device %s did not stop in time", thread.name)
                 stuck.append(thread.name)
-        if self.trainer is not None:
-            self.trainer.shutdown(wait=not stuck)
         return stuck

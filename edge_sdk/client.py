@@ -10,7 +10,6 @@ import hashlib
 import logging
 import threading
 import time
-from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -89,12 +88,11 @@ class DeviceClient:
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
-                 trainer: Executor | None = None) -> None:
+                 compute_slot: threading.Lock | None = None) -> None:
         self.config = config
         self.torch_device = resolve_device(config.device)
-        #: runs this device's local rounds; simulated devices of one process share a one-thread
-        #: executor, so they train one at a time, all in one thread with one pool of torch threads
-        self.trainer = trainer
+        #: simulated devices of one process share it so that they train one at a time (DeviceContext)
+        self.compute_slot = compute_slot
         self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data
         self.profile = profile
@@ -256,15 +254,11 @@ class DeviceClient:
         ctx = DeviceContext(
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
-            throttle=self.throttle, stop=self._stop, device=self.torch_device,
+            throttle=self.throttle, stop=self._stop, device=self.torch_device, compute_slot=self.compute_slot,
         )
         started = time.monotonic()
         try:
-            method = device_method(plan.method)
-            if self.trainer is None:
-                update = method(plan, self.data, ctx)
-            else:
-                update = self.trainer.submit(method, plan, self.data, ctx).result()
+            update = device_method(plan.method)(plan, self.data, ctx)
         except TrainingStopped:
             log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
             return None

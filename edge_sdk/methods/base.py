@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +48,17 @@ class DeviceContext:
     stop: threading.Event | None = None
     #: where training runs (model, batches, optimizer state); None: the CPU
     device: torch.device | None = None
+    #: held while training: simulated devices sharing one process train one at a time, each
+    #: with all of torch's threads, instead of all at once with threads fighting over cores
+    compute_slot: threading.Lock | None = None
 
     def train(self, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
               regularizer: Callable[[torch.nn.Module], torch.Tensor] | None = None) -> TrainResult:
         """:func:`train_local` on this device's torch device, seeded by this device and round;
         raises TrainingStopped when `stop` is set. The model is back on the CPU afterwards."""
-        return train_local(model, x, y, config, seed=self.seed * 100_003 + self.round,
-                           regularizer=regularizer, on_step=self._check_stop, device=self.device)
+        with self.compute_slot or contextlib.nullcontext():
+            return train_local(model, x, y, config, seed=self.seed * 100_003 + self.round,
+                               regularizer=regularizer, on_step=self._check_stop, device=self.device)
 
     def _check_stop(self, step: int) -> None:
         if self.stop is not None and self.stop.is_set():

@@ -195,6 +195,16 @@ class EmbeddedBroker:
             self._stop_process()
         self.start()
 
+    def wait_for_listener(self, port: int, timeout_s: float = 10.0) -> None:
+        """Wait until an extra listener (e.g. a TLS one from ``extra_config``) accepts
+        connections; `start` waits only for the broker's own port. BrokerError on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not _port_accepts(port):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"nothing accepts connections on port {port} within {timeout_s:.0f} s:\n"
+                                  f"{self.log_text()}")
+            time.sleep(0.05)
+
     def __enter__(self) -> "EmbeddedBroker":
         self.start()
         return self

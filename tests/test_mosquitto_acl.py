@@ -4,7 +4,6 @@ certificates from make-certs.sh and users/bundles from add-device.sh, on a priva
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -54,14 +53,7 @@ def home(tmp_path_factory):
     acl = tmp / "edgefl.acl"
     broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, acl, certs)))
     broker.start()
-    deadline = time.monotonic() + 10
-    while True:  # the broker waited for its own plain listener; wait for the TLS one too
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, broker.log_text()
-            time.sleep(0.05)
+    broker.wait_for_listener(port)  # the broker waited for its own plain listener; the TLS one too
     yield {"tmp": tmp, "port": port, "ca": certs / "ca.crt", "broker": broker, "acl": acl, "passwd": passwd}
     broker.stop()
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -29,14 +27,7 @@ def tls_broker(tmp_path_factory):
     lines = (f"listener {port} 127.0.0.1", f"certfile {certs / 'server.crt'}", f"keyfile {certs / 'server.key'}",
              f"cafile {certs / 'ca.crt'}", "allow_anonymous true")
     with EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=lines)) as broker:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, broker.log_text()
-                time.sleep(0.05)
+        broker.wait_for_listener(port)
         yield broker, port, certs / "ca.crt"
 
 

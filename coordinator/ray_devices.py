@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS
 if TYPE_CHECKING:
     from coordinator.simulate import SimulationConfig
 
-__all__ = ["RayDevices", "DeviceActor", "config_to_json", "config_from_json"]
+__all__ = ["RayDevices", "DeviceActor"]
 
 log = logging.getLogger(__name__)
 
@@ -37,25 +36,6 @@ def _ray() -> Any:
     except ImportError:
         raise ValueError("--backend ray needs Ray, which is not installed: pip install 'edgefl[ray]'") from None
     return ray
-
-
-def config_to_json(config: "SimulationConfig") -> str:
-    """The settings an actor needs, as JSON (no pickled objects)."""
-    data = asdict(config)
-    data["link"] = {"chunk_size": config.link.chunk_size, "transfer_dtype": config.link.transfer_dtype}
-    return json.dumps(data)
-
-
-def config_from_json(text: str) -> "SimulationConfig":
-    from edge_sdk.link import LinkConfig
-    from edge_sdk.training import TrainConfig
-
-    from coordinator.simulate import SimulationConfig
-
-    data = json.loads(text)
-    data.update(train=TrainConfig.from_dict(data["train"]), link=LinkConfig(**data["link"]),
-                profiles=tuple(data["profiles"]))
-    return SimulationConfig(**data)
 
 
 def torch_threads() -> int:
@@ -74,10 +54,10 @@ class DeviceActor:
         from edge_sdk.data import load_dataset
 
         from coordinator.sim_devices import DeviceHost
-        from coordinator.simulate import split_public
+        from coordinator.simulate import SimulationConfig, split_public
 
         torch.set_num_threads(max(1, threads))
-        config = config_from_json(config_json)
+        config = SimulationConfig.from_plain(json.loads(config_json))
         dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
         private, _ = split_public(config, dataset)
         self.host = DeviceHost.create(config, url, dataset, private, indices)
@@ -138,7 +118,7 @@ class RayDevices:
                 raise ValueError(f"sim_device {config.sim_device!r}: the Ray cluster has no GPU")
             options["num_gpus"] = gpus / workers
         actor_class = ray.remote(DeviceActor)
-        text = config_to_json(config)
+        text = json.dumps(config.to_plain())
         threads = max(1, int(share))
         shards = [part.tolist() for part in np.array_split(np.arange(config.clients), workers)]
         self.actors = [actor_class.options(**options).remote(text, self.url, part, threads) for part in shards]

@@ -106,6 +106,19 @@ class SimulationConfig:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
 
+    def to_plain(self) -> dict[str, Any]:
+        """The settings as JSON-safe data (the report's config; what a Ray actor receives)."""
+        data = asdict(self)
+        data["link"] = {"chunk_size": self.link.chunk_size, "transfer_dtype": self.link.transfer_dtype}
+        return data
+
+    @classmethod
+    def from_plain(cls, data: dict[str, Any]) -> "SimulationConfig":
+        """The inverse of `to_plain` (validated like any construction)."""
+        return cls(**{**data, "train": TrainConfig.from_dict(data["train"]), "link": LinkConfig(**data["link"]),
+                      "profiles": tuple(data["profiles"])})
+
+
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
                    checkpoint_dir: str | None = None) -> Strategy:
     """The coordinator strategy `config.method` names, with its model, eval and public data."""
@@ -190,8 +203,7 @@ def run_simulation(config: SimulationConfig,
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:
-    data = asdict(config)
-    data["link"] = {"chunk_size": config.link.chunk_size, "transfer_dtype": config.link.transfer_dtype}
+    data = config.to_plain()
     data["broker_url"] = url
     data["method_config"] = strategy.method_config()
     return data

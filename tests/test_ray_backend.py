@@ -6,6 +6,7 @@ devices ran on both nodes and the job learned as the in-process backend does."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -17,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coordinator.ray_devices import _ray, config_from_json, config_to_json
+from coordinator.ray_devices import _ray
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
@@ -90,7 +91,7 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
 def test_the_settings_cross_to_an_actor_as_json_and_come_back_equal() -> None:
     config = SimulationConfig(method="flanc", clients=7, partition="shards:2", backend="ray", ray_workers=3,
                               train=TrainConfig(epochs=2, lr=0.01), options={"sample": "any"})
-    assert config_from_json(config_to_json(config)) == config
+    assert SimulationConfig.from_plain(json.loads(json.dumps(config.to_plain()))) == config
 
 
 def test_without_ray_the_backend_is_a_one_line_error(monkeypatch) -> None:

@@ -55,10 +55,11 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
     whichever process builds them (the split depends only on the config and the dataset)."""
     shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
     slot = compute_slot()
+    profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
     for i in indices:
         shard = private[shards[i]]
-        profile = load_profile(config.profiles[i % len(config.profiles)])
+        profile = profiles[config.profiles[i % len(config.profiles)]]
         name = device_id(i)
         clients.append(DeviceClient(
             ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),

@@ -23,8 +23,10 @@ each round, a level drawn uniformly from the levels up to its capacity (never a 
 one), so every smaller model also learns from the data of faster devices — the way
 the FLANC and HeteroFL papers sample a width per client per round, bounded by what
 the device measured it can afford. ``sample=any`` draws from every level whatever the
-capacity — the papers' own protocol, for fleets where every device can afford every
-level (or to reproduce the papers). ``sample=fixed`` (default) trains the capacity level.
+capacity, for fleets where every device can afford every level. ``sample=every`` is the
+official FLANC code's protocol: like ``any``, but the round's participants are drawn
+together, again until every level appears in the round (when there are at least as many
+participants as levels). ``sample=fixed`` (default) trains the capacity level.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from coordinator.fleet import DeviceRecord
 __all__ = ["MODES", "ASSIGNMENT_KEYS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
 
 MODES = ("cluster", "quantile", "budget")
-SAMPLING = ("fixed", "random", "any")
+SAMPLING = ("fixed", "random", "any", "every")
 #: The `--option` keys :meth:`AssignmentConfig.from_options` consumes.
 ASSIGNMENT_KEYS = ("assign", "budget_s", "override", "dynamic", "sample")
 
@@ -154,7 +156,8 @@ class AssignmentConfig:
     budget_s: float | None = None
     override: tuple[tuple[str, str], ...] = ()
     dynamic: bool = False
-    sample: str = "fixed"  # random: each round a level up to the device's capacity; any: any level
+    sample: str = "fixed"  # random: each round a level up to the device's capacity; any: any level;
+    # every: any level, every level present in each round
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -220,6 +223,7 @@ class LevelAssigner:
         self.epochs = epochs
         self.records: dict[str, DeviceRecord] = {}
         self.frozen = False
+        self._drawn: tuple[int, dict[str, str]] = (-1, {})  # sample=every: (round, device -> level)
         assign_levels({}, self.levels, override=dict(config.override))  # validates the override
 
     def _compute(self) -> dict[str, str]:
@@ -241,14 +245,32 @@ class LevelAssigner:
                 record.label = labels[d]
         return labels[device.device_id]
 
+    def draw_round(self, participants: Sequence[str], rnd: int, seed: int = 0) -> None:
+        """``sample=every``: draw the levels of round ``rnd``'s participants together, uniformly,
+        again until every level appears (or, with fewer participants than levels, no level twice).
+        The draw depends only on (seed, round, participant ids), so a resumed job repeats it."""
+        if self.config.sample != "every":
+            return
+        ids = sorted(participants)
+        need = min(len(ids), len(self.levels))
+        rng = np.random.default_rng([seed, rnd, 0x5EED])
+        draw = rng.integers(len(self.levels), size=len(ids))
+        while len(set(draw.tolist())) < need:
+            draw = rng.integers(len(self.levels), size=len(ids))
+        self._drawn = (rnd, {d: self.levels[int(i)] for d, i in zip(ids, draw)})
+
     def round_level(self, device: DeviceRecord, rnd: int, seed: int = 0) -> str:
         """The level ``device`` trains in round ``rnd``: its capacity level, or with
         ``sample=random`` one drawn uniformly from the levels up to it (``any``: from all
-        levels). The draw depends only on (seed, round, device id), so a resumed job repeats it."""
+        levels; ``every``: what :meth:`draw_round` drew for the round). The draw depends only
+        on (seed, round, device id), so a resumed job repeats it."""
         capacity = device.label if device.label in self.levels else self.observe(device)
         if self.config.sample == "fixed":
             return capacity
-        allowed = self.levels if self.config.sample == "any" else self.levels[:self.levels.index(capacity) + 1]
+        drawn_rnd, drawn = self._drawn
+        if self.config.sample == "every" and drawn_rnd == rnd and device.device_id in drawn:
+            return drawn[device.device_id]
+        allowed = self.levels if self.config.sample in ("any", "every") else self.levels[:self.levels.index(capacity) + 1]
         rng = np.random.default_rng([seed, rnd, zlib.crc32(device.device_id.encode())])
         return allowed[int(rng.integers(len(allowed)))]
 

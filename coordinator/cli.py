@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.link import LinkConfig
-from edge_sdk.training import TrainConfig
+from edge_sdk.training import AUGMENTATIONS, TrainConfig
 
 __all__ = ["simulate_command", "coordinator_command"]
 
@@ -34,6 +34,25 @@ def _positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _lr_decay(text: str) -> tuple[tuple[int, float], ...]:
+    from coordinator.lr_schedule import parse_lr_decay
+
+    try:
+        return parse_lr_decay(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("lr_decay: ")) from None
 
 
 def size(nbytes: float) -> str:
@@ -124,7 +143,9 @@ def _simulate(args: argparse.Namespace) -> int:
         broker_url=args.broker, model=args.model,
         profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
         throttle=args.throttle,
-        train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr),
+        train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
+                          weight_decay=args.weight_decay, augment=args.augment),
+        lr_decay=args.lr_decay, eval_samples=args.eval_samples,
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=_flag_options(args), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
@@ -168,6 +189,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="sample K of the devices each round, as the papers do (default: every device)")
     p.add_argument("--eval-every", type=_at_least(1), default=1, metavar="N",
                    help="evaluate on the test set after every N rounds; the last round always")
+    p.add_argument("--eval-samples", type=_at_least(1), metavar="N",
+                   help="interim evaluations on a fixed stratified N of the held-out samples (default: all); "
+                        "the last round always evaluates on all of them")
     p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
                    help="where simulated devices train: cpu, cuda, cuda:N or auto; their profiled speed "
                         "is still what the report's seconds count")
@@ -184,7 +208,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
-    p.add_argument("--model", default="cnn4", help="model family: cnn4, resnet_small, mlp")
+    p.add_argument("--model", default="cnn4", help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp")
     p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
                                       "files), taken in turn (default: a mixed home fleet)")
     p.add_argument("--throttle", default="virtual", choices=["virtual", "sleep", "off"],
@@ -193,6 +217,11 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local-epochs", type=_at_least(1), default=2, help="local epochs per round")
     p.add_argument("--batch-size", type=_at_least(1), default=32, help="local batch size")
     p.add_argument("--lr", type=_positive_float, default=0.05, help="local SGD learning rate")
+    p.add_argument("--lr-decay", type=_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
+                   help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
+    p.add_argument("--weight-decay", type=_non_negative_float, default=0.0, help="local SGD weight decay (L2)")
+    p.add_argument("--augment", default="none", choices=list(AUGMENTATIONS),
+                   help="local data augmentation: hflip mirrors a random half of every batch")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
     p.add_argument("--publish-every", type=_at_least(0), default=0, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")

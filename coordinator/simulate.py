@@ -27,6 +27,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.broker import EmbeddedBroker
 from coordinator.fleet import Fleet, FleetProgress
+from coordinator.lr_schedule import check_lr_decay
 from coordinator.ray_devices import RayDevices
 from coordinator.report import RoundRecord, RunReport
 from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS, DeviceHost
@@ -71,6 +72,8 @@ class SimulationConfig:
     publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
     devices_per_round: int | None = None  # sample this many devices per round (None: all), as the papers do
     eval_every: int = 1  # evaluate after every this many rounds; the last round always
+    eval_samples: int | None = None  # interim evaluations on this many held-out samples; the last on all
+    lr_decay: tuple[tuple[int, float], ...] = ()  # ((round, factor), ...): after `round` rounds, lr × factor
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
     backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
@@ -82,10 +85,13 @@ class SimulationConfig:
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
+            raise ValueError(f"eval_samples must be an integer >= 1, got {self.eval_samples!r}")
         k = self.devices_per_round
         if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
             raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
         resolve_device(self.sim_device)
+        object.__setattr__(self, "lr_decay", check_lr_decay(self.lr_decay))
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS:
@@ -116,7 +122,8 @@ class SimulationConfig:
     def from_plain(cls, data: dict[str, Any]) -> "SimulationConfig":
         """The inverse of `to_plain` (validated like any construction)."""
         return cls(**{**data, "train": TrainConfig.from_dict(data["train"]), "link": LinkConfig(**data["link"]),
-                      "profiles": tuple(data["profiles"])})
+                      "profiles": tuple(data["profiles"]),
+                      "lr_decay": tuple((int(r), float(f)) for r, f in data.get("lr_decay", ()))})
 
 
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
@@ -126,7 +133,8 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
         rounds=config.rounds, min_devices=config.clients, quorum=0.5,
         round_deadline_s=config.round_deadline_s, seed=config.seed, train=config.train,
         checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
-        devices_per_round=config.devices_per_round, eval_every=config.eval_every,
+        devices_per_round=config.devices_per_round, eval_every=config.eval_every, lr_decay=config.lr_decay,
+        eval_samples=config.eval_samples,
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -20,6 +20,7 @@ from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
 from edge_sdk.training import TrainConfig
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 from coordinator.report import RoundRecord, RunReport, merge_stages
 from coordinator.state import load_checkpoint, save_checkpoint
 
@@ -48,12 +49,21 @@ class FederationConfig:
     publish_every: int = 0
     #: evaluate on the held-out data after every this many rounds; the last round always does
     eval_every: int = 1
+    #: ((round, factor), ...): after `round` rounds every plan's lr is multiplied by `factor`
+    lr_decay: LrDecay = ()
+    #: interim evaluations use a fixed stratified subset of this many held-out samples (None:
+    #: all of them); the last round always evaluates on the whole held-out set
+    eval_samples: int | None = None
 
     def __post_init__(self) -> None:
+        decay = self.lr_decay
+        object.__setattr__(self, "lr_decay", parse_lr_decay(decay) if isinstance(decay, str) else check_lr_decay(decay))
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
+            raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
         k = self.devices_per_round
         if k is not None and (type(k) is not int or k < 1):
             raise ValueError(f"devices_per_round must be an integer >= 1 (or absent: every device), got {k!r}")
@@ -105,6 +115,8 @@ class Strategy(ABC):
     def __init__(self, config: FederationConfig, eval_data: EvalData | None = None) -> None:
         self.config = config
         self.eval_data = eval_data
+        self._full_eval = eval_data
+        self._eval_subset: EvalData | None = None  # the interim evaluations' subset (eval_samples)
         self.rng = np.random.default_rng(config.seed)
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what publish_models sent the last time
@@ -217,6 +229,10 @@ class Strategy(ABC):
     def begin_stage(self, rnd: int, stage: Any) -> None:
         """Called before each stage of round ``rnd`` (e.g. to choose who trains in it)."""
 
+    def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
+        """Called once the participants of a stage of round ``rnd`` are known, before their plans
+        (e.g. to draw their widths together)."""
+
     def evaluates(self, rnd: int) -> bool:
         """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""
         return (rnd + 1) % self.config.eval_every == 0 or rnd + 1 == self.config.rounds
@@ -237,9 +253,13 @@ class Strategy(ABC):
         participants = self.sample(online)
         down = fleet.broadcast(RoundStart(self.config.round_deadline_s, tuple(participants)), rnd)
         sent: dict[str, int] = {}
+        self.begin_round_plans(rnd, participants)
         for device_id in participants:
             record = fleet.devices[device_id]
             plan = self.configure_train(rnd, record)
+            factor = lr_factor(self.config.lr_decay, rnd)
+            if factor != 1.0 and "lr" in plan.train:
+                plan = replace(plan, train={**plan.train, "lr": plan.train["lr"] * factor})
             sent[device_id] = fleet.send(device_id, plan, rnd)
             self.payload_bytes.setdefault(plan.label, sent[device_id])
         updates = fleet.collect(rnd, participants, self.config.round_deadline_s,
@@ -254,7 +274,10 @@ class Strategy(ABC):
         accuracy: dict[str, float] = {}
         loss: float | None = None
         if self.evaluates(rnd):
-            accuracy, loss = self.evaluate(rnd)
+            held_out = self._eval_set(last=rnd + 1 == self.config.rounds)
+            accuracy, loss = self._evaluate_on(held_out, rnd)
+            if held_out is not None:
+                metrics = {**metrics, "eval_samples": float(len(held_out.y))}
         up = sum(u.nbytes for u in updates.values())
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
@@ -264,6 +287,24 @@ class Strategy(ABC):
             participants=sorted(updates), aggregated=len(updates) >= needed,
             metrics=metrics,
         )
+
+    def _eval_set(self, last: bool) -> EvalData | None:
+        """The held-out data of an evaluation: all of it in the last round or without
+        ``eval_samples``, else a fixed stratified subset of ``eval_samples`` (seeded)."""
+        full, n = self._full_eval, self.config.eval_samples
+        if full is None or last or n is None or n >= len(full.y):
+            return full
+        if self._eval_subset is None:
+            self._eval_subset = _stratified(full, n, self.config.seed)
+        return self._eval_subset
+
+    def _evaluate_on(self, data: EvalData | None, rnd: int) -> tuple[dict[str, float], float]:
+        """:meth:`evaluate` on ``data`` (the hooks read ``self.eval_data``)."""
+        self.eval_data = data
+        try:
+            return self.evaluate(rnd)
+        finally:
+            self.eval_data = self._full_eval
 
     def _simulated_seconds(self, fleet: Fleet, sent: dict[str, int],
                            updates: dict[str, ReceivedUpdate]) -> float:
@@ -298,3 +339,15 @@ class Strategy(ABC):
         report.restore_rounds(checkpoint.rounds)
         log.info("resumed after round %d", checkpoint.round)
         return checkpoint.round + 1
+
+
+def _stratified(data: EvalData, n: int, seed: int) -> EvalData:
+    """``n`` samples of ``data``, each class in proportion (seeded, in their original order)."""
+    rng = np.random.default_rng([seed, 0xE5A1])
+    order = rng.permutation(len(data.y))
+    key = np.empty(len(order))
+    for c in np.unique(data.y):  # a sample's rank within its class, as a fraction
+        members = order[data.y[order] == c]
+        key[members] = (np.arange(len(members)) + 0.5) / len(members)
+    pick = np.sort(order[np.argsort(key[order], kind="stable")[:n]])
+    return EvalData(data.x[pick], data.y[pick])

@@ -196,8 +196,21 @@ def write_idx(path: str | Path, array: np.ndarray) -> Path:
 # ----------------------------------------------------------------------------- loaders
 
 
+#: Debian's offline dataset packages: name -> (package, the folder it installs).
+DEBIAN_DATASETS = {"fashion-mnist": ("dataset-fashion-mnist", Path("/usr/share/datasets/fashion-mnist"))}
+
+
 def _default_root(name: str) -> Path:
-    return Path(os.environ.get("EDGEFL_DATA", "~/.cache/edgefl/data")).expanduser() / name
+    """``$EDGEFL_DATA/<name>`` (default ``~/.cache/edgefl/data/<name>``) when it exists, else the
+    folder of Debian's package for ``name`` when that is installed."""
+    own = Path(os.environ.get("EDGEFL_DATA", "~/.cache/edgefl/data")).expanduser() / name
+    if own.is_dir() or name not in DEBIAN_DATASETS:
+        return own
+    package, folder = DEBIAN_DATASETS[name]
+    if folder.is_dir():
+        return folder
+    raise FileNotFoundError(f"dataset {name!r} not found in {own} or {folder}: install it with "
+                            f"'apt-get install {package}', or pass --data-root FOLDER with its four idx files")
 
 
 def _find_idx(root: Path, base: str, dataset: str) -> Path:
@@ -323,8 +336,10 @@ def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,
 
     ``test_fraction``/``seed`` drive the stratified split of ``mnist-sample`` and
     ``digits``; the others use their official test split. ``root`` (default
-    ``$EDGEFL_DATA/<name>`` or ``~/.cache/edgefl/data/<name>``) holds the files of
-    ``mnist``, ``fashion-mnist`` and ``cifar10``.
+    ``$EDGEFL_DATA/<name>`` or ``~/.cache/edgefl/data/<name>``; for ``fashion-mnist``,
+    when that folder does not exist, Debian's ``/usr/share/datasets/fashion-mnist`` from
+    ``apt-get install dataset-fashion-mnist``) holds the files of ``mnist``,
+    ``fashion-mnist`` and ``cifar10``.
     """
     if not isinstance(name, str):
         raise ValueError(f"dataset name must be a str, got {type(name).__name__}")

@@ -18,10 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
+__all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
            "on_device"]
 
 _OPTIMIZERS = ("sgd", "adam")
+#: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
+#: left-right (images only), as the official FLANC code's RandomHorizontalFlip.
+AUGMENTATIONS = ("none", "hflip")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -56,6 +59,7 @@ class TrainConfig:
     max_steps: int | None = None
     optimizer: str = "sgd"
     threads: int | None = None
+    augment: str = "none"
 
     def __post_init__(self) -> None:
         _num("epochs", self.epochs, 1, 10_000, integer=True)
@@ -72,6 +76,8 @@ class TrainConfig:
                              f"got {self.optimizer!r}")
         if self.threads is not None:
             _num("threads", self.threads, 1, 1024, integer=True)
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(f"TrainConfig.augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain msgpack-safe dict."""
@@ -177,6 +183,8 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     xt, yt = _tensors(model, x, y)
+    if config.augment == "hflip" and xt.ndim != 4:
+        raise ValueError(f"augment 'hflip' needs N x C x H x W images, got samples of shape {tuple(xt.shape[1:])}")
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters")
@@ -205,6 +213,9 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                         break
                     idx = order[i:i + config.batch_size].to(dev)
                     xb, yb = xt[idx], yt[idx]
+                    if config.augment == "hflip":
+                        flip = (torch.rand(len(idx), generator=gen) < 0.5).to(dev)
+                        xb = torch.where(flip[:, None, None, None], xb.flip(-1), xb)
                     logits = model(xb)
                     if steps == 0:
                         _check_labels(logits, yb)

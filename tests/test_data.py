@@ -127,6 +127,32 @@ def test_mnist_missing_or_inconsistent_files(tmp_path: Path) -> None:
         load_dataset("mnist", root=tmp_path)
 
 
+def test_fashion_mnist_is_found_in_debians_folder(tmp_path: Path, monkeypatch) -> None:
+    import edge_sdk.data as data
+
+    debian = tmp_path / "usr-share-datasets" / "fashion-mnist"
+    debian.mkdir(parents=True)
+    _write_mnist(debian, gz=True)
+    monkeypatch.setenv("EDGEFL_DATA", str(tmp_path / "cache"))  # nothing there
+    monkeypatch.setitem(data.DEBIAN_DATASETS, "fashion-mnist", ("dataset-fashion-mnist", debian))
+    assert load_dataset("fashion-mnist").x_train.shape == (30, 1, 28, 28)
+    own = tmp_path / "cache" / "fashion-mnist"  # the user's own copy comes first
+    own.mkdir(parents=True)
+    _write_mnist(own, n_train=20)
+    assert load_dataset("fashion-mnist").x_train.shape == (20, 1, 28, 28)
+
+
+def test_a_missing_fashion_mnist_names_the_package_and_the_flag(tmp_path: Path, monkeypatch) -> None:
+    import edge_sdk.data as data
+
+    monkeypatch.setenv("EDGEFL_DATA", str(tmp_path))
+    monkeypatch.setitem(data.DEBIAN_DATASETS, "fashion-mnist", ("dataset-fashion-mnist", tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError) as info:
+        load_dataset("fashion-mnist")
+    message = str(info.value)
+    assert "\n" not in message and "apt-get install dataset-fashion-mnist" in message and "--data-root" in message
+
+
 # ----------------------------------------------------------------------------- cifar / npz
 
 

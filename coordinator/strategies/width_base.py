@@ -20,6 +20,7 @@ import torch
 from edge_sdk.models.spec import count_params
 from edge_sdk.training import evaluate
 
+from coordinator.assignment import LevelAssigner
 from coordinator.fleet import Fleet
 from coordinator.report import RoundRecord, RunReport
 from coordinator.strategy import Strategy
@@ -34,6 +35,7 @@ class WidthStrategy(Strategy):
     labels: list[str]  # width labels, smallest first
     export_dir: str | None = None  # where to export every width after the run
     exported: dict[str, dict[str, Any]] | None = None
+    assigner: LevelAssigner | None = None  # who trains which width (None: one width for all)
 
     @classmethod
     def describe_label(cls, label: str) -> str:
@@ -49,6 +51,10 @@ class WidthStrategy(Strategy):
 
     def inference_model(self, label: str) -> torch.nn.Module | None:
         return self.dense_model(label).eval() if label in self.labels else None
+
+    def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
+        if self.assigner is not None:
+            self.assigner.draw_round(participants, rnd, self.config.seed)
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
         if self.eval_data is None:

@@ -74,7 +74,10 @@ class WidthOptions:
         return {"norm": None if self.norm == "none" else self.norm}
 
     def zoo_kwargs_for(self, family: str, default_norm: str = "batchnorm") -> dict[str, Any]:
-        """Like :meth:`zoo_kwargs`, with ``default_norm`` when none was given (mlp: no norms)."""
+        """Like :meth:`zoo_kwargs`, with ``default_norm`` when none was given (mlp: no norms;
+        flanc_cnn: none unless asked for, as the paper's network)."""
+        if family == "flanc_cnn" and self.norm is None:
+            return {}
         if family == "mlp":
             if self.norm not in (None, "none"):
                 raise ValueError(f"the mlp family has no norm layers, got norm={self.norm!r}")

@@ -1,12 +1,15 @@
 """FLANC model families: the zoo's networks with their hidden layers composed (see :mod:`.flanc`).
 
 :func:`flanc_specs` builds one spec per width ``p`` of a zoo family (``cnn4`` — the
-4-layer CNN of the paper for 28×28 inputs —, ``resnet_small`` for 32×32 inputs, or
+4-layer CNN for 28×28 inputs —, ``flanc_cnn`` — the paper's own Fashion-MNIST CNN —,
+``resnet_small`` for 32×32 inputs, or
 ``mlp``) and replaces, at the same positions in every width:
 
-- each ``conv2d`` with a kernel > 1 whose input channels scale with the width
-  (the stem that reads the image stays a dense, width-specific conv, and so do 1×1
-  shortcut projections, as in the paper's code) by a ``flanc_conv2d``;
+- each ``conv2d`` with a kernel > 1 whose input or output channels scale with the width
+  by a ``flanc_conv2d`` — except the stem, the network's first conv, which reads the image
+  and stays a dense, width-specific conv (and so do 1×1 shortcut projections, as in the
+  paper's code); in ``flanc_cnn`` the stem keeps 64 channels at every width and the first
+  composed conv reads those 64 (basis over groups of 8), as the official ``cnn_flanc.py``;
 - each ``linear`` whose output scales with the width (hidden layers; the classifier
   stays dense) by a ``flanc_linear``.
 
@@ -79,14 +82,17 @@ def _composed(kind: str, full: dict, per_width: dict[float, dict], config: Flanc
     return out
 
 
-def _compose_lists(full: list[dict], per_width: dict[float, list[dict]], config: FlancConfig) -> dict[float, list]:
+def _compose_lists(full: list[dict], per_width: dict[float, list[dict]], config: FlancConfig,
+                   top: bool = True) -> dict[float, list]:
     result: dict[float, list] = {p: [] for p in per_width}
+    stem = next((i for i, layer in enumerate(full) if layer["type"] == "conv2d"), None) if top else None
     for i, ref in enumerate(full):
         at = {p: layers[i] for p, layers in per_width.items()}
         kind = ref["type"]
         scaled_in = len({layer.get("in") for layer in at.values()} | {ref.get("in")}) > 1
         scaled_out = len({layer.get("out") for layer in at.values()} | {ref.get("out")}) > 1
-        if kind == "conv2d" and ref["kernel"] > 1 and scaled_in and ref.get("groups", 1) == 1:
+        if kind == "conv2d" and ref["kernel"] > 1 and ref.get("groups", 1) == 1 \
+                and (scaled_in or (scaled_out and i != stem)):
             new = _composed("conv2d", ref, at, config)
         elif kind == "linear" and scaled_out:
             new = _composed("linear", ref, at, config)
@@ -94,7 +100,7 @@ def _compose_lists(full: list[dict], per_width: dict[float, list[dict]], config:
             new = {p: dict(layer) for p, layer in at.items()}
             for key, value in ref.items():
                 if isinstance(value, list) and all(isinstance(v, dict) for v in value):
-                    nested = _compose_lists(value, {p: at[p][key] for p in at}, config)
+                    nested = _compose_lists(value, {p: at[p][key] for p in at}, config, top=False)
                     for p in at:
                         new[p][key] = nested[p]
         for p in per_width:

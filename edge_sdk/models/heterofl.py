@@ -2,7 +2,8 @@
 
 A width-``p`` HeteroFL network is the zoo network of width ``p`` (its tensors are
 prefix slices of the full-width network's) with a ``scaler`` layer after every
-``conv2d`` and every hidden ``linear`` (not the classifier): in training mode it
+``conv2d`` and every hidden ``linear`` that is narrower than at full width (not the
+classifier, nor a layer such as ``flanc_cnn``'s head that keeps its width): in training mode it
 divides its input by ``p`` so the sub-network's activations keep the full network's
 scale; in eval mode it is the identity. Spec layer type ``scaler`` (key ``rate``).
 """
@@ -41,16 +42,21 @@ register_layer("scaler", lambda a: Scaler(a["rate"]), None, lambda a, s: s, lamb
                schema={"rate": float_field(1e-3, 1.0)})
 
 
-def _with_scalers(layers: list[dict], rate: float, top: bool) -> list[dict]:
+def _with_scalers(layers: list[dict], full: list[dict], narrow: list[dict], rate: float,
+                  top: bool) -> list[dict]:
+    """``layers`` with a scaler after each conv/linear whose width scales (its output differs
+    between the ``full`` and a ``narrow`` network of the family; a layer that keeps its width,
+    such as ``flanc_cnn``'s head, needs no compensation), except the classifier. Every width
+    gets the same structure, so tensor names match across widths."""
     out: list[dict] = []
     last = len(layers) - 1
-    for i, layer in enumerate(layers):
+    for i, (layer, ref, small) in enumerate(zip(layers, full, narrow)):
         layer = dict(layer)
         for key, value in layer.items():
             if isinstance(value, list) and all(isinstance(v, dict) for v in value):
-                layer[key] = _with_scalers(value, rate, top=False)
+                layer[key] = _with_scalers(value, ref[key], small[key], rate, top=False)
         out.append(layer)
-        if layer["type"] in SCALED_TYPES and not (top and i == last):
+        if layer["type"] in SCALED_TYPES and not (top and i == last) and small["out"] != ref["out"]:
             out.append({"type": "scaler", "rate": float(rate)})
     return out
 
@@ -65,6 +71,8 @@ def heterofl_spec(family: str, input_shape: Sequence[int], num_classes: int, wid
     base = model_for_dataset(family, input_shape, num_classes, width=width, **zoo_kw)
     if not scaler:
         return base
+    full = model_for_dataset(family, input_shape, num_classes, width=1.0, **zoo_kw)["layers"]
+    narrow = model_for_dataset(family, input_shape, num_classes, width=0.5, **zoo_kw)["layers"]
     meta = {**base.get("meta", {}), "heterofl_width": float(width)}
-    return validate_spec({**base, "layers": _with_scalers(base["layers"], width, top=True),
+    return validate_spec({**base, "layers": _with_scalers(base["layers"], full, narrow, width, top=True),
                           "name": f"heterofl-{base.get('name', family)}-w{width:g}", "meta": meta})

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 from edge_sdk.models.spec import validate_spec
 
-__all__ = ["cnn4", "resnet_small", "mlp", "MODEL_FAMILIES", "model_for_dataset", "scale_width"]
+__all__ = ["cnn4", "flanc_cnn", "resnet_small", "mlp", "MODEL_FAMILIES", "model_for_dataset", "scale_width"]
 
 _NORMS = (None, "batchnorm", "groupnorm")
 
@@ -88,6 +88,30 @@ def cnn4(in_channels: int = 1, num_classes: int = 10, image_size: int | Sequence
     return _spec([in_channels, *_hw(image_size)], num_classes, layers, "cnn4")
 
 
+def flanc_cnn(in_channels: int = 1, num_classes: int = 10, image_size: int | Sequence[int] = 28,
+              width: float = 1.0, norm: str | None = None) -> dict:
+    """The Fashion-MNIST CNN of FLANC's paper (the official ``cnn_flanc.py``), as dense layers.
+
+    A 3x3 head conv ``in -> 64`` (with bias, never scaled, no activation after it, as in the
+    official code), then two 3x3 convs of ``128·width`` channels without bias, each followed
+    by [norm], ReLU and a 2x2 max-pool (28 -> 14 -> 7), then flatten + linear. No norm layers
+    by default, as the paper. Parameters at width 0.25 / 0.5 / 0.75 / 1: 43,978 / 105,738 /
+    185,930 / 284,554 (the paper's communication column: 43K / 106K / 186K / 285K).
+    FLANC composes both 128-channel convs (:func:`edge_sdk.models.flanc_zoo.flanc_specs`).
+    """
+    h, w = _hw(image_size)
+    c = scale_width(128, width)
+    layers: list[dict] = [{"type": "conv2d", "in": in_channels, "out": 64, "kernel": 3, "stride": 1,
+                           "padding": 1, "bias": True}]
+    cin = 64
+    for _ in range(2):
+        layers += [{"type": "conv2d", "in": cin, "out": c, "kernel": 3, "stride": 1, "padding": 1,
+                    "bias": False}] + _norm(norm, c) + [{"type": "relu"}, {"type": "maxpool2d", "kernel": 2}]
+        h, w, cin = h // 2, w // 2, c
+    layers += [{"type": "flatten"}, {"type": "linear", "in": cin * h * w, "out": num_classes}]
+    return _spec([in_channels, *_hw(image_size)], num_classes, layers, "flanc_cnn")
+
+
 def resnet_small(in_channels: int = 3, num_classes: int = 10,
                  image_size: int | Sequence[int] = 32, width: float = 1.0,
                  norm: str | None = "groupnorm", channels: Sequence[int] = (16, 32, 64),
@@ -136,7 +160,7 @@ def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (200, 200),
 
 
 MODEL_FAMILIES: dict[str, Callable[..., dict]] = {
-    "cnn4": cnn4, "resnet_small": resnet_small, "mlp": mlp}
+    "cnn4": cnn4, "flanc_cnn": flanc_cnn, "resnet_small": resnet_small, "mlp": mlp}
 
 
 def model_for_dataset(family: str, input_shape: Sequence[int], num_classes: int,

@@ -1,0 +1,157 @@
+"""FLANC's Fashion-MNIST table, reproduced with `edgefl simulate` (issue 15).
+
+The paper's protocol (the official ``demo.sh`` for ``cnn_flanc``): 100 devices, 10 per round,
+200 rounds, 1 local epoch, batch 32, SGD lr 0.01 (momentum 0.9, weight decay 1e-4, as the
+official ``option.py``) with ×0.1 after round 100, random horizontal flips, the ``flanc_cnn``
+family without norm layers; IID or non-IID (``shards:3``: 3 classes per device); widths 0.25,
+0.5, 0.75, 1 either *dynamic* (random per device per round, every width in every round:
+``sample=every``) or *static* (25 devices per width, for good). Methods: FLANC, HeteroFL
+(without its scaler: it needs norm layers) and FedAvg at the smallest width. Accuracy per width on the whole 10,000-image test set
+after the last round (interim evaluations every ``--eval-every`` rounds on
+``--eval-samples`` test images).
+
+Run (one process per list of runs; a finished run, i.e. its JSON in ``--out``, is skipped)::
+
+    apt-get install dataset-fashion-mnist
+    python bench/paper_fmnist.py --methods flanc,heterofl --partitions iid --seeds 0
+    python bench/paper_fmnist.py --table          # the table of what finished
+
+On 2 cores a round of 10 devices × 600 images takes ~20 s (tens of minutes per 100 rounds);
+``--threads`` sets each run's torch threads, so two processes with ``--threads 1`` share a
+2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from coordinator.simulate import SimulationConfig, run_simulation
+from edge_sdk.training import TrainConfig
+
+#: The paper's Table 1, Fashion-MNIST: mean accuracy over widths (%).
+PAPER = {("flanc", "iid"): 91.1, ("heterofl", "iid"): 90.4, ("flanc", "shards:3"): 85.1,
+         ("heterofl", "shards:3"): 83.2}
+#: Four profiles with distinct speeds: ``assign=cluster`` gives each a width (static mode).
+STATIC_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "jetson-orin-nano", "laptop")
+WIDTHS = ("0.25", "0.5", "0.75", "1.0")
+
+
+def run_name(method: str, partition: str, widths: str, seed: int) -> str:
+    return f"{method}-{partition.replace(':', '')}-{widths}-s{seed}"
+
+
+def simulation(args: argparse.Namespace, method: str, partition: str, widths: str, seed: int,
+               out: Path) -> SimulationConfig:
+    """The paper's protocol as an `edgefl simulate` job."""
+    options = {"norm": "none"}
+    if method == "heterofl":  # without norm layers HeteroFL's scaler (×1/p while training) diverges:
+        options["scaler"] = "false"  # chance accuracy at widths 0.25/0.5 after 3 rounds (BENCHMARKS.md)
+    if method == "fedavg":
+        options["width"] = WIDTHS[0]
+    elif widths == "dynamic":
+        options["sample"] = "every"
+    else:
+        options["assign"] = "cluster"
+    return SimulationConfig(
+        method=method, clients=args.clients, rounds=args.rounds, dataset="fashion-mnist",
+        data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
+        profiles=STATIC_FLEET, plots=False, options=options, devices_per_round=args.per_round,
+        eval_every=args.eval_every, eval_samples=args.eval_samples,
+        lr_decay=((args.decay_round, 0.1),) if args.decay_round < args.rounds else (),
+        train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, momentum=0.9, weight_decay=1e-4,
+                          augment="hflip", threads=args.threads))
+
+
+def run_one(args: argparse.Namespace, method: str, partition: str, widths: str, seed: int) -> None:
+    name = run_name(method, partition, widths, seed)
+    result_path = Path(args.out) / f"{name}.json"
+    if result_path.exists():
+        print(f"{name}: done already ({result_path})")
+        return
+    started = time.monotonic()
+    progress = Path(args.out) / f"{name}.progress"
+
+    def on_round(record) -> None:  # one line per evaluated round, to follow a long run
+        if record.accuracy:
+            with open(progress, "a") as fh:
+                fh.write(json.dumps({"round": record.round + 1, "accuracy": record.accuracy,
+                                     "elapsed_s": round(time.monotonic() - started, 1)}) + "\n")
+
+    report = run_simulation(simulation(args, method, partition, widths, seed, Path(args.out) / name),
+                            on_round=on_round)
+    rounds = [r for r in report.rounds_as_dicts() if r["accuracy"]]
+    final = rounds[-1]["accuracy"]
+    result = {"run": name, "method": method, "partition": partition, "widths": widths, "seed": seed,
+              "rounds": args.rounds, "final_accuracy": final, "mean_accuracy": float(np.mean(list(final.values()))),
+              "curve": [{"round": r["round"] + 1, "accuracy": r["accuracy"]} for r in rounds],
+              "wall_s": round(time.monotonic() - started, 1), "threads": args.threads}
+    result_path.write_text(json.dumps(result, indent=1))
+    print(f"{name}: mean {result['mean_accuracy']:.4f} {final} in {result['wall_s']} s")
+
+
+def table(out: Path) -> str:
+    """Markdown: per run kind, the mean over seeds of each width and of the mean, beside the paper."""
+    results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["partition"], r["widths"], r["method"], r["rounds"]), []).append(r)
+    lines = ["| data | widths | method | rounds | seeds | " + " | ".join(f"p={w}" for w in WIDTHS)
+             + " | mean | paper |", "|" + "---|" * (len(WIDTHS) + 7)]
+    for (partition, widths, method, rounds), runs in sorted(groups.items()):
+        cells = []
+        for w in WIDTHS:
+            values = [r["final_accuracy"].get(w) for r in runs if w in r["final_accuracy"]]
+            cells.append(f"{100 * np.mean(values):.1f}" if values else "")
+        means = [100 * r["mean_accuracy"] for r in runs]
+        spread = f" ± {np.std(means):.1f}" if len(means) > 1 else ""
+        paper = PAPER.get((method, partition))
+        lines.append(f"| {partition} | {widths} | {method} | {rounds} | {len(runs)} | " + " | ".join(cells)
+                     + f" | {np.mean(means):.1f}{spread} | {paper if paper is not None else ''} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", default="flanc,heterofl,fedavg")
+    p.add_argument("--partitions", default="iid,shards:3")
+    p.add_argument("--widths", default="dynamic", help="dynamic, static or both (comma-separated)")
+    p.add_argument("--seeds", default="0,1")
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--per-round", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=200)
+    p.add_argument("--decay-round", type=int, default=100, help="lr × 0.1 after this many rounds")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--eval-samples", type=int, default=2000)
+    p.add_argument("--threads", type=int, default=None, help="torch threads of each device's training")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--out", default="bench/results/paper_fmnist")
+    p.add_argument("--table", action="store_true", help="print the table of the finished runs and exit")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.table:
+        print(table(out))
+        return 0
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)  # the coordinator's evaluation too
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for partition in args.partitions.split(","):
+            for widths in args.widths.split(","):
+                for method in args.methods.split(","):
+                    if method == "fedavg" and widths != args.widths.split(",")[0]:
+                        continue  # one width: static and dynamic are the same run
+                    run_one(args, method, partition, widths, seed)
+    print(table(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -150,3 +150,16 @@ def test_the_cli_rejects_a_bad_lr_decay_in_one_line() -> None:
     assert proc.returncode == 2
     assert "argument --lr-decay: expected ROUND:FACTOR (e.g. 100:0.1), got '100'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
+    from coordinator.server import coordinator_config_from_toml
+
+    path = tmp_path / "coordinator.toml"
+    path.write_text('[federation]\nrounds = 200\ndevices_per_round = 10\neval_every = 10\n'
+                    'eval_samples = 2000\nlr_decay = "100:0.1"\n')
+    federation = coordinator_config_from_toml(path).federation
+    assert (federation.lr_decay, federation.eval_samples, federation.devices_per_round) == (((100, 0.1),), 2000, 10)
+    path.write_text('[federation]\nlr_decay = "100"\n')
+    with pytest.raises(ValueError, match="expected ROUND:FACTOR"):
+        coordinator_config_from_toml(path)

@@ -193,8 +193,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="interim evaluations on a fixed stratified N of the held-out samples (default: all); "
                         "the last round always evaluates on all of them")
     p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
-                   help="where simulated devices train: cpu, cuda, cuda:N or auto; their profiled speed "
-                        "is still what the report's seconds count")
+                   help="where simulated devices train and the coordinator evaluates: cpu, cuda, cuda:N or auto; "
+                        "the devices' profiled speed is still what the report's seconds count")
     p.add_argument("--backend", default="local", choices=["local", "ray"],
                    help="local: every simulated device in this process; ray: spread over Ray actors "
                         "(pip install 'edgefl[ray]'), each a process hosting many devices")

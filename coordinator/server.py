@@ -29,7 +29,7 @@ _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_da
              "train", "link", "options"}
 _FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
                     "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
-                    "publish_every", "eval_every", "lr_decay", "eval_samples"}
+                    "publish_every", "eval_every", "lr_decay", "eval_samples", "eval_device"}
 _TRAIN_KEYS = set(TrainConfig.__dataclass_fields__)
 
 

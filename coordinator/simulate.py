@@ -134,7 +134,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
         round_deadline_s=config.round_deadline_s, seed=config.seed, train=config.train,
         checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
         devices_per_round=config.devices_per_round, eval_every=config.eval_every, lr_decay=config.lr_decay,
-        eval_samples=config.eval_samples,
+        eval_samples=config.eval_samples, eval_device=config.sim_device,
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,

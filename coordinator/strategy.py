@@ -16,8 +16,9 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
-from edge_sdk.training import TrainConfig
+from edge_sdk.training import TrainConfig, evaluate
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
@@ -54,6 +55,8 @@ class FederationConfig:
     #: interim evaluations use a fixed stratified subset of this many held-out samples (None:
     #: all of them); the last round always evaluates on the whole held-out set
     eval_samples: int | None = None
+    #: where the coordinator evaluates: cpu, cuda, cuda:N or auto (a GPU when torch sees one)
+    eval_device: str = "cpu"
 
     def __post_init__(self) -> None:
         decay = self.lr_decay
@@ -62,6 +65,7 @@ class FederationConfig:
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        resolve_device(self.eval_device)
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
         k = self.devices_per_round
@@ -228,6 +232,11 @@ class Strategy(ABC):
 
     def begin_stage(self, rnd: int, stage: Any) -> None:
         """Called before each stage of round ``rnd`` (e.g. to choose who trains in it)."""
+
+    def evaluate_model(self, model: Any) -> tuple[float, float]:
+        """``(accuracy, loss)`` of a torch ``model`` on the held-out data, on `eval_device`."""
+        assert self.eval_data is not None
+        return evaluate(model, self.eval_data.x, self.eval_data.y, device=resolve_device(self.config.eval_device))
 
     def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
         """Called once the participants of a stage of round ``rnd`` are known, before their plans

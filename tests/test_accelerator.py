@@ -113,3 +113,19 @@ def test_profile_measures_the_named_device(capsys) -> None:
     assert "float32 on cpu" in capsys.readouterr().out
     assert edgefl(["profile", "--device", "tpu", "--seconds", "0.2"]) == 2
     assert "device must be one of auto, cpu, cuda" in capsys.readouterr().err
+
+
+def test_the_coordinator_evaluates_where_simulated_devices_train() -> None:
+    from coordinator.simulate import SimulationConfig, build_strategy
+    from coordinator.strategy import FederationConfig
+    from edge_sdk.data import load_dataset
+
+    dataset = load_dataset("digits", seed=0)
+    strategy = build_strategy(SimulationConfig(model="mlp", dataset="digits", sim_device="auto"), dataset, None)
+    assert strategy.config.eval_device == "auto"
+    accuracy, loss = strategy.evaluate_model(strategy.model)
+    assert 0 <= accuracy <= 1 and loss > 0
+    assert next(strategy.model.parameters()).device.type == "cpu"  # moved back after evaluating
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):
+            FederationConfig(eval_device="cuda")

@@ -33,7 +33,6 @@ from edge_sdk.models.spec import build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
@@ -306,8 +305,8 @@ class Fdnnc(Strategy):
             return {}, float("nan")
         load_numpy_state(self.big_model, self.dense)
         load_numpy_state(self.small_model, self.small_tensors())
-        acc_big, loss_big = evaluate(self.big_model, self.eval_data.x, self.eval_data.y)
-        acc_small, loss_small = evaluate(self.small_model, self.eval_data.x, self.eval_data.y)
+        acc_big, loss_big = self.evaluate_model(self.big_model)
+        acc_small, loss_small = self.evaluate_model(self.small_model)
         return {BIG: acc_big, SMALL: acc_small}, (loss_big + loss_small) / 2
 
     def inference_model(self, label: str) -> torch.nn.Module | None:

@@ -18,7 +18,6 @@ from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import RobustConfig, robust_aggregate
@@ -94,7 +93,7 @@ class FedAvg(Strategy):
         if self.eval_data is None:
             return {}, float("nan")
         load_numpy_state(self.model, self.weights)
-        accuracy, loss = evaluate(self.model, self.eval_data.x, self.eval_data.y)
+        accuracy, loss = self.evaluate_model(self.model)
         return {self.label: accuracy}, loss
 
     def inference_model(self, label: str) -> torch.nn.Module | None:

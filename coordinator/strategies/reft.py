@@ -27,7 +27,6 @@ from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.distillation import DistillConfig, DistillResult, distill, ensemble_logits
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
@@ -295,13 +294,13 @@ class Reft(Strategy):
         if self.eval_data is None:
             return {}, float("nan")
         load_numpy_state(self.model, self.weights)
-        accuracy, loss = evaluate(self.model, self.eval_data.x, self.eval_data.y)
+        accuracy, loss = self.evaluate_model(self.model)
         result = {GLOBAL: accuracy}
         per_label: dict[str, list[float]] = {}
         for sent, tensors in self._device_models.values():
             model = build_model(sent.spec)
             load_numpy_state(model, tensors)
-            per_label.setdefault(sent.label, []).append(evaluate(model, self.eval_data.x, self.eval_data.y)[0])
+            per_label.setdefault(sent.label, []).append(self.evaluate_model(model)[0])
         result.update({label: float(np.mean(accs)) for label, accs in sorted(per_label.items())})
         return result, loss
 

@@ -19,7 +19,6 @@ from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import evaluate
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
@@ -143,7 +142,7 @@ class StaticPrune(Strategy):
         if self.eval_data is None:
             return {}, float("nan")
         load_numpy_state(self.model, self.weights)
-        accuracy, loss = evaluate(self.model, self.eval_data.x, self.eval_data.y)
+        accuracy, loss = self.evaluate_model(self.model)
         return {self.label: accuracy}, loss
 
     def inference_model(self, label: str) -> torch.nn.Module | None:

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from edge_sdk.models.spec import count_params
-from edge_sdk.training import evaluate
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import Fleet
@@ -61,7 +60,7 @@ class WidthStrategy(Strategy):
             return {}, float("nan")
         accuracy, losses = {}, []
         for label in self.labels:
-            accuracy[label], loss = evaluate(self.loaded_model(label), self.eval_data.x, self.eval_data.y)
+            accuracy[label], loss = self.evaluate_model(self.loaded_model(label))
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 

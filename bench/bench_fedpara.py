@@ -108,7 +108,8 @@ def _run(args: argparse.Namespace, url: str, tmp: str, method: str, partition_sp
          options: dict[str, str], tag: str) -> tuple[dict[str, Any], dict[str, Any], SimulationConfig]:
     captured = _capture()
     config = SimulationConfig(
-        method=method, clients=args.clients, rounds=args.rounds, dataset="mnist-sample",
+        method=method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
+        model=args.model, devices_per_round=args.per_round,
         partition=partition_spec, seed=args.seed, out=str(Path(tmp) / tag), broker_url=url, throttle="off",
         plots=False, job=f"bench-fedpara-{tag}", round_deadline_s=300,
         train=TrainConfig(epochs=args.epochs, batch_size=32, lr=lr, optimizer="adam", threads=1),
@@ -168,7 +169,7 @@ def _local_accuracy(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, classe
 def part_pfedpara(args: argparse.Namespace, url: str, tmp: str) -> dict[str, Any]:
     print(f"\n== pFedPara vs FedAvg: {args.clients} devices, 2 classes each, {args.rounds} rounds x "
           f"{args.epochs} local epoch(s) ==", flush=True)
-    data = load_dataset("mnist-sample", seed=args.seed)
+    data = load_dataset(args.dataset, root=args.data_root, seed=args.seed)
     shards = partition(data.y_train, args.clients, "shards:2", seed=args.seed)
     classes = [np.unique(data.y_train[s]) for s in shards]
     print("classes per device:", [c.tolist() for c in classes])
@@ -255,6 +256,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dataset", default="mnist-sample",
+                   help="e.g. fashion-mnist (apt-get install dataset-fashion-mnist) for the paper-scale table")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--model", default="cnn4", help="model family, e.g. flanc_cnn")
+    p.add_argument("--per-round", type=int, default=None, help="devices per round (default: all)")
     p.add_argument("--lrs", default=",".join(map(str, LRS)), help="Adam learning rates of the factorised runs")
     p.add_argument("--dense-lrs", default=",".join(map(str, LRS)), help="Adam learning rates of the dense runs")
     p.add_argument("--gammas", default=",".join(map(str, GAMMAS)), help="γ values of the iid/noniid parts")

@@ -102,10 +102,14 @@ def fleet_profiles(directory: Path) -> tuple[str, ...]:
     return tuple(paths)
 
 
+#: The data and model of the runs (``--dataset``, ``--data-root``, ``--model``).
+DATA: dict[str, Any] = {"dataset": "mnist-sample", "data_root": None, "model": "cnn4"}
+
+
 def run(tag: str, method: str, rounds: int, profiles: tuple[str, ...], out: Path, train: TrainConfig,
         options: dict[str, str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
-    config = SimulationConfig(method=method, clients=len(profiles), rounds=rounds, dataset="mnist-sample",
+    config = SimulationConfig(method=method, clients=len(profiles), rounds=rounds, **DATA,
                               partition="iid", seed=0, out=str(out / tag), job=f"bench-{tag}",
                               profiles=profiles, throttle="off", train=train, plots=False,
                               options=options or {})
@@ -131,7 +135,12 @@ def main() -> int:
     parser.add_argument("--reft-rounds", type=int, default=2,
                         help="also run REFT with oneshot=false for this many rounds (1: skip)")
     parser.add_argument("--json", default=None, help="also write every figure as JSON here")
+    parser.add_argument("--dataset", default="mnist-sample",
+                        help="e.g. fashion-mnist (apt-get install dataset-fashion-mnist) for the paper-scale table")
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--model", default="cnn4", help="model family of the runs, e.g. flanc_cnn")
     args = parser.parse_args()
+    DATA.update(dataset=args.dataset, data_root=args.data_root, model=args.model)
     torch.set_num_threads(1)  # a shared 2-core machine: OpenMP spin-waiting distorts everything else
     figures: dict[str, Any] = {"levels": {}}
     print(f"# REFT benchmark ({time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, 1 thread)")

@@ -10,7 +10,8 @@ family without norm layers; IID or non-IID (``shards:3``: 3 classes per device);
 after the last round (interim evaluations every ``--eval-every`` rounds on
 ``--eval-samples`` test images).
 
-Run (one process per list of runs; a finished run, i.e. its JSON in ``--out``, is skipped)::
+Run (one process per list of runs; a finished run, i.e. its JSON in ``--out``, is skipped, and
+one that was stopped resumes after its last finished round from its checkpoint)::
 
     apt-get install dataset-fashion-mnist
     python bench/paper_fmnist.py --methods flanc,heterofl --partitions iid --seeds 0
@@ -62,6 +63,7 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
         method=method, clients=args.clients, rounds=args.rounds, dataset="fashion-mnist",
         data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
         profiles=STATIC_FLEET, plots=False, options=options, devices_per_round=args.per_round,
+        checkpoint_dir=str(out / "checkpoint"),  # a run stopped half-way resumes where it was
         eval_every=args.eval_every, eval_samples=args.eval_samples,
         lr_decay=((args.decay_round, 0.1),) if args.decay_round < args.rounds else (),
         train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, momentum=0.9, weight_decay=1e-4,

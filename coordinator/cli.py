@@ -150,7 +150,7 @@ def _simulate(args: argparse.Namespace) -> int:
         options=_flag_options(args), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
-        ray_cpus_per_worker=args.ray_cpus_per_worker,
+        ray_cpus_per_worker=args.ray_cpus_per_worker, checkpoint_dir=args.checkpoint_dir,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
@@ -161,7 +161,9 @@ def _simulate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {config.rounds} rounds; "
                               + (f"the report of those rounds is in {config.out}/report.json" if display.done
-                                 else "no round finished, no report written"), soft_wrap=True)
+                                 else "no round finished, no report written")
+                              + ("; run the same command again to resume" if config.checkpoint_dir else ""),
+                              soft_wrap=True)
         return EXIT_INTERRUPTED
     display.final(report, config.out)
     return 0
@@ -223,6 +225,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--augment", default="none", choices=list(AUGMENTATIONS),
                    help="local data augmentation: hflip mirrors a random half of every batch")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save the job's state there after every round; the same command again resumes after "
+                        "the last finished round (it may raise --rounds)")
     p.add_argument("--publish-every", type=_at_least(0), default=0, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -9,6 +9,7 @@ transfers (the bytes it really sent) are timed at that profile's speed, so the r
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ class SimulationConfig:
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # Ray actor processes (None: one per CPU of the cluster, at most clients)
     ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each actor
+    checkpoint_dir: str | None = None  # save the job's state after every round; the same job resumes there
 
     def __post_init__(self) -> None:
         for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
@@ -174,7 +176,9 @@ def run_simulation(config: SimulationConfig,
     for name in set(config.profiles):
         load_profile(name)  # a bad profile is an error now, not in a device thread
     private, public = split_public(config, dataset)
-    strategy = build_strategy(config, dataset, public)
+    if config.checkpoint_dir is not None:
+        check_same_job(config)
+    strategy = build_strategy(config, dataset, public, checkpoint_dir=config.checkpoint_dir)
     broker = None if config.broker_url else EmbeddedBroker()
     report: RunReport | None = None
     devices: DeviceHost | RayDevices | None = None
@@ -208,6 +212,34 @@ def run_simulation(config: SimulationConfig,
         if report is not None:
             report.write_outcome(Path(config.out), finished, plots=config.plots, describe=strategy.describe_label)
     return report
+
+
+#: Settings a resumed job may change: where it runs and reports, and how many rounds it has.
+RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "round_deadline_s", "sim_device", "backend",
+                     "ray_address", "ray_workers", "ray_cpus_per_worker", "checkpoint_dir", "job")
+#: The job's settings, kept beside its checkpoint.
+JOB_FILE = "simulation.json"
+
+
+def check_same_job(config: SimulationConfig) -> None:
+    """Keep the job's settings beside its checkpoint, or, when they are there already, check that
+    ``config`` is the same job (only :data:`RESUMABLE_CHANGES` may differ); ValueError names the
+    first difference."""
+    folder = Path(config.checkpoint_dir or ".")
+    path = folder / JOB_FILE
+    mine = json.loads(json.dumps(config.to_plain()))  # tuples as lists, as they were stored
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: unreadable ({exc}); remove the folder to start a new job") from None
+        for key in sorted(set(stored) | set(mine)):
+            if key not in RESUMABLE_CHANGES and stored.get(key) != mine.get(key):
+                raise ValueError(f"the checkpoint in {folder} is of another job ({key} was {stored.get(key)!r}, "
+                                 f"now {mine.get(key)!r}); use another --checkpoint-dir for a new job")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(mine, indent=1))
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:

@@ -163,3 +163,18 @@ def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
     path.write_text('[federation]\nlr_decay = "100"\n')
     with pytest.raises(ValueError, match="expected ROUND:FACTOR"):
         coordinator_config_from_toml(path)
+
+
+def test_a_simulation_resumes_from_its_checkpoint(tmp_path, broker) -> None:
+    base = dict(method="flanc", clients=4, dataset="digits", model="mlp", broker_url=broker.url, plots=False,
+                checkpoint_dir=str(tmp_path / "ckpt"), options={"sample": "every"},
+                train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+    first = run_simulation(SimulationConfig(rounds=2, out=str(tmp_path / "a"), job="resume-a", **base))
+    assert (tmp_path / "ckpt" / "simulation.json").exists()
+    longer = run_simulation(SimulationConfig(rounds=3, out=str(tmp_path / "b"), job="resume-b", **base))
+    assert len(longer.rounds) == 3
+    assert [r.accuracy for r in longer.rounds[:2]] == [r.accuracy for r in first.rounds]  # restored, not retrained
+    assert longer.rounds[2].accuracy and longer.rounds[2].participants
+    with pytest.raises(ValueError, match=r"another job \(train was .* use another --checkpoint-dir"):
+        run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "c"), job="resume-c",
+                                        **{**base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)}))

@@ -178,3 +178,18 @@ def test_a_simulation_resumes_from_its_checkpoint(tmp_path, broker) -> None:
     with pytest.raises(ValueError, match=r"another job \(train was .* use another --checkpoint-dir"):
         run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "c"), job="resume-c",
                                         **{**base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)}))
+
+
+def test_the_static_fleet_of_the_paper_bench_puts_a_quarter_of_the_devices_on_each_width() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from coordinator.assignment import assign_levels
+
+    spec = importlib.util.spec_from_file_location("paper_fmnist", Path(__file__).parents[1] / "bench" / "paper_fmnist.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    fleet = bench.STATIC_FLEET
+    gflops = {f"dev{i:03d}": load_profile(fleet[i % len(fleet)]).gflops for i in range(100)}
+    labels = assign_levels(gflops, LEVELS, mode="cluster")
+    assert sorted(np.unique(list(labels.values()), return_counts=True)[1].tolist()) == [25, 25, 25, 25]

@@ -87,10 +87,14 @@ class Fleet:
 
     def __init__(self, link: MessageLink, topics: Topics,
                  on_register: Callable[[DeviceRecord], None] | None = None,
-                 on_progress: Callable[[FleetProgress], None] | None = None) -> None:
+                 on_progress: Callable[[FleetProgress], None] | None = None,
+                 method: str | None = None) -> None:
         self.link = link
         self.topics = topics
         self.on_register = on_register
+        #: the device part this job's plans name: a device whose registration lists the methods it
+        #: supports without this one is rejected (an SDK that lists none is taken at its word)
+        self.method = method
         #: called while the fleet waits for devices or updates: when a device registers or
         #: reports, and at least every PROGRESS_EVERY_S
         self.on_progress = on_progress
@@ -243,6 +247,12 @@ class Fleet:
             return
         if not 1 <= body.num_samples <= MAX_SAMPLES:
             self._reject(device, "bad_samples", f"num_samples={body.num_samples} is impossible", env.msg_id)
+            return
+        if self.method is not None and body.capabilities and self.method not in body.capabilities:
+            self._reject(device, "unsupported_method",
+                         f"this job runs method {self.method!r}, which this device's edgefl SDK does not "
+                         f"support (it supports {', '.join(sorted(body.capabilities))}); update the SDK",
+                         env.msg_id)
             return
         record = self.devices.get(device)
         if record is None:

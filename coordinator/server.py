@@ -107,7 +107,8 @@ def run_coordinator(config: CoordinatorConfig,
     transport.connect()
     finished = False
     try:
-        fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress)
+        fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
+                          method=strategy.device_part())
         fleet.start()
         strategy.run(fleet, report, on_round=on_round)
         transport.wait_published(10.0)

@@ -191,7 +191,8 @@ def run_simulation(config: SimulationConfig,
         transport = MqttTransport(TransportConfig(url=url, client_id=f"{config.job}-coordinator"))
         transport.connect()
         try:
-            fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress)
+            fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
+                          method=strategy.device_part())
             fleet.start()
             if config.backend == "ray":
                 devices = RayDevices(config, url)

@@ -110,6 +110,13 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     #: True when the method distils on a public unlabeled set (the simulation then holds one out).
     needs_public_data: ClassVar[bool] = False
+    #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``); empty: ``name``.
+    device_method: ClassVar[str] = ""
+
+    @classmethod
+    def device_part(cls) -> str:
+        """The name of the device part that trains this method's plans."""
+        return cls.device_method or cls.name
 
     @classmethod
     @abstractmethod

@@ -219,6 +219,8 @@ class DeviceClient:
             if body.code == "unknown_device":
                 self._registered = False
                 self._last_register = 0.0
+            if body.code == "unsupported_method":  # this job needs a method this SDK lacks: no use retrying
+                return f"the coordinator turned this device away: {body.message}"
         elif isinstance(body, Model):
             self._on_model(env)
         elif isinstance(body, Stop):

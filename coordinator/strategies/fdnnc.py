@@ -243,9 +243,9 @@ class Fdnnc(Strategy):
         mode = self._asked.setdefault(device.device_id, "full")
         train = self.config.train.to_dict()
         if device.label == BIG:
-            return Plan(method=self.name, label=BIG, model_spec=self.dense_spec, tensors=self.dense,
+            return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
                         train={**train, "upload": "full", "freeze": False})
-        return Plan(method=self.name, label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
+        return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
                     train={**train, "upload": mode, "freeze": self.options.freeze and mode != "full"})
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

@@ -76,7 +76,7 @@ class FedAvg(Strategy):
         return self.label
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
-        return Plan(method=self.name, label=self.label, model_spec=self.model_spec,
+        return Plan(method=self.device_part(), label=self.label, model_spec=self.model_spec,
                     tensors=self.weights, train=self.config.train.to_dict())
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

@@ -192,7 +192,7 @@ class FedPara(WidthStrategy):
         label = (self.assigner.round_level(device, rnd, self.config.seed) if self.assigner is not None
                  else device.label if device.label in self.specs else self.assign(device))
         self._planned[device.device_id] = label
-        return Plan(method=self.name, label=label, model_spec=self.specs[label],
+        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=self.train_settings())
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

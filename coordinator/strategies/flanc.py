@@ -130,7 +130,7 @@ class Flanc(WidthStrategy):
         self._planned[device.device_id] = (rnd, label)
         train = {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
                  "static_bn": self.options.static_bn}
-        return Plan(method=self.name, label=label, model_spec=self.specs[label],
+        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=train)
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

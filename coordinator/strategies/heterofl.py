@@ -166,7 +166,7 @@ class HeteroFL(WidthStrategy):
         self._planned[device.device_id] = label
         train = {**self.config.train.to_dict(), "static_bn": self.options.static_bn,
                  "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
-        return Plan(method=self.name, label=label, model_spec=self.specs[label],
+        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=train)
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

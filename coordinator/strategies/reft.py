@@ -242,7 +242,7 @@ class Reft(Strategy):
         self._sent[device.device_id] = sent
         train = {**self.options.local_train(self.config.train.to_dict()), "public_digest": self.digest,
                  "logits_dtype": self.options.logits_dtype, "upload_weights": self.options.device_eval}
-        return Plan(method=self.name, label=sent.label, model_spec=pruned.spec, tensors=tensors, train=train)
+        return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors, train=train)
 
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""

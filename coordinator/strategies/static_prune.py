@@ -64,6 +64,7 @@ class StaticPrune(Strategy):
     """FedAvg on one model pruned to what the weakest device affords."""
 
     name = "static-prune"
+    device_method = "fedavg"  # devices train the pruned network as plain FedAvg
 
     @classmethod
     def describe_label(cls, label: str) -> str:
@@ -125,7 +126,7 @@ class StaticPrune(Strategy):
         assert self.pruned is not None
         train = {**self.config.train.to_dict(), "optimizer": self.options.local_optimizer,
                  "lr": self.options.local_lr}
-        return Plan(method="fedavg", label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
+        return Plan(method=self.device_part(), label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
                     train=train)
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:

@@ -39,6 +39,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from coordinator.fleet import DeviceRecord
+from coordinator.options import boolean, choice, number
 
 __all__ = ["MODES", "ASSIGNMENT_KEYS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
 
@@ -141,12 +142,6 @@ def assign_levels(gflops_by_device: Mapping[str, float], levels: Sequence[str],
     return result
 
 
-def _flag(key: str, text: str) -> bool:
-    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise ValueError(f"option {key}: expected true or false, got {text!r}")
-    return text.lower() in ("true", "1", "yes")
-
-
 @dataclass(frozen=True)
 class AssignmentConfig:
     """How devices are grouped into levels (`--option assign=... budget_s=... override=... dynamic=...
@@ -174,15 +169,12 @@ class AssignmentConfig:
         """Parse the assignment keys of ``options`` (others are ignored); bad values raise."""
         kw: dict = {}
         if "budget_s" in options:
-            try:
-                kw["budget_s"] = float(options["budget_s"])
-            except ValueError:
-                raise ValueError(f"option budget_s: {options['budget_s']!r} is not a number") from None
-        kw["mode"] = options.get("assign", "budget" if "budget_s" in kw else "cluster").strip()
+            kw["budget_s"] = number(1e-9, 1e12)("budget_s", options["budget_s"].strip())
+        kw["mode"] = choice(*MODES)("assign", options.get("assign", "budget" if "budget_s" in kw else "cluster").strip())
         if "dynamic" in options:
-            kw["dynamic"] = _flag("dynamic", options["dynamic"].strip())
+            kw["dynamic"] = boolean("dynamic", options["dynamic"])
         if "sample" in options:
-            kw["sample"] = options["sample"].strip()
+            kw["sample"] = choice(*SAMPLING)("sample", options["sample"].strip())
         if options.get("override", "").strip():
             pairs = []
             for item in options["override"].split(","):

@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from coordinator.aggregation import weighted_average
+from coordinator.options import choice, number, parse_keys
 
 __all__ = ["RULES", "ROBUST_KEYS", "RobustConfig", "robust_aggregate", "leading_block"]
 
@@ -59,21 +60,13 @@ class RobustConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str) -> "RobustConfig":
         """Parse the keys ``aggregate``, ``trim`` and ``clip`` of ``options`` (others ignored)."""
-        kw: dict = {}
-        if "aggregate" in options:
-            kw["rule"] = options["aggregate"].strip()
-        try:
-            if "trim" in options:
-                kw["trim"] = float(options["trim"])
-            if "clip" in options:
-                text = options["clip"].strip()
-                kw["clip"] = "auto" if text == "auto" else float(text)
-        except ValueError as exc:
-            raise ValueError(f"{method}: {exc}") from None
-        try:
-            return cls(**kw)
-        except ValueError as exc:
-            raise ValueError(f"{method} {exc}") from None
+        def clip(key: str, text: str) -> float | str:
+            return "auto" if text == "auto" else number(1e-12, 1e300)(key, text)
+        parsed = parse_keys(method, {k: v for k, v in options.items() if k in ROBUST_KEYS},
+                            {"aggregate": choice(*RULES), "trim": number(0.0, 0.5, open_hi=True), "clip": clip})
+        if "aggregate" in parsed:
+            parsed["rule"] = parsed.pop("aggregate")
+        return cls(**parsed)
 
 
 def _is_float(a: np.ndarray) -> bool:

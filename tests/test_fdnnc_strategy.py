@@ -48,10 +48,11 @@ def test_options_are_parsed_and_checked() -> None:
     assert (o.pattern, o.upload, o.rank, o.hidden, o.big_fraction, o.freeze, o.big_gflops) == \
         ("switch", "full", 16, (100, 50), 0.7, False, 5.0)
     assert FdnncOptions.from_options({}) == FdnncOptions()
+    assert FdnncOptions.from_options({"freeze": "True"}).freeze and not FdnncOptions.from_options({"freeze": "no"}).freeze
     for bad, match in [({"patern": "both"}, "unknown option"), ({"pattern": "Both"}, "both|bfirst|switch"),
                        ({"upload": "quarter"}, "full|half"), ({"rank": "0"}, ">= 1"), ({"rank": "x"}, "integer"),
                        ({"big_fraction": "1.5"}, r"\[0, 1\]"), ({"big_fraction": "nan"}, r"\[0, 1\]"),
-                       ({"freeze": "yes"}, "true|false"), ({"hidden": "64,-1"}, ">= 1")]:
+                       ({"freeze": "maybe"}, "true|false"), ({"hidden": "64,-1"}, ">= 1")]:
         with pytest.raises(ValueError, match=match):
             FdnncOptions.from_options(bad)
 

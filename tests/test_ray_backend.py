@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -55,14 +56,15 @@ def _stop_cluster(marks: tuple[str, ...]) -> list[psutil.Process]:
 def two_nodes():
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
     port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    token = secrets.token_hex(32)  # this cluster's own token: a new machine has no ~/.ray/auth_token
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     try:
         subprocess.run([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}",
                         *common], env=env, check=True, capture_output=True, timeout=120)
         subprocess.run([RAY, "start", f"--address=127.0.0.1:{port}", *common], env=env, check=True,
                        capture_output=True, timeout=120)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", token
     finally:
         left = _stop_cluster((temp, f":{port} ", f":{port}"))
         shutil.rmtree(temp, ignore_errors=True)
@@ -76,8 +78,10 @@ def _config(tmp_path: Path, **kw) -> SimulationConfig:
 
 @needs_ray
 def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, tmp_path, monkeypatch) -> None:
+    address, token = two_nodes
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    report = run_simulation(_config(tmp_path / "ray", backend="ray", ray_address=two_nodes, job="ray2"))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    report = run_simulation(_config(tmp_path / "ray", backend="ray", ray_address=address, job="ray2"))
     hosts = report.config["ray"]["hosts"]
     assert len({h["node"] for h in hosts}) == 2  # both nodes host devices
     assert sorted(d for h in hosts for d in h["devices"]) == ["dev000", "dev001", "dev002", "dev003"]

@@ -222,7 +222,7 @@ def test_check_update_rejects_bad_uploads(digits, tmp_path) -> None:
 
 def test_options_are_parsed_strictly(digits) -> None:
     assert ReftOptions.from_options({"levels": "exact", "oneshot": "False"}).levels is None
-    for bad in ({"f_lambda": "-3"}, {"levels": "0.5,x"}, {"logits_dtype": "int4"}, {"oneshot": "yes"},
+    for bad in ({"f_lambda": "-3"}, {"levels": "0.5,x"}, {"logits_dtype": "int4"}, {"oneshot": "maybe"},
                 {"distill_epochs": "0"}, {"nonsense": "1"}, {"backend": "magic"}):
         with pytest.raises(ValueError, match="reft"):
             ReftOptions.from_options(bad)

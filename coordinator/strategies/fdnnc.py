@@ -35,6 +35,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.options import boolean, choice, int_list, integer, number, parse_keys, unknown_keys
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -44,32 +45,6 @@ __all__ = ["Fdnnc", "FdnncOptions", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERN
 BIG, SMALL = "big", "small"
 PATTERNS = ("both", "bfirst", "switch")
 UPLOADS = ("full", "half")
-
-
-def _parse_int(key: str, text: str, lo: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"fdnnc option {key}: {text!r} is not an integer") from None
-    if value < lo:
-        raise ValueError(f"fdnnc option {key}: must be >= {lo}, got {value}")
-    return value
-
-
-def _parse_float(key: str, text: str, lo: float, hi: float) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"fdnnc option {key}: {text!r} is not a number") from None
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise ValueError(f"fdnnc option {key}: must be in [{lo:g}, {hi:g}], got {text!r}")
-    return value
-
-
-def _parse_choice(key: str, text: str, choices: tuple[str, ...]) -> str:
-    if text not in choices:
-        raise ValueError(f"fdnnc option {key}: must be one of {'|'.join(choices)}, got {text!r}")
-    return text
 
 
 @dataclass(frozen=True)
@@ -92,24 +67,13 @@ class FdnncOptions:
     def from_options(cls, options: Mapping[str, str]) -> "FdnncOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
         known = ({f.name for f in fields(cls)} - {"robust"}) | set(ROBUST_KEYS)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"fdnnc: unknown option(s) {unknown}; known: {sorted(known)}")
-        parsers: dict[str, Any] = {
-            "pattern": lambda v: _parse_choice("pattern", v, PATTERNS),
-            "upload": lambda v: _parse_choice("upload", v, UPLOADS),
-            "rank": lambda v: _parse_int("rank", v, 1),
-            "hidden": lambda v: tuple(_parse_int("hidden", x.strip(), 1) for x in v.split(",") if x.strip()),
-            "big_gflops": lambda v: _parse_float("big_gflops", v, 0.0, 1e6),
-            "big_ram_mb": lambda v: _parse_int("big_ram_mb", v, 0),
-            "big_fraction": lambda v: _parse_float("big_fraction", v, 0.0, 1.0),
-            "big_rounds": lambda v: _parse_int("big_rounds", v, 0),
-            "freeze": lambda v: {"true": True, "false": False}[_parse_choice("freeze", v, ("true", "false"))],
-            "both_weight": lambda v: _parse_choice("both_weight", v, ("equal", "samples")),
-        }
+        unknown_keys("fdnnc", options, known)
+        parsed = parse_keys("fdnnc", {k: v for k, v in options.items() if k not in ROBUST_KEYS}, {
+            "pattern": choice(*PATTERNS), "upload": choice(*UPLOADS), "rank": integer(1), "hidden": int_list(1),
+            "big_gflops": number(0.0, 1e6), "big_ram_mb": integer(0), "big_fraction": number(0.0, 1.0),
+            "big_rounds": integer(0), "freeze": boolean, "both_weight": choice("equal", "samples")})
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
-        return cls(**{k: parsers[k](str(v).strip()) for k, v in options.items() if k not in ROBUST_KEYS},
-                   robust=robust)
+        return cls(**parsed, robust=robust)
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,

@@ -20,7 +20,8 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.robust import RobustConfig, robust_aggregate
+from coordinator.options import choice, number, parse_keys, unknown_keys
+from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -49,28 +50,18 @@ class FedAvg(Strategy):
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":
-        known = {"width", "norm", "aggregate", "trim", "clip"}
-        unknown = sorted(set(ctx.options) - known)
-        if unknown:
-            raise ValueError(f"fedavg: unknown option(s) {unknown}; known: {sorted(known)}")
+        unknown_keys("fedavg", ctx.options, {"width", "norm", *ROBUST_KEYS})
+        own = parse_keys("fedavg", {k: v for k, v in ctx.options.items() if k not in ROBUST_KEYS},
+                         {"width": number(1e-3, 1.0), "norm": choice("none", "batchnorm", "groupnorm")})
         robust = RobustConfig.from_options(ctx.options, "fedavg")
         kw: dict[str, Any] = {}
-        if "norm" in ctx.options:
-            norm = ctx.options["norm"].strip()
-            if norm not in ("none", "batchnorm", "groupnorm"):
-                raise ValueError(f"fedavg option norm: must be none|batchnorm|groupnorm, got {norm!r}")
-            kw["norm"] = None if norm == "none" else norm
-        if "width" not in ctx.options:
+        if "norm" in own:
+            kw["norm"] = None if own["norm"] == "none" else own["norm"]
+        if "width" not in own:
             spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, **kw)
             return cls(ctx.federation, spec, ctx.eval_data, robust=robust)
-        try:
-            width = float(ctx.options["width"])
-        except ValueError:
-            raise ValueError(f"fedavg option width: {ctx.options['width']!r} is not a number") from None
-        if not 0 < width <= 1:
-            raise ValueError(f"fedavg option width: must be in (0, 1], got {ctx.options['width']!r}")
-        spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=width, **kw)
-        return cls(ctx.federation, spec, ctx.eval_data, label=str(width), robust=robust)
+        spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=own["width"], **kw)
+        return cls(ctx.federation, spec, ctx.eval_data, label=str(own["width"]), robust=robust)
 
     def assign(self, device: DeviceRecord) -> str:
         return self.label

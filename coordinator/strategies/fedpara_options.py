@@ -20,12 +20,13 @@ Compute does not depend on ``γ`` (layers run on the composed dense weight): a d
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from edge_sdk.training import TrainConfig
 
 from coordinator.fleet import DeviceRecord
-from coordinator.strategies.width_options import WidthOptions, parse_flag, parse_number
+from coordinator.options import Parser, boolean, choice, number
+from coordinator.strategies.width_options import WidthOptions
 
 __all__ = ["FedParaOptions", "choose_gamma", "GAMMA_GRID", "DEFAULT_ADAM_LR"]
 
@@ -35,25 +36,17 @@ GAMMA_GRID = tuple(i / 20 for i in range(21))
 DEFAULT_ADAM_LR = 0.005
 
 
-def _gamma(method: str, text: str) -> float | None:
-    if text.lower() == "auto":
-        return None
-    return parse_number(method, "gamma", text, 0.0, 1.0)
+def _gamma(key: str, text: str) -> float | None:
+    return None if text.lower() == "auto" else number(0.0, 1.0)(key, text)
 
 
-def _optimizer(method: str, text: str) -> str:
-    if text not in ("adam", "sgd"):
-        raise ValueError(f"{method} option optimizer: must be adam or sgd, got {text!r}")
-    return text
-
-
-def _layer_gammas(method: str, text: str) -> tuple[tuple[int, float], ...]:
+def _layer_gammas(key: str, text: str) -> tuple[tuple[int, float], ...]:
     pairs: dict[int, float] = {}
     for item in (t.strip() for t in text.split(",") if t.strip()):
         index, sep, value = item.partition(":")
         if not sep or not index.strip().isdigit():
-            raise ValueError(f"{method} option gamma_layers: expected INDEX:GAMMA[,...], got {item!r}")
-        pairs[int(index)] = parse_number(method, "gamma_layers", value.strip(), 0.0, 1.0)
+            raise ValueError(f"option {key}: expected INDEX:GAMMA[,...], got {item!r}")
+        pairs[int(index)] = number(0.0, 1.0)(key, value.strip())
     return tuple(sorted(pairs.items()))
 
 
@@ -77,17 +70,12 @@ class FedParaOptions:
 
         Unknown keys and bad values raise ValueError naming the option.
         """
-        own: dict[str, Callable[[str], Any]] = {
-            "gamma": lambda t: _gamma(method, t),
-            "gamma_layers": lambda t: _layer_gammas(method, t),
-            "comm_s": lambda t: parse_number(method, "comm_s", t, 1e-6, 1e6),
-            "optimizer": lambda t: _optimizer(method, t),
-            "lr": lambda t: parse_number(method, "lr", t, 1e-6, 10.0),
-        }
+        own: dict[str, Parser] = {"gamma": _gamma, "gamma_layers": _layer_gammas, "comm_s": number(1e-6, 1e6),
+                                  "optimizer": choice("adam", "sgd"), "lr": number(1e-6, 10.0)}
         if tanh:
-            own["tanh"] = lambda t: parse_flag(method, "tanh", t)
+            own["tanh"] = boolean
         if holdout is not None:
-            own["holdout"] = lambda t: parse_number(method, "holdout", t, 0.0, 0.9)
+            own["holdout"] = number(0.0, 0.9)
         options = dict(options)
         options.setdefault("widths", "1.0")
         width, parsed = WidthOptions.parse(method, options, own)

@@ -15,7 +15,7 @@ and exported to ONNX (:meth:`Flanc.export`, or ``--option export=DIR``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -31,7 +31,8 @@ from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.strategies.heterofl import pool_bn_stats
-from coordinator.strategies.width_options import WidthOptions, parse_flag, parse_number
+from coordinator.options import Parser, boolean, number
+from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
@@ -39,7 +40,6 @@ from coordinator.validation import UpdateRejected, expected_from, validate_updat
 __all__ = ["Flanc", "FlancOptions", "BASIS_PREFIX"]
 
 BASIS_PREFIX = "basis/"
-_PRECOMPOSE = {"auto": None, "true": True, "false": False}
 
 
 @dataclass(frozen=True)
@@ -56,17 +56,10 @@ class FlancOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FlancOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        def choice(text: str) -> bool | None:
-            if text not in _PRECOMPOSE:
-                raise ValueError(f"flanc option precompose: must be auto|true|false, got {text!r}")
-            return _PRECOMPOSE[text]
-        own: dict[str, Callable[[str], Any]] = {
-            "basis_fraction": lambda t: parse_number("flanc", "basis_fraction", t, 1e-3, 4.0),
-            "basis_count": lambda t: parse_number("flanc", "basis_count", t, 1e-3, 4.0),
-            "orth_lambda": lambda t: parse_number("flanc", "orth_lambda", t, 0.0, 1e4),
-            "precompose": choice,
-            "static_bn": lambda t: parse_flag("flanc", "static_bn", t),
-        }
+        def precompose(key: str, text: str) -> bool | None:
+            return None if text == "auto" else boolean(key, text)
+        own: dict[str, Parser] = {"basis_fraction": number(1e-3, 4.0), "basis_count": number(1e-3, 4.0),
+                                  "orth_lambda": number(0.0, 1e4), "precompose": precompose, "static_bn": boolean}
         width, parsed = WidthOptions.parse("flanc", options, own)
         return cls(width=width, **parsed)
 

@@ -16,7 +16,7 @@ means; mean of ``var + mean²`` minus the squared pooled mean).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -30,7 +30,8 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import leading_block, robust_aggregate
-from coordinator.strategies.width_options import WidthOptions, parse_flag
+from coordinator.options import Parser, boolean, choice
+from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
@@ -38,12 +39,6 @@ from coordinator.validation import UpdateRejected, expected_from, validate_updat
 __all__ = ["HeteroFL", "HeteroFLOptions", "pool_bn_stats"]
 
 _MEAN, _VAR = ".running_mean", ".running_var"
-
-
-def _init_choice(text: str) -> str:
-    if text not in ("default", "he"):
-        raise ValueError(f"heterofl option init: must be default|he, got {text!r}")
-    return text
 
 
 def _he_init(model: torch.nn.Module) -> None:
@@ -84,10 +79,7 @@ class HeteroFLOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "HeteroFLOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        own: dict[str, Callable[[str], Any]] = {
-            "scaler": lambda t: parse_flag("heterofl", "scaler", t),
-            "static_bn": lambda t: parse_flag("heterofl", "static_bn", t),
-            "init": _init_choice}
+        own: dict[str, Parser] = {"scaler": boolean, "static_bn": boolean, "init": choice("default", "he")}
         width, parsed = WidthOptions.parse("heterofl", options, own)
         return cls(width=width, **parsed)
 

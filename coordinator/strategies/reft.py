@@ -14,9 +14,8 @@ bytes); later plans name it by digest.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -33,71 +32,22 @@ from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.options import boolean, choice, integer, number, parse_keys
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Reft", "ReftOptions", "GLOBAL", "parse_options", "option_float", "option_int",
-           "option_choice", "option_bool", "option_levels"]
+__all__ = ["Reft", "ReftOptions", "GLOBAL", "option_levels"]
 
 log = logging.getLogger(__name__)
 GLOBAL = "global"
 
 
 # ----------------------------------------------------------------- option parsing
-def option_float(lo: float, hi: float) -> Callable[[str, str], float]:
-    def parse(key: str, text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"option {key}: {text!r} is not a number") from None
-        if not math.isfinite(value) or not lo <= value <= hi:
-            raise ValueError(f"option {key}: must be in [{lo:g}, {hi:g}], got {text!r}")
-        return value
-    return parse
-
-
-def option_int(lo: int, hi: int) -> Callable[[str, str], int]:
-    def parse(key: str, text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"option {key}: {text!r} is not an integer") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"option {key}: must be in [{lo}, {hi}], got {value}")
-        return value
-    return parse
-
-
-def option_choice(*choices: str) -> Callable[[str, str], str]:
-    def parse(key: str, text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"option {key}: must be one of {'|'.join(choices)}, got {text!r}")
-        return text
-    return parse
-
-
-def option_bool(key: str, text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ValueError(f"option {key}: must be true or false, got {text!r}")
-    return text.lower() == "true"
-
-
 def option_levels(key: str, text: str) -> tuple[float, ...] | None:
+    """Pruning levels (``0,0.5,0.9`` or ``exact``), as :func:`coordinator.pruning.parse_levels`."""
     try:
         return parse_levels(text)
     except ValueError as exc:
         raise ValueError(f"option {key}: {exc}") from None
-
-
-def parse_options(method: str, cls: type, options: Mapping[str, str],
-                  parsers: Mapping[str, Callable[[str, str], Any]]) -> Any:
-    """``cls(**parsed)``; unknown keys and bad values raise ValueError naming ``method``."""
-    unknown = sorted(set(options) - set(parsers))
-    if unknown:
-        raise ValueError(f"{method}: unknown option(s) {unknown}; known: {sorted(parsers)}")
-    try:
-        return cls(**{k: parsers[k](k, str(v).strip()) for k, v in options.items()})
-    except ValueError as exc:
-        raise ValueError(f"{method}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -123,16 +73,16 @@ class ReftOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
-        return parse_options("reft", cls, options, {
-            "f_lambda": option_float(1e-6, 1e9), "levels": option_levels,
-            "backend": option_choice("auto", *BACKENDS), "temperature": option_float(0.05, 100),
-            "distill_lr": option_float(1e-7, 1.0), "distill_epochs": option_int(1, 100_000),
-            "distill_batch": option_int(1, 65_536), "logits_dtype": option_choice(*LOGITS_DTYPES),
-            "public_dtype": option_choice(*PUBLIC_DTYPES), "public_samples": option_int(1, 10_000_000),
-            "oneshot": option_bool,
-            "device_eval": option_bool, "local_optimizer": option_choice("adam", "sgd"),
-            "local_lr": option_float(1e-7, 10.0), "local_epochs": option_int(1, 10_000),
-            "aggregate": option_choice("mean", "median")})
+        return cls(**parse_keys("reft", options, {
+            "f_lambda": number(1e-6, 1e9), "levels": option_levels,
+            "backend": choice("auto", *BACKENDS), "temperature": number(0.05, 100),
+            "distill_lr": number(1e-7, 1.0), "distill_epochs": integer(1, 100_000),
+            "distill_batch": integer(1, 65_536), "logits_dtype": choice(*LOGITS_DTYPES),
+            "public_dtype": choice(*PUBLIC_DTYPES), "public_samples": integer(1, 10_000_000),
+            "oneshot": boolean,
+            "device_eval": boolean, "local_optimizer": choice("adam", "sgd"),
+            "local_lr": number(1e-7, 10.0), "local_epochs": integer(1, 10_000),
+            "aggregate": choice("mean", "median")}))
 
     def local_train(self, base: dict[str, Any]) -> dict[str, Any]:
         """The federation's train settings with REFT's local optimizer, lr and epochs."""

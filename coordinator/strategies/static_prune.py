@@ -24,7 +24,8 @@ from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
-from coordinator.strategies.reft import option_choice, option_float, option_levels, parse_options
+from coordinator.options import choice, number, parse_keys, unknown_keys
+from coordinator.strategies.reft import option_levels
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
 
@@ -47,6 +48,7 @@ class StaticPruneOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
+        unknown_keys("static-prune", options, ({f.name for f in fields(cls)} - {"robust"}) | set(ROBUST_KEYS))
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS},
                                            "static-prune")
         own = {k: v for k, v in options.items() if k not in ROBUST_KEYS}
@@ -54,10 +56,10 @@ class StaticPruneOptions:
 
     @classmethod
     def _parse(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
-        return parse_options("static-prune", cls, options, {
-            "f_lambda": option_float(1e-6, 1e9), "levels": option_levels,
-            "backend": option_choice("auto", *BACKENDS), "ratio": option_float(0.0, MAX_RATIO),
-            "local_optimizer": option_choice("adam", "sgd"), "local_lr": option_float(1e-7, 10.0)})
+        return cls(**parse_keys("static-prune", options, {
+            "f_lambda": number(1e-6, 1e9), "levels": option_levels,
+            "backend": choice("auto", *BACKENDS), "ratio": number(0.0, MAX_RATIO),
+            "local_optimizer": choice("adam", "sgd"), "local_lr": number(1e-7, 10.0)}))
 
 
 class StaticPrune(Strategy):

@@ -10,43 +10,27 @@ training every width is exported there as ONNX), the assignment keys of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from edge_sdk.models.flanc_zoo import width_label
 
 from coordinator.assignment import ASSIGNMENT_KEYS, AssignmentConfig
+from coordinator.options import Parser, choice, number, parse_keys, unknown_keys
 from coordinator.robust import ROBUST_KEYS, RobustConfig
 
-__all__ = ["WidthOptions", "parse_number", "parse_flag", "NORMS"]
+__all__ = ["WidthOptions", "NORMS"]
 
 NORMS = ("none", "batchnorm", "groupnorm")
 _KEYS = ("widths", "norm", "export", *ASSIGNMENT_KEYS, *ROBUST_KEYS)
 
 
-def parse_number(method: str, key: str, text: str, lo: float, hi: float) -> float:
-    """A finite number in ``[lo, hi]`` from option text; ValueError names the option."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{method} option {key}: {text!r} is not a number") from None
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise ValueError(f"{method} option {key}: must be in [{lo:g}, {hi:g}], got {text!r}")
-    return value
-
-
-def parse_flag(method: str, key: str, text: str) -> bool:
-    """``true``/``false`` (also 1/0, yes/no)."""
-    low = text.strip().lower()
-    if low not in ("true", "false", "1", "0", "yes", "no"):
-        raise ValueError(f"{method} option {key}: expected true or false, got {text!r}")
-    return low in ("true", "1", "yes")
-
-
 def _widths(method: str, text: str) -> tuple[float, ...]:
     items = [t.strip() for t in text.split(",") if t.strip()]
-    widths = tuple(parse_number(method, "widths", t, 1e-3, 1.0) for t in items)
+    try:
+        widths = tuple(number(1e-3, 1.0)("widths", t) for t in items)
+    except ValueError as exc:
+        raise ValueError(f"{method}: {exc}") from None
     if not widths or list(widths) != sorted(set(widths)) or len(widths) > 16:
         raise ValueError(f"{method} option widths: need 1-16 strictly increasing values, got {text!r}")
     return widths
@@ -87,20 +71,17 @@ class WidthOptions:
 
     @classmethod
     def parse(cls, method: str, options: Mapping[str, str],
-              own: Mapping[str, Callable[[str], Any]]) -> tuple["WidthOptions", dict[str, Any]]:
-        """The shared options and the method's ``own`` ones (key -> parser of the text).
+              own: Mapping[str, Parser]) -> tuple["WidthOptions", dict[str, Any]]:
+        """The shared options and the method's ``own`` ones (key -> :mod:`coordinator.options` parser).
 
         Unknown keys and bad values raise ValueError listing what is known.
         """
-        known = set(_KEYS) | set(own)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"{method}: unknown option(s) {unknown}; known: {sorted(known)}")
+        unknown_keys(method, options, set(_KEYS) | set(own))
         text = {k: str(v).strip() for k, v in options.items()}
         widths = _widths(method, text["widths"]) if "widths" in text else cls.widths
         norm = text.get("norm")
-        if norm is not None and norm not in NORMS:
-            raise ValueError(f"{method} option norm: must be one of {'|'.join(NORMS)}, got {norm!r}")
+        if norm is not None:
+            norm = parse_keys(method, {"norm": norm}, {"norm": choice(*NORMS)})["norm"]
         labels = [width_label(p) for p in widths]
         try:
             assignment = AssignmentConfig.from_options({k: text[k] for k in ASSIGNMENT_KEYS if k in text}, labels)
@@ -109,4 +90,4 @@ class WidthOptions:
         robust = RobustConfig.from_options({k: text[k] for k in ROBUST_KEYS if k in text}, method)
         parsed = cls(widths=widths, norm=norm, export=text.get("export") or None, assignment=assignment,
                      robust=robust)
-        return parsed, {k: own[k](text[k]) for k in own if k in text}
+        return parsed, parse_keys(method, {k: text[k] for k in own if k in text}, own)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 
 from coordinator.options import boolean, choice, integer, number, parse_keys
@@ -52,3 +56,32 @@ def test_every_method_names_an_unknown_key_and_what_it_knows(name) -> None:
     ctx = StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10, options={"colour": "red"})
     with pytest.raises(ValueError, match=rf"^{name}: unknown option\(s\) \['colour'\]; known: \[.*'aggregate'"):
         create_strategy(name, ctx)
+
+
+#: Where each method's options are documented (lowrank and pFedPara share FedPara's page).
+DOCS = {"fedavg": "fedavg", "flanc": "flanc", "heterofl": "heterofl", "fdnnc": "fdnnc", "fedpara": "fedpara",
+        "pfedpara": "fedpara", "lowrank": "fedpara", "reft": "reft", "static-prune": "static-prune"}
+
+
+def _accepted(name: str) -> set[str]:
+    ctx = StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10, options={"colour": "red"})
+    with pytest.raises(ValueError) as info:
+        create_strategy(name, ctx)
+    return set(ast.literal_eval(str(info.value).split("known: ", 1)[1]))
+
+
+def _documented(page: str) -> set[str]:
+    text = (Path(__file__).parents[1] / "docs" / "methods" / f"{page}.md").read_text()
+    table = text.split("## Options", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    return {key for row in rows for key in re.findall(r"`([a-z_]+)`", row)}
+
+
+def test_every_method_is_documented_with_exactly_its_options() -> None:
+    assert set(DOCS) == set(STRATEGIES)
+    for page in set(DOCS.values()):
+        methods = [m for m, p in DOCS.items() if p == page]
+        documented = _documented(page)
+        for method in methods:
+            assert _accepted(method) <= documented, (method, _accepted(method) - documented)
+        assert documented <= set().union(*(_accepted(m) for m in methods)), (page, documented)

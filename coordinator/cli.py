@@ -231,7 +231,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--publish-every", type=_at_least(0), default=0, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method-specific setting (repeatable); each method's are in docs/methods/METHOD.md (lowrank, pfedpara: fedpara.md)")
+                   help="a method-specific setting (repeatable); each method's are in docs/methods/METHOD.md "
+                        "(lowrank, pfedpara: fedpara.md)")
     p.add_argument("--pattern", choices=["both", "bfirst", "switch"], help="fdnnc: training pattern")
     p.add_argument("--upload", choices=["full", "half"], help="fdnnc: small devices upload both factors or half")
     p.add_argument("--big-fraction", type=float, metavar="F",

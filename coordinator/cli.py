@@ -26,24 +26,21 @@ def _at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+def _finite_float(zero_ok: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0 (``>= 0`` with ``zero_ok``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (0 <= value if zero_ok else 0 < value) or not value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if zero_ok else '>'} 0, got {text}")
+        return value
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+_positive_float = _finite_float(zero_ok=False)
+_non_negative_float = _finite_float(zero_ok=True)
 
 
 def _lr_decay(text: str) -> tuple[tuple[int, float], ...]:

@@ -204,6 +204,7 @@ class Strategy(ABC):
             if len(online) < self.config.min_devices:
                 raise TimeoutError(f"only {len(online)} of {self.config.min_devices} devices registered "
                                    f"within {self.config.register_timeout_s} s")
+            self.setup(fleet)
         every = self.config.publish_every
         try:
             for rnd in range(start, self.config.rounds):
@@ -228,6 +229,11 @@ class Strategy(ABC):
             from coordinator.publish import publish_models
             self.published = publish_models(self, fleet, rnd, retain=self.config.retain_models)
 
+    def setup(self, fleet: Fleet) -> None:
+        """Called once before the first round this run trains (a resumed job too), when the
+        fleet has registered: decisions that need the fleet (e.g. a pruning level for the weakest
+        device, FedPara's γ for the fleet's links)."""
+
     def round_stages(self, fleet: Fleet, rnd: int) -> list[Any]:
         """The sequential collections of round ``rnd`` (default: one, ``None``).
 
@@ -246,8 +252,9 @@ class Strategy(ABC):
         return evaluate(model, self.eval_data.x, self.eval_data.y, device=resolve_device(self.config.eval_device))
 
     def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
-        """Called once the participants of a stage of round ``rnd`` are known, before their plans
-        (e.g. to draw their widths together)."""
+        """Called once the participants of a stage of round ``rnd`` are known (``sample`` only
+        samples), before the round is announced and their plans go out: e.g. to draw their widths
+        together, prune their models, or choose what each uploads."""
 
     def evaluates(self, rnd: int) -> bool:
         """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""
@@ -267,9 +274,9 @@ class Strategy(ABC):
         online = fleet.online()
         started = time.monotonic()
         participants = self.sample(online)
+        self.begin_round_plans(rnd, participants)
         down = fleet.broadcast(RoundStart(self.config.round_deadline_s, tuple(participants)), rnd)
         sent: dict[str, int] = {}
-        self.begin_round_plans(rnd, participants)
         for device_id in participants:
             record = fleet.devices[device_id]
             plan = self.configure_train(rnd, record)

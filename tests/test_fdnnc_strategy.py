@@ -37,9 +37,8 @@ def _device(name: str, profile: str, n: int = 200) -> DeviceRecord:
 def _plan_and_label(s: Fdnnc, rnd: int, devices: list[DeviceRecord]) -> None:
     for d in devices:
         d.label = s.assign(d)
-    s._round_no = rnd
     s._active = (BIG, SMALL)
-    s.sample([d.device_id for d in devices])
+    s.begin_round_plans(rnd, s.sample([d.device_id for d in devices]))
 
 
 def test_options_are_parsed_and_checked() -> None:

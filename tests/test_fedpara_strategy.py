@@ -60,6 +60,7 @@ def test_gamma_follows_the_measured_link_budget() -> None:
     g_none, info = choose_gamma(slow, strategy.sent_bytes, 1e-4)
     assert g_none == 0.0 and info["budget_met"] == 0.0
     strategy.devices = {d.device_id: d for d in slow}
+    strategy.setup(None)  # what the round loop does once the fleet has registered (FedPara reads its own records)
     plan = strategy.configure_train(0, slow[2])
     assert strategy.gamma == g_slow and sum(t.nbytes for t in plan.tensors.values()) == nbytes
     assert plan.train["optimizer"] == "adam"

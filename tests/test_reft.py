@@ -136,7 +136,7 @@ def _fleet(digits, strategy: Reft, gflops=(10.0, 40.0, 100.0)) -> list[tuple[Dev
 
 def _round(strategy: Reft, fleet, rnd: int, tmp_path) -> tuple[list, list[ReceivedUpdate]]:
     plans, updates = [], []
-    strategy.sample([record.device_id for record, _ in fleet])
+    strategy.begin_round_plans(rnd, strategy.sample([record.device_id for record, _ in fleet]))
     # every level is pruned before the first plan leaves (torch.fx patches nn.Module process-wide)
     assert set(strategy._pruned) == {strategy.levels[record.device_id] for record, _ in fleet}
     for record, data in fleet:

@@ -123,7 +123,6 @@ class Fdnnc(Strategy):
         self._records: dict[str, DeviceRecord] = {}
         self._asked: dict[str, str] = {}  # device -> upload mode of the open stage
         self._active: tuple[str, ...] = (BIG, SMALL)
-        self._round_no = 0
         self._floor: tuple[float, int] | None = None  # weakest big device under big_fraction
 
     @classmethod
@@ -185,22 +184,26 @@ class Fdnnc(Strategy):
         wanted = BIG if rnd < big_rounds else SMALL
         return [(wanted,)] if wanted in present else [tuple(present)]
 
-    def round_stages(self, fleet: Fleet, rnd: int) -> list[tuple[str, ...]]:
+    def setup(self, fleet: Fleet) -> None:
         if self.options.big_fraction is not None and self._floor is None:
             self._fix_fraction(fleet)
+
+    def round_stages(self, fleet: Fleet, rnd: int) -> list[tuple[str, ...]]:
         return self.stages(rnd, {fleet.devices[d].label for d in fleet.online()})
 
     def begin_stage(self, rnd: int, stage: tuple[str, ...]) -> None:
-        self._active, self._round_no = stage, rnd
+        self._active = stage
 
     def sample(self, online: list[str]) -> list[str]:
-        chosen = super().sample([d for d in online if self._records[d].label in self._active])
-        small = [d for d in chosen if self._records[d].label == SMALL]
-        self._asked = {d: "full" for d in chosen}
+        return super().sample([d for d in online if self._records[d].label in self._active])
+
+    def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
+        """What each participant uploads: everything, or with ``upload=half`` a small device's A or B."""
+        small = [d for d in participants if self._records[d].label == SMALL]
+        self._asked = {d: "full" for d in participants}
         if self.options.upload == "half":
             for k, device_id in enumerate(small):  # alternate A/B; a device switches every round
-                self._asked[device_id] = "a" if (k + self._round_no) % 2 == 0 else "b"
-        return chosen
+                self._asked[device_id] = "a" if (k + rnd) % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:

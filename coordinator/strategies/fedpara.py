@@ -31,7 +31,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.robust import leading_block, robust_aggregate
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
 from coordinator.strategies.width_base import WidthStrategy
@@ -169,9 +169,11 @@ class FedPara(WidthStrategy):
         """What a width-``label`` device receives: the leading block of every shared tensor."""
         return {k: np.ascontiguousarray(self.weights[k][leading_block(s)]) for k, s in self._shapes(label).items()}
 
+    def setup(self, fleet: Fleet) -> None:
+        self._ensure_built()  # γ=auto: from the registered fleet's links
+
     def loaded_model(self, label: str) -> torch.nn.Module:
         """The width-``label`` network with the current global tensors (W2 = 0 if personal)."""
-        self._ensure_built()
         model = self.models[label]
         load_numpy_state(model, self.tensors(label), strict=not self.personal)
         return model
@@ -186,7 +188,6 @@ class FedPara(WidthStrategy):
         return self.options.train_config(self.config.train).to_dict()
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
-        self._ensure_built()
         if self.assigner is not None:
             self.assigner.freeze()
         label = (self.assigner.round_level(device, rnd, self.config.seed) if self.assigner is not None

@@ -161,17 +161,15 @@ class Reft(Strategy):
             self._params[level] = result.params
         return self._pruned[level]
 
-    def sample(self, online: list[str]) -> list[str]:
-        """The round's devices; their levels are pruned now, before any plan goes out.
+    def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
+        """The participants' levels are pruned now, before the round is announced.
 
         NNI traces with ``torch.fx``, which patches ``nn.Module.__call__`` process-wide while it
         runs: in a simulation it must not overlap devices already training in other threads.
         """
-        chosen = super().sample(online)
-        for device_id in chosen:
+        for device_id in participants:
             if device_id in self.levels:
                 self.pruned(self.levels[device_id])
-        return chosen
 
     def assign(self, device: DeviceRecord) -> str:
         level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)

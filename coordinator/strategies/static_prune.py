@@ -115,13 +115,13 @@ class StaticPrune(Strategy):
     def assign(self, device: DeviceRecord) -> str:
         return self.label if self.level is not None else level_label(self.device_level(device))
 
-    def round_stages(self, fleet: Fleet, rnd: int) -> list[Any]:
-        if self.level is None:  # the first round: prune for the weakest device present
+    def setup(self, fleet: Fleet) -> None:
+        """Before the first round: prune for the weakest device present; every device trains that."""
+        if self.level is None:
             online = [fleet.devices[d] for d in fleet.online()]
             self.fix_level(max(self.device_level(d) for d in online))
-        for device in fleet.devices.values():
+        for device in fleet.devices.values():  # devices registering later are assigned self.label
             device.label = self.label
-        return super().round_stages(fleet, rnd)
 
     # -- round hooks --------------------------------------------------------
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:

@@ -27,8 +27,9 @@ import numpy as np
 
 from coordinator.aggregation import weighted_average
 from coordinator.options import choice, number, parse_keys
+from coordinator.width_slicing import leading_block
 
-__all__ = ["RULES", "ROBUST_KEYS", "RobustConfig", "robust_aggregate", "leading_block"]
+__all__ = ["RULES", "ROBUST_KEYS", "RobustConfig", "robust_aggregate"]
 
 RULES = ("mean", "median", "trimmed")
 #: The ``--option`` keys of :class:`RobustConfig`.
@@ -71,11 +72,6 @@ class RobustConfig:
 
 def _is_float(a: np.ndarray) -> bool:
     return a.dtype.kind == "f"
-
-
-def leading_block(shape: tuple[int, ...]) -> tuple[slice, ...]:
-    """The index of a leading block of ``shape`` inside a tensor at least as large."""
-    return tuple(slice(0, n) for n in shape)
 
 
 def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
-from edge_sdk.methods.heterofl import static_bn_stats
+from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.models.heterofl import Scaler, heterofl_spec
 from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import cnn4

@@ -32,7 +32,8 @@ from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.robust import leading_block, robust_aggregate
+from coordinator.robust import robust_aggregate
+from coordinator.width_slicing import leading_block
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext

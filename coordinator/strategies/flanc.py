@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from edge_sdk.methods.heterofl import STAT_SUFFIXES
+from edge_sdk.methods.batchnorm import STAT_SUFFIXES
 from edge_sdk.models.flanc import basis_names, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
@@ -30,7 +30,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
-from coordinator.strategies.heterofl import pool_bn_stats
+from coordinator.width_slicing import pool_bn_stats
 from coordinator.options import Parser, boolean, number
 from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy

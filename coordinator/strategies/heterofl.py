@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from edge_sdk.methods.heterofl import BN_PREFIX, STAT_SUFFIXES
+from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.protocol.messages import Plan, Update
@@ -29,16 +29,15 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.robust import leading_block, robust_aggregate
+from coordinator.robust import robust_aggregate
+from coordinator.width_slicing import leading_block, pool_bn_stats
 from coordinator.options import Parser, boolean, choice
 from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
-__all__ = ["HeteroFL", "HeteroFLOptions", "pool_bn_stats"]
-
-_MEAN, _VAR = ".running_mean", ".running_var"
+__all__ = ["HeteroFL", "HeteroFLOptions"]
 
 
 def _he_init(model: torch.nn.Module) -> None:
@@ -47,24 +46,6 @@ def _he_init(model: torch.nn.Module) -> None:
             torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
             if module.bias is not None:
                 torch.nn.init.zeros_(module.bias)
-
-
-def pool_bn_stats(found: list[tuple[Mapping[str, np.ndarray], int]], names: list[str]) -> dict[str, np.ndarray]:
-    """BatchNorm statistics of several data sets pooled as a mixture, weighted by sample counts.
-
-    ``found`` holds ``(tensors, samples)``; ``names`` the ``*.running_mean`` / ``*.running_var``
-    names to pool: the mean of the means, and the mean of ``var + mean²`` minus the squared mean.
-    """
-    total = float(sum(n for _, n in found))
-    out: dict[str, np.ndarray] = {}
-    for name in [k for k in names if k.endswith(_MEAN)]:
-        var_name = name[:-len(_MEAN)] + _VAR
-        mean = sum(n * t[name].astype(np.float64) for t, n in found) / total
-        second = sum(n * (t[var_name].astype(np.float64) + t[name].astype(np.float64) ** 2)
-                     for t, n in found) / total
-        out[name] = mean.astype(np.float32)
-        out[var_name] = np.maximum(second - mean ** 2, 0.0).astype(np.float32)
-    return out
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 import torch
 
 from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
-from edge_sdk.methods.heterofl import static_bn_stats
+from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.models.flanc import basis_names, orthogonality_penalty
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update

@@ -106,6 +106,7 @@ class DeviceClient:
         self._register_id: str | None = None
         self._last_register = 0.0
         self._last_heartbeat = 0.0
+        self._memory: dict[str, object] = {}  # what device parts keep between rounds (DeviceContext.memory)
         self.link: MessageLink | None = None
         self.monitor = SystemMonitor(config.schedule)
         self.declined: list[int] = []  # rounds whose plan the schedule declined
@@ -259,6 +260,7 @@ class DeviceClient:
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
             throttle=self.throttle, stop=self._stop, device=self.torch_device, compute_slot=self.compute_slot,
+            memory=self._memory,
         )
         started = time.monotonic()
         try:

@@ -6,7 +6,7 @@ import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ class DeviceContext:
     #: held while training: simulated devices sharing one process train one at a time, each
     #: with all of torch's threads, instead of all at once with threads fighting over cores
     compute_slot: threading.Lock | None = None
+    #: this device's state kept in memory between rounds (the client's own dict, one per device),
+    #: for methods that keep something when there is no ``state_dir``; None: nothing is kept
+    memory: dict[str, Any] | None = None
 
     def train(self, model: torch.nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
               regularizer: Callable[[torch.nn.Module], torch.Tensor] | None = None) -> TrainResult:

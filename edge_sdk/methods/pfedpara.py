@@ -6,8 +6,8 @@ of every ``personal`` FedPara layer, :func:`edge_sdk.models.fedpara.personal_nam
 trains everything, uploads only the shared tensors and keeps ``W2`` for the next round
 in ``ctx.state_dir/pfedpara_personal.npz`` (``np.savez``, read back with
 ``allow_pickle=False``; tied to the spec by a SHA-256 fingerprint, so a different
-model starts a fresh ``W2``). Without a state directory ``W2`` is kept in this
-process's memory only. A first-time ``W2`` is ``X2 = 0`` (the layer's init), so the
+model starts a fresh ``W2``). Without a state directory ``W2`` is kept in the
+client's memory only (``DeviceContext.memory``). A first-time ``W2`` is ``X2 = 0`` (the layer's init), so the
 device starts from the shared model.
 
 ``plan.train``'s ``holdout`` (fraction in [0, 0.9], default 0) holds a fixed, seeded
@@ -40,7 +40,6 @@ __all__ = ["train_pfedpara", "holdout_split", "spec_fingerprint", "load_personal
 log = logging.getLogger(__name__)
 PERSONAL_FILE = "pfedpara_personal.npz"
 _FINGERPRINT = "__spec_sha256__"
-_MEMORY: dict[tuple[str, str], dict[str, np.ndarray]] = {}
 
 
 def spec_fingerprint(spec: dict) -> str:
@@ -120,7 +119,7 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     path = Path(ctx.state_dir) / PERSONAL_FILE if ctx.state_dir is not None else None
     shapes = {k: tuple(state[k].shape) for k in personal}
     stored = load_personal(path, fingerprint, shapes) if path is not None \
-        else _MEMORY.get((ctx.device_id, fingerprint))
+        else (ctx.memory or {}).get(f"pfedpara/{fingerprint}")
     if stored is not None:
         load_numpy_state(model, stored, strict=False)
     train_idx, held_idx = holdout_split(len(data), holdout, ctx.seed * 7919 + 1)
@@ -137,8 +136,8 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     own = {k: after[k] for k in personal}
     if path is not None:
         save_personal(path, fingerprint, own)
-    else:
-        _MEMORY[(ctx.device_id, fingerprint)] = own
+    elif ctx.memory is not None:
+        ctx.memory[f"pfedpara/{fingerprint}"] = own
     compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(held_idx))
     metrics.update(train_seconds=seconds, compute_s=compute_s)
     return Update(label=plan.label, tensors={k: after[k] for k in shared},

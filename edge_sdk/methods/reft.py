@@ -13,7 +13,6 @@ asks (``upload_weights``, for evaluating device models), the trained weights.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from typing import Mapping
 
@@ -33,8 +32,7 @@ PUBLIC_PREFIX = "public."
 LOGITS_DTYPES = ("float16", "int8")
 PUBLIC_DTYPES = ("uint8", "float16")
 _FP16_MAX = 65000.0
-_cache: dict[str, tuple[str, np.ndarray]] = {}  # device id -> (digest, public inputs)
-_cache_lock = threading.Lock()
+_KEPT = "reft/public"  # DeviceContext.memory: (digest, public inputs)
 
 
 # ----------------------------------------------------------------- public set on the wire
@@ -97,11 +95,10 @@ def _public_set(ctx: DeviceContext, tensors: Mapping[str, np.ndarray], digest: s
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             np.save(path, x, allow_pickle=False)
-        with _cache_lock:
-            _cache[ctx.device_id] = (digest, x)
+        if ctx.memory is not None:
+            ctx.memory[_KEPT] = (digest, x)
         return x
-    with _cache_lock:
-        kept = _cache.get(ctx.device_id)
+    kept = (ctx.memory or {}).get(_KEPT)
     if kept is not None and kept[0] == digest:
         return kept[1]
     if path is not None and path.is_file():

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,25 @@ def test_without_persistence_restart_forgets_retained() -> None:
         with MqttTransport(TransportConfig(url=b.url, connect_timeout=5)) as t:
             t.subscribe("volatile/x")
             assert t.receive(0.5) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or find_mosquitto() is None,
+                    reason="the kernel's parent-death signal is Linux's; needs mosquitto")
+def test_a_killed_job_leaves_no_broker_behind() -> None:
+    import psutil
+
+    script = ("import sys, time\nfrom coordinator.broker import EmbeddedBroker\n"
+              "b = EmbeddedBroker(); b.start(); print(b._proc.pid, flush=True); time.sleep(120)\n")
+    job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        broker_pid = int(job.stdout.readline())
+        assert psutil.pid_exists(broker_pid)
+        job.kill()  # SIGKILL: no cleanup code runs in the job
+        job.wait(10)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(broker_pid) and psutil.Process(broker_pid).status() != psutil.STATUS_ZOMBIE \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(broker_pid) or psutil.Process(broker_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        job.kill()

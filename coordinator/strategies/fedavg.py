@@ -40,13 +40,18 @@ class FedAvg(Strategy):
                  eval_data: EvalData | None = None, label: str = GLOBAL,
                  robust: RobustConfig = RobustConfig()) -> None:
         super().__init__(config, eval_data)
-        self.label = label
+        self._label = label
         self.robust = robust
         self.model_spec = model_spec
         torch.manual_seed(config.seed)
         self.model = build_model(model_spec)
         self.weights = {k: np.array(v) for k, v in state_to_numpy(self.model).items()}
         self.expected = expected_from(self.weights)
+
+    @property
+    def label(self) -> str:
+        """The one label every device trains (``global``, or the width)."""
+        return self._label
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":

@@ -17,17 +17,18 @@ import torch
 
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.protocol.messages import Plan
+from edge_sdk.tensors import load_numpy_state
 
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.fleet import DeviceRecord, Fleet
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
-from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
+from coordinator.robust import ROBUST_KEYS, RobustConfig
 from coordinator.options import choice, number, parse_keys, unknown_keys
 from coordinator.strategies.reft import option_levels
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
-from coordinator.validation import expected_from, validate_update
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.validation import expected_from
 
 __all__ = ["StaticPrune", "StaticPruneOptions"]
 
@@ -62,8 +63,9 @@ class StaticPruneOptions:
             "local_optimizer": choice("adam", "sgd"), "local_lr": number(1e-7, 10.0)}))
 
 
-class StaticPrune(Strategy):
-    """FedAvg on one model pruned to what the weakest device affords."""
+class StaticPrune(FedAvg):
+    """FedAvg on one model pruned to what the weakest device affords (FedAvg's aggregation,
+    evaluation and update checks, on the pruned model)."""
 
     name = "static-prune"
     device_method = "fedavg"  # devices train the pruned network as plain FedAvg
@@ -74,15 +76,14 @@ class StaticPrune(Strategy):
 
     def __init__(self, config: FederationConfig, options: StaticPruneOptions, spec: dict,
                  eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+        super().__init__(config, spec, eval_data, robust=options.robust)  # the dense model, seeded
         self.options = options
         self.dense_spec = spec
         self.backend = resolve_backend(options.backend)
-        torch.manual_seed(config.seed)
-        self.initial = state_to_numpy(build_model(spec), copy=True)
+        self.initial = dict(self.weights)
         self.level: float | None = None
         self.pruned: PruneResult | None = None
-        self.weights: dict[str, np.ndarray] = {}
+        self.weights = {}
         if options.ratio is not None:
             self.fix_level(round_to_level(options.ratio, options.levels))
 
@@ -100,6 +101,7 @@ class StaticPrune(Strategy):
         """Prune the initial model to ``level``; from now on every device trains it."""
         self.level = level
         self.pruned = prune_spec(self.dense_spec, self.initial, level, self.backend)
+        self.model_spec = self.pruned.spec
         self.weights = dict(self.pruned.tensors)
         self.model = build_model(self.pruned.spec)
         self.expected = expected_from(self.weights)
@@ -130,23 +132,6 @@ class StaticPrune(Strategy):
                  "lr": self.options.local_lr}
         return Plan(method=self.device_part(), label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
                     train=train)
-
-    def check_update(self, device: DeviceRecord, update: Update) -> None:
-        validate_update(update, self.expected, self.label, device.num_samples)
-
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
-        samples = [u.update.num_samples for u in updates]
-        self.weights, metrics = robust_aggregate(self.weights, [u.update.tensors for u in updates], samples,
-                                                 self.options.robust)
-        losses = [u.update.metrics.get("loss", float("nan")) for u in updates]
-        return {**metrics, "train_loss": float(np.average(losses, weights=samples))}
-
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
-        load_numpy_state(self.model, self.weights)
-        accuracy, loss = self.evaluate_model(self.model)
-        return {self.label: accuracy}, loss
 
     def inference_model(self, label: str) -> torch.nn.Module | None:
         if self.level is None or label != self.label:

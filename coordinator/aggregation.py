@@ -6,7 +6,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["weighted_average"]
+from edge_sdk.protocol.messages import Update
+
+__all__ = ["weighted_average", "mean_train_loss"]
 
 
 def weighted_average(tensor_sets: Sequence[Mapping[str, np.ndarray]],
@@ -25,3 +27,10 @@ def weighted_average(tensor_sets: Sequence[Mapping[str, np.ndarray]],
             acc += w * tensors[name]
         result[name] = acc.astype(np.float32)
     return result
+
+
+def mean_train_loss(updates: Sequence[Update]) -> float:
+    """The devices' reported local training ``loss``, averaged weighted by their sample counts
+    (NaN when one did not report it)."""
+    return float(np.average([u.metrics.get("loss", float("nan")) for u in updates],
+                            weights=[u.num_samples for u in updates]))

@@ -34,6 +34,7 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.options import boolean, choice, int_list, integer, number, parse_keys, unknown_keys
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
@@ -263,8 +264,7 @@ class Fdnnc(Strategy):
                                                        if k in factor_names))}
         for label, group in ((BIG, big), (SMALL, small)):
             if group:
-                metrics[f"train_loss_{label}"] = float(np.average(
-                    [u.metrics.get("loss", float("nan")) for u in group], weights=[u.num_samples for u in group]))
+                metrics[f"train_loss_{label}"] = mean_train_loss(group)
         return metrics
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:

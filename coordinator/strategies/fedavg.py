@@ -19,6 +19,7 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.options import choice, number, parse_keys, unknown_keys
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
@@ -82,8 +83,7 @@ class FedAvg(Strategy):
         counts = [u.update.num_samples for u in updates]
         self.weights, metrics = robust_aggregate(self.weights, [u.update.tensors for u in updates], counts,
                                                  self.robust)
-        losses = [u.update.metrics.get("loss", float("nan")) for u in updates]
-        return {**metrics, "train_loss": float(np.average(losses, weights=counts))}
+        return {**metrics, "train_loss": mean_train_loss([u.update for u in updates])}
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
         if self.eval_data is None:

@@ -31,6 +31,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block
@@ -209,8 +210,7 @@ class FedPara(WidthStrategy):
         self.weights, metrics = robust_aggregate(
             self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
             self.options.width.robust)
-        metrics.update(train_loss=float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
-                                                   weights=weights)),
+        metrics.update(train_loss=mean_train_loss([u.update for u in updates]),
                        gamma=float(self.gamma))  # type: ignore[arg-type]
         if self.budget:
             metrics["budget_met"] = self.budget["budget_met"]

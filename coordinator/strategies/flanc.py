@@ -28,6 +28,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import pool_bn_stats
@@ -149,8 +150,7 @@ class Flanc(WidthStrategy):
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts)), stats))
-        losses = [u.update.metrics.get("loss", float("nan")) for u in updates]
-        metrics["train_loss"] = float(np.average(losses, weights=weights))
+        metrics["train_loss"] = mean_train_loss([u.update for u in updates])
         return metrics
 
     # -- evaluation and export ----------------------------------------------

@@ -28,6 +28,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block, pool_bn_stats
@@ -158,8 +159,7 @@ class HeteroFL(WidthStrategy):
             self._pool_stats(q, updates)
         metrics.update({f"devices_{label}": float(sum(u.update.label == label for u in updates))
                         for label in self.labels})
-        metrics["train_loss"] = float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
-                                                 weights=weights))
+        metrics["train_loss"] = mean_train_loss([u.update for u in updates])
         return metrics
 
     def _pool_stats(self, q: str, updates: list[ReceivedUpdate]) -> None:

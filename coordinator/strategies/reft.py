@@ -28,6 +28,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.distillation import DistillConfig, DistillResult, distill, ensemble_logits
+from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
@@ -231,9 +232,7 @@ class Reft(Strategy):
         self.weights = state_to_numpy(self.model, copy=True)
         self.version += 1
         self._pruned.clear()
-        weights = [u.update.num_samples for u in updates]
-        return {"train_loss": float(np.average([u.update.metrics.get("loss", float("nan")) for u in updates],
-                                               weights=weights)),
+        return {"train_loss": mean_train_loss([u.update for u in updates]),
                 "distill_loss": self.last_distill.loss, "distill_agreement": self.last_distill.agreement,
                 "distill_seconds": self.last_distill.seconds, "teachers": float(len(updates)),
                 "classes_covered": float((counts.sum(axis=0) > 0).sum())}

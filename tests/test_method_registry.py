@@ -103,3 +103,33 @@ def test_a_device_client_turned_away_stops_with_the_reason(broker, monkeypatch) 
         coordinator.close()
     assert ended and ended[0].startswith("the coordinator turned this device away: this job runs method 'flanc'")
     assert not fleet.devices
+
+
+#: Options that make a fresh strategy's state complete without a fleet (a fixed γ, a fixed level).
+STANDALONE = {"fedpara": {"gamma": "0.5"}, "pfedpara": {"gamma": "0.5"}, "lowrank": {"gamma": "0.5"},
+              "static-prune": {"ratio": "0.5"}, "fdnnc": {}, "reft": {}}
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_methods_checkpoint_state_round_trips_and_rejects_a_stranger(name) -> None:
+    import numpy as np
+
+    from coordinator.strategies import create_strategy
+    from coordinator.strategy import FederationConfig, StrategyContext
+
+    def fresh(seed: int):
+        public = np.random.default_rng(0).normal(size=(20, 1, 8, 8)).astype(np.float32)  # for REFT
+        ctx = StrategyContext(FederationConfig(seed=seed), "mlp", (1, 8, 8), 10, options=STANDALONE.get(name, {}),
+                              public_data=public)
+        return create_strategy(name, ctx)
+
+    saved = fresh(1).state_tensors()
+    assert saved
+    other = fresh(2)
+    assert any(not np.array_equal(v, other.state_tensors()[k]) for k, v in saved.items())
+    other.load_state_tensors(saved)
+    assert set(other.state_tensors()) == set(saved)
+    assert all(np.array_equal(other.state_tensors()[k], v) for k, v in saved.items())
+    key = next(k for k, v in saved.items() if v.ndim == 2)
+    with pytest.raises(ValueError):
+        other.load_state_tensors({**saved, key: np.zeros((3, 3), np.float32)})

@@ -35,6 +35,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
 from coordinator.aggregation import mean_train_loss
+from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.options import boolean, choice, int_list, integer, number, parse_keys, unknown_keys
 from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
@@ -290,16 +291,11 @@ class Fdnnc(Strategy):
         return {BIG: count_params(self.dense_spec), SMALL: count_params(self.small_spec)}
 
     def state_tensors(self) -> dict[str, np.ndarray]:
-        return {**{f"dense/{k}": v for k, v in self.dense.items()},
-                **{f"factors/{k}": v for k, v in self.factors.items()}}
+        return flat_groups({"dense": self.dense, "factors": self.factors})
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        reference = self.state_tensors()
-        if set(tensors) != set(reference) or any(np.shape(tensors[k]) != v.shape for k, v in reference.items()):
-            raise ValueError("checkpoint tensors do not match this fdnnc model")
-        for key, value in tensors.items():
-            group, name = key.split("/", 1)
-            (self.dense if group == "dense" else self.factors)[name] = np.asarray(value, dtype=np.float32)
+        groups = restore_groups(tensors, {"dense": self.dense, "factors": self.factors}, "fdnnc model")
+        self.dense, self.factors = groups["dense"], groups["factors"]
 
     def method_config(self) -> dict[str, Any]:
         options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}

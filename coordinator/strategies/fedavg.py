@@ -105,7 +105,7 @@ class FedAvg(Strategy):
         return dict(self.weights)
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        if set(tensors) != set(self.weights):
+        if set(tensors) != set(self.weights) or any(np.shape(tensors[k]) != v.shape for k, v in self.weights.items()):
             raise ValueError("checkpoint tensors do not match this model")
         self.weights = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 

@@ -29,6 +29,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
+from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import pool_bn_stats
@@ -38,9 +39,9 @@ from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import UpdateRejected, expected_from, validate_update
 
-__all__ = ["Flanc", "FlancOptions", "BASIS_PREFIX"]
+__all__ = ["Flanc", "FlancOptions", "BASIS"]
 
-BASIS_PREFIX = "basis/"
+BASIS = "basis"  # the checkpoint group of the shared bases (the widths' groups are their labels)
 
 
 @dataclass(frozen=True)
@@ -166,17 +167,12 @@ class Flanc(WidthStrategy):
 
     # -- bookkeeping --------------------------------------------------------
     def state_tensors(self) -> dict[str, np.ndarray]:
-        out = {BASIS_PREFIX + k: v for k, v in self.basis.items()}
-        for label, tensors in self.private.items():
-            out.update({f"{label}/{k}": v for k, v in tensors.items()})
-        return out
+        return flat_groups({BASIS: self.basis, **self.private})
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        if set(tensors) != set(self.state_tensors()):
-            raise ValueError("checkpoint tensors do not match this FLANC model")
-        self.basis = {k: np.asarray(tensors[BASIS_PREFIX + k], dtype=np.float32) for k in self.basis}
-        self.private = {label: {k: np.asarray(tensors[f"{label}/{k}"], dtype=np.float32) for k in ts}
-                        for label, ts in self.private.items()}
+        groups = restore_groups(tensors, {BASIS: self.basis, **self.private}, "FLANC model")
+        self.basis = groups.pop(BASIS)
+        self.private = groups
 
     def method_config(self) -> dict[str, Any]:
         o = self.options

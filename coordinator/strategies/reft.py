@@ -29,6 +29,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.distillation import DistillConfig, DistillResult, distill, ensemble_logits
 from coordinator.aggregation import mean_train_loss
+from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
@@ -260,16 +261,13 @@ class Reft(Strategy):
         return out
 
     def state_tensors(self) -> dict[str, np.ndarray]:
-        return {**{f"global/{k}": v for k, v in self.weights.items()},
-                "reft/version": np.array([self.version], dtype=np.int64)}
+        return flat_groups({"global": self.weights, "reft": {"version": np.array([self.version], dtype=np.int64)}})
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        reference = self.state_tensors()
-        if set(tensors) != set(reference) or any(np.shape(tensors[k]) != v.shape for k, v in reference.items()):
-            raise ValueError("checkpoint tensors do not match this reft model")
-        self.weights = {k.split("/", 1)[1]: np.asarray(v, dtype=np.float32)
-                        for k, v in tensors.items() if k.startswith("global/")}
-        self.version = int(tensors["reft/version"][0])
+        groups = restore_groups(tensors, {"global": self.weights, "reft": {"version": np.zeros(1, np.int64)}},
+                                "reft model")
+        self.weights = groups["global"]
+        self.version = int(groups["reft"]["version"][0])
         self._pruned.clear()
         self._has_public.clear()  # devices may have lost it: resend
 

@@ -20,6 +20,7 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state
 
+from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
@@ -147,18 +148,14 @@ class StaticPrune(FedAvg):
     def state_tensors(self) -> dict[str, np.ndarray]:
         if self.level is None:
             return {}
-        return {**{f"model/{k}": v for k, v in self.weights.items()},
-                "static/level": np.array([self.level], dtype=np.float64)}
+        return flat_groups({"model": self.weights, "static": {"level": np.array([self.level], dtype=np.float64)}})
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
         if "static/level" not in tensors:
             raise ValueError("checkpoint holds no static-prune level")
-        self.fix_level(float(tensors["static/level"][0]))
-        weights = {k.split("/", 1)[1]: np.asarray(v, dtype=np.float32)
-                   for k, v in tensors.items() if k.startswith("model/")}
-        if set(weights) != set(self.expected) or any(weights[k].shape != s.shape for k, s in self.expected.items()):
-            raise ValueError("checkpoint tensors do not match this static-prune model")
-        self.weights = weights
+        self.fix_level(float(tensors["static/level"][0]))  # the pruned model's shapes
+        self.weights = restore_groups(tensors, {"model": self.weights, "static": {"level": np.zeros(1)}},
+                                      "static-prune model")["model"]
 
     def method_config(self) -> dict[str, Any]:
         options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}

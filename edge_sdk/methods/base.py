@@ -11,12 +11,14 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from edge_sdk.models.spec import count_flops
+from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
+from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, TrainingStopped, TrainResult, train_local
 
-__all__ = ["LocalData", "DeviceContext", "DeviceMethod", "compute_seconds"]
+__all__ = ["LocalData", "DeviceContext", "DeviceMethod", "compute_seconds", "plan_settings", "planned_model",
+           "round_update"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +85,44 @@ def compute_seconds(ctx: DeviceContext, spec: dict, host_seconds: float, *, trai
         return host_seconds
     flops = count_flops(spec) * (TRAIN_FLOPS_PER_FORWARD * trained + forward)
     return ctx.throttle.apply_compute(flops, host_seconds)
+
+
+def plan_settings(plan: Plan, **own: Any) -> tuple[TrainConfig, dict[str, Any]]:
+    """The plan's training settings and the method's ``own`` keys of ``plan.train`` (key=default):
+    each present one must have its default's type (a bool stays a bool, a number a finite number),
+    else ValueError naming the method; the rest is a checked :class:`TrainConfig`."""
+    train = dict(plan.train)
+    values = {}
+    for key, default in own.items():
+        value = train.pop(key, default)
+        if isinstance(default, bool) or isinstance(value, bool):
+            ok = type(value) is type(default)
+        elif isinstance(default, (int, float)):
+            ok = type(value) in (int, float) and bool(np.isfinite(value))
+        else:
+            ok = default is None or isinstance(value, type(default))
+        if not ok:
+            raise ValueError(f"{plan.method}: {key} must be like {default!r}, got {value!r}")
+        values[key] = value
+    return TrainConfig.from_dict(train), values
+
+
+def planned_model(plan: Plan, strict: bool = True) -> torch.nn.Module:
+    """The plan's network with the plan's tensors loaded."""
+    model = build_model(plan.model_spec)
+    load_numpy_state(model, plan.tensors, strict=strict)
+    return model
+
+
+def round_update(plan: Plan, data: LocalData, ctx: DeviceContext, model: torch.nn.Module, result: TrainResult,
+                 *, extra_seconds: float = 0.0, forward: int = 0, tensors: dict[str, np.ndarray] | None = None,
+                 **metrics: float) -> Update:
+    """The update of a local round: ``tensors`` (default: all of ``model``'s), the sample count,
+    and the metrics every method reports (loss, steps, host seconds, the device's compute seconds
+    counting ``forward`` inference-only samples) plus the method's own ``metrics``."""
+    seconds = result.seconds + extra_seconds
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=forward)
+    return Update(label=plan.label, tensors=state_to_numpy(model) if tensors is None else tensors,
+                  num_samples=len(data),
+                  metrics={"loss": result.loss, "train_seconds": seconds, "compute_s": compute_s,
+                           "steps": float(result.steps), **metrics})

@@ -10,12 +10,10 @@ against the factor the server holds).
 """
 from __future__ import annotations
 
-from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
+from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
 from edge_sdk.models.lowrank import factor_names
-from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
+from edge_sdk.tensors import state_to_numpy
 
 __all__ = ["train_fdnnc", "UPLOAD_MODES"]
 
@@ -25,28 +23,18 @@ UPLOAD_MODES = ("full", "a", "b")
 
 def train_fdnnc(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local FDNNC round on a dense (big) or low-rank (small) network."""
-    train = dict(plan.train)
-    upload = train.pop("upload", "full")
-    freeze = train.pop("freeze", False)
+    config, own = plan_settings(plan, upload="full", freeze=False)
+    upload = own["upload"]
     if upload not in UPLOAD_MODES:
         raise ValueError(f"fdnnc: upload must be one of {UPLOAD_MODES}, got {upload!r}")
-    if type(freeze) is not bool:
-        raise ValueError(f"fdnnc: freeze must be a bool, got {type(freeze).__name__}")
-    config = TrainConfig.from_dict(train)
-    model = build_model(plan.model_spec)
-    load_numpy_state(model, plan.tensors)
+    model = planned_model(plan)
     a_names, b_names = factor_names(model)
     if upload != "full" and not a_names:
         raise ValueError(f"fdnnc: upload={upload!r} needs a low-rank model, the plan's has no factors")
     dropped = set(b_names if upload == "a" else a_names if upload == "b" else [])
-    if freeze:
+    if own["freeze"]:
         for name, param in model.named_parameters():
             param.requires_grad_(name not in dropped)
     result = ctx.train(model, data.x, data.y, config)
-    compute_s = compute_seconds(ctx, plan.model_spec, result.seconds, trained=result.samples)
     tensors = {k: v for k, v in state_to_numpy(model, copy=True).items() if k not in dropped}
-    return Update(
-        label=plan.label, tensors=tensors, num_samples=len(data),
-        metrics={"loss": result.loss, "train_seconds": result.seconds,
-                 "compute_s": compute_s, "steps": float(result.steps)},
-    )
+    return round_update(plan, data, ctx, model, result, tensors=tensors)

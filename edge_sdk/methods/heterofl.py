@@ -19,12 +19,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
+from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES, static_bn_stats
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
 
 __all__ = ["train_heterofl"]
 
@@ -49,28 +48,16 @@ def _sub_stats(model: nn.Module, specs: object, x: torch.Tensor, batch_size: int
 
 def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local HeteroFL round on the sub-network the plan describes."""
-    train = dict(plan.train)
-    static_bn = train.pop("static_bn", True)
-    bn_specs = train.pop("bn_specs", {})
-    if type(static_bn) is not bool:
-        raise ValueError(f"heterofl: static_bn must be a bool, got {type(static_bn).__name__}")
-    config = TrainConfig.from_dict(train)
-    model = build_model(plan.model_spec)
-    load_numpy_state(model, plan.tensors)
+    config, own = plan_settings(plan, static_bn=True, bn_specs={})
+    model = planned_model(plan)
     result = ctx.train(model, data.x, data.y, config)
-    seconds = result.seconds
     tensors = state_to_numpy(model)
-    if static_bn:
-        start = time.perf_counter()
+    start = time.perf_counter()
+    if own["static_bn"]:
         x = torch.tensor(data.x, dtype=torch.float32)
         static_bn_stats(model, x, config.batch_size)
-        tensors.update(_sub_stats(model, bn_specs, x, config.batch_size))
-        seconds += time.perf_counter() - start
+        tensors.update(_sub_stats(model, own["bn_specs"], x, config.batch_size))
     # static BN: one pass over the data for this width and one per smaller width (counted at this width)
-    passes = 1 + len(bn_specs) if static_bn else 0
-    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=passes * len(data))
-    return Update(
-        label=plan.label, tensors=tensors, num_samples=len(data),
-        metrics={"loss": result.loss, "train_seconds": seconds,
-                 "compute_s": compute_s, "steps": float(result.steps)},
-    )
+    passes = 1 + len(own["bn_specs"]) if own["static_bn"] else 0
+    return round_update(plan, data, ctx, model, result, extra_seconds=time.perf_counter() - start,
+                        forward=passes * len(data), tensors=tensors)

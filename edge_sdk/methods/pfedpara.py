@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
+from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds, plan_settings
 from edge_sdk.models.fedpara import personal_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, evaluate
+from edge_sdk.training import evaluate
 
 __all__ = ["train_pfedpara", "holdout_split", "spec_fingerprint", "load_personal",
            "save_personal", "PERSONAL_FILE"]
@@ -90,17 +90,11 @@ def save_personal(path: Path, fingerprint: str, tensors: dict[str, np.ndarray]) 
     os.replace(tmp, path)
 
 
-def _holdout(train: dict) -> float:
-    value = train.pop("holdout", 0.0)
-    holdout_split(1, value, 0)  # validates
-    return float(value)
-
-
 def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local pFedPara round: train W1 and the device's own W2, upload W1 only."""
-    train = dict(plan.train)
-    holdout = _holdout(train)
-    config = TrainConfig.from_dict(train)
+    config, own = plan_settings(plan, holdout=0.0)
+    holdout = float(own["holdout"])
+    holdout_split(1, holdout, 0)  # validates the range
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed * 1_000_003 + 17)  # a device's first W2 is its own
         model = build_model(plan.model_spec)

@@ -13,17 +13,17 @@ asks (``upload_weights``, for evaluating device models), the trained weights.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 import time
 from typing import Mapping
 
 import numpy as np
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds
-from edge_sdk.models.spec import build_model
+from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
 from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, on_device
+from edge_sdk.tensors import state_to_numpy
+from edge_sdk.training import on_device
 
 __all__ = ["train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
            "dequantize_logits", "PUBLIC_PREFIX", "LOGITS_DTYPES", "PUBLIC_DTYPES"]
@@ -145,22 +145,16 @@ def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256,
 # ----------------------------------------------------------------- the device method
 def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """Train the pruned model on private data; upload logits on the public set and class counts."""
-    train = dict(plan.train)
-    logits_dtype = train.pop("logits_dtype", "float16")
-    digest = train.pop("public_digest", None)
-    upload_weights = train.pop("upload_weights", False)
-    if logits_dtype not in LOGITS_DTYPES:
-        raise ValueError(f"logits_dtype must be one of {LOGITS_DTYPES}, got {logits_dtype!r}")
-    if not isinstance(digest, str) or len(digest) != 64:
+    config, own = plan_settings(plan, logits_dtype="float16", public_digest="", upload_weights=False)
+    if own["logits_dtype"] not in LOGITS_DTYPES:
+        raise ValueError(f"logits_dtype must be one of {LOGITS_DTYPES}, got {own['logits_dtype']!r}")
+    digest = own["public_digest"]
+    if len(digest) != 64:
         raise ValueError("plan lacks a valid public_digest")
-    if type(upload_weights) is not bool:
-        raise ValueError("upload_weights must be a bool")
-    config = TrainConfig.from_dict(train)
     public = {k: v for k, v in plan.tensors.items() if k.startswith(PUBLIC_PREFIX)}
     weights = {k: v for k, v in plan.tensors.items() if not k.startswith(PUBLIC_PREFIX)}
     x_public = _public_set(ctx, public, digest)
-    model = build_model(plan.model_spec)
-    load_numpy_state(model, weights)
+    model = planned_model(replace(plan, tensors=weights))
     classes = int(plan.model_spec["num_classes"])
     if data.num_classes != classes:
         raise ValueError(f"local data has {data.num_classes} classes, the model {classes}")
@@ -169,12 +163,10 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     result = ctx.train(model, data.x, data.y, config)
     started = time.perf_counter()
     logits = _logits(model, x_public, batch_size=config.batch_size, device=ctx.device)  # no more activation memory than training
-    seconds = result.seconds + time.perf_counter() - started
-    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(x_public))
+    logits_seconds = time.perf_counter() - started
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),
-               **quantize_logits(logits, logits_dtype)}
-    if upload_weights:
+               **quantize_logits(logits, own["logits_dtype"])}
+    if own["upload_weights"]:
         tensors.update(state_to_numpy(model, copy=True))
-    return Update(label=plan.label, tensors=tensors, num_samples=len(data),
-                  metrics={"loss": result.loss, "train_seconds": result.seconds, "compute_s": compute_s,
-                           "steps": float(result.steps), "public_samples": float(len(x_public))})
+    return round_update(plan, data, ctx, model, result, extra_seconds=logits_seconds, forward=len(x_public),
+                        tensors=tensors, public_samples=float(len(x_public)))

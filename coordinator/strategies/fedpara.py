@@ -27,7 +27,7 @@ from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
@@ -38,7 +38,7 @@ from coordinator.width_slicing import leading_block
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected, expected_from, validate_update
+from coordinator.validation import expected_from
 
 __all__ = ["FedPara", "GAMMA_KEY"]
 
@@ -197,12 +197,6 @@ class FedPara(WidthStrategy):
         self._planned[device.device_id] = label
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=self.train_settings())
-
-    def check_update(self, device: DeviceRecord, update: Update) -> None:
-        label = self._planned.get(device.device_id)
-        if label is None:
-            raise UpdateRejected("not_planned", "no plan was sent to this device")
-        validate_update(update, self.expected[label], label, device.num_samples)
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

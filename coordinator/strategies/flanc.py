@@ -24,7 +24,7 @@ from edge_sdk.methods.batchnorm import STAT_SUFFIXES
 from edge_sdk.models.flanc import basis_names, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
@@ -37,7 +37,7 @@ from coordinator.options import Parser, boolean, number
 from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected, expected_from, validate_update
+from coordinator.validation import expected_from
 
 __all__ = ["Flanc", "FlancOptions", "BASIS"]
 
@@ -98,7 +98,7 @@ class Flanc(WidthStrategy):
         self.expected = {label: expected_from(self.tensors(label)) for label in self.labels}
         costs = {label: 3 * count_flops(spec) / 1e9 for label, spec in specs.items()}  # GFLOP per sample
         self.assigner = LevelAssigner(options.width.assignment, self.labels, costs, config.train.epochs)
-        self._planned: dict[str, tuple[int, str]] = {}  # device -> (round, label) of its last plan
+        self._planned: dict[str, str] = {}  # device -> the label of its last plan
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "Flanc":
@@ -122,17 +122,11 @@ class Flanc(WidthStrategy):
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         self.assigner.freeze()
         label = self.assigner.round_level(device, rnd, self.config.seed)
-        self._planned[device.device_id] = (rnd, label)
+        self._planned[device.device_id] = label
         train = {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
                  "static_bn": self.options.static_bn}
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=train)
-
-    def check_update(self, device: DeviceRecord, update: Update) -> None:
-        planned = self._planned.get(device.device_id)
-        if planned is None:
-            raise UpdateRejected("not_planned", "no plan was sent to this device")
-        validate_update(update, self.expected[planned[1]], planned[1], device.num_samples)
 
     # -- aggregation (Eq. 4) --------------------------------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

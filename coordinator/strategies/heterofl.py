@@ -24,7 +24,7 @@ import torch
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
@@ -36,7 +36,7 @@ from coordinator.options import Parser, boolean, choice
 from coordinator.strategies.width_options import WidthOptions
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected, expected_from, validate_update
+from coordinator.validation import expected_from
 
 __all__ = ["HeteroFL", "HeteroFLOptions"]
 
@@ -142,12 +142,6 @@ class HeteroFL(WidthStrategy):
                  "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=train)
-
-    def check_update(self, device: DeviceRecord, update: Update) -> None:
-        label = self._planned.get(device.device_id)
-        if label is None:
-            raise UpdateRejected("not_planned", "no plan was sent to this device")
-        validate_update(update, self.expected[label], label, device.num_samples)
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

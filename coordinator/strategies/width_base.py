@@ -18,11 +18,13 @@ import numpy as np
 import torch
 
 from edge_sdk.models.spec import count_params
+from edge_sdk.protocol.messages import Update
 
 from coordinator.assignment import LevelAssigner
-from coordinator.fleet import Fleet
+from coordinator.fleet import DeviceRecord, Fleet
 from coordinator.report import RoundRecord, RunReport
 from coordinator.strategy import Strategy
+from coordinator.validation import UpdateRejected, validate_update
 
 __all__ = ["WidthStrategy"]
 
@@ -35,6 +37,15 @@ class WidthStrategy(Strategy):
     export_dir: str | None = None  # where to export every width after the run
     exported: dict[str, dict[str, Any]] | None = None
     assigner: LevelAssigner | None = None  # who trains which width (None: one width for all)
+    expected: dict[str, dict]  # label -> what an update of that width must hold (validation.TensorSpec)
+    _planned: dict[str, str]  # device -> the label of the last plan sent to it (set in __init__)
+
+    def check_update(self, device: DeviceRecord, update: Update) -> None:
+        """An update must be exactly what the device's last plan asked of its width."""
+        label = self._planned.get(device.device_id)
+        if label is None:
+            raise UpdateRejected("not_planned", "no plan was sent to this device")
+        validate_update(update, self.expected[label], label, device.num_samples)
 
     @classmethod
     def describe_label(cls, label: str) -> str:

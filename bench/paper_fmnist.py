@@ -118,6 +118,20 @@ def table(out: Path) -> str:
     return "\n".join(lines)
 
 
+def progress_table(out: Path, every: int = 10) -> str:
+    """Markdown: the interim accuracy (mean over widths, on the interim test subset) of every run,
+    finished or not, every ``every`` rounds, so that runs can be compared at equal rounds."""
+    curves = {}
+    for path in sorted(out.glob("*.progress")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        curves[path.stem] = {r["round"]: 100 * float(np.mean(list(r["accuracy"].values()))) for r in rows}
+    rounds = sorted({r for c in curves.values() for r in c if r % every == 0 or r == max(c)})
+    lines = ["| run | " + " | ".join(str(r) for r in rounds) + " |", "|---|" + "---|" * len(rounds)]
+    for name, curve in curves.items():
+        lines.append(f"| {name} | " + " | ".join(f"{curve[r]:.1f}" if r in curve else "" for r in rounds) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", default="flanc,heterofl,fedavg")
@@ -135,11 +149,16 @@ def main() -> int:
     p.add_argument("--data-root", default=None)
     p.add_argument("--out", default="bench/results/paper_fmnist")
     p.add_argument("--table", action="store_true", help="print the table of the finished runs and exit")
+    p.add_argument("--progress", action="store_true",
+                   help="print every run's interim mean accuracy per 10 rounds (finished or not) and exit")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.table:
         print(table(out))
+        return 0
+    if args.progress:
+        print(progress_table(out))
         return 0
     if args.threads:
         import torch

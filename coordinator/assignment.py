@@ -151,8 +151,7 @@ class AssignmentConfig:
     budget_s: float | None = None
     override: tuple[tuple[str, str], ...] = ()
     dynamic: bool = False
-    sample: str = "fixed"  # random: each round a level up to the device's capacity; any: any level;
-    # every: any level, every level present in each round
+    sample: str = "fixed"  # random: up to the capacity; any: any level; every: any, all levels in each round
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -170,7 +169,8 @@ class AssignmentConfig:
         kw: dict = {}
         if "budget_s" in options:
             kw["budget_s"] = number(1e-9, 1e12)("budget_s", options["budget_s"].strip())
-        kw["mode"] = choice(*MODES)("assign", options.get("assign", "budget" if "budget_s" in kw else "cluster").strip())
+        default_mode = "budget" if "budget_s" in kw else "cluster"
+        kw["mode"] = choice(*MODES)("assign", options.get("assign", default_mode).strip())
         if "dynamic" in options:
             kw["dynamic"] = boolean("dynamic", options["dynamic"])
         if "sample" in options:
@@ -262,7 +262,8 @@ class LevelAssigner:
         drawn_rnd, drawn = self._drawn
         if self.config.sample == "every" and drawn_rnd == rnd and device.device_id in drawn:
             return drawn[device.device_id]
-        allowed = self.levels if self.config.sample in ("any", "every") else self.levels[:self.levels.index(capacity) + 1]
+        bounded = self.config.sample == "random"  # any, every: all levels
+        allowed = self.levels[:self.levels.index(capacity) + 1] if bounded else self.levels
         rng = np.random.default_rng([seed, rnd, zlib.crc32(device.device_id.encode())])
         return allowed[int(rng.integers(len(allowed)))]
 

@@ -277,10 +277,10 @@ class Strategy(ABC):
         self.begin_round_plans(rnd, participants)
         down = fleet.broadcast(RoundStart(self.config.round_deadline_s, tuple(participants)), rnd)
         sent: dict[str, int] = {}
+        factor = lr_factor(self.config.lr_decay, rnd)
         for device_id in participants:
             record = fleet.devices[device_id]
             plan = self.configure_train(rnd, record)
-            factor = lr_factor(self.config.lr_decay, rnd)
             if factor != 1.0 and "lr" in plan.train:
                 plan = replace(plan, train={**plan.train, "lr": plan.train["lr"] * factor})
             sent[device_id] = fleet.send(device_id, plan, rnd)

@@ -7,8 +7,8 @@ family without norm layers; IID or non-IID (``shards:3``: 3 classes per device);
 0.5, 0.75, 1 either *dynamic* (random per device per round, every width in every round:
 ``sample=every``) or *static* (25 devices per width, for good). Methods: FLANC, HeteroFL
 (without its scaler: it needs norm layers) and FedAvg at the smallest width. Accuracy per width
-on the whole 10,000-image test set after the last round (interim evaluations every ``--eval-every`` rounds on
-``--eval-samples`` test images).
+on the whole 10,000-image test set after the last round (interim evaluations every
+``--eval-every`` rounds on ``--eval-samples`` test images).
 
 Run (one process per list of runs; a finished run, i.e. its JSON in ``--out``, is skipped, and
 one that was stopped resumes after its last finished round from its checkpoint)::

@@ -39,14 +39,35 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from coordinator.fleet import DeviceRecord
-from coordinator.options import boolean, choice, number
+from coordinator.options import Option, Schema, boolean, choice, number
 
-__all__ = ["MODES", "ASSIGNMENT_KEYS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
+__all__ = ["MODES", "ASSIGNMENT_KEYS", "ASSIGNMENT_OPTIONS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
 
 MODES = ("cluster", "quantile", "budget")
 SAMPLING = ("fixed", "random", "any", "every")
+
+
+def _override(key: str, text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        device, sep, level = item.partition(":")
+        if not sep or not device.strip() or not level.strip():
+            raise ValueError(f"option {key}: expected DEVICE:LEVEL[,...], got {item!r}")
+        pairs.append((device.strip(), level.strip()))
+    return tuple(pairs)
+
+
 #: The `--option` keys :meth:`AssignmentConfig.from_options` consumes.
-ASSIGNMENT_KEYS = ("assign", "budget_s", "override", "dynamic", "sample")
+ASSIGNMENT_OPTIONS = Schema(
+    Option("assign", choice(*MODES), None, "how devices get a level: cluster (by FLOPS), quantile, budget; "
+                                           "default: budget with budget_s, else cluster"),
+    Option("budget_s", number(1e-9, 1e12), None, "assign=budget: seconds of local training a round may take"),
+    Option("override", _override, "", "fixed levels, DEVICE:LEVEL[,...]"),
+    Option("dynamic", boolean, "false", "re-assign levels every round from the devices' latest reports"),
+    Option("sample", choice(*SAMPLING), "fixed", "per-round levels: fixed, random (up to capacity), any, "
+                                                 "every (any, all levels in each round)"),
+)
+ASSIGNMENT_KEYS = ASSIGNMENT_OPTIONS.keys
 
 
 def _positive(name: str, value: object) -> float:
@@ -166,24 +187,17 @@ class AssignmentConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str], levels: Sequence[str]) -> "AssignmentConfig":
         """Parse the assignment keys of ``options`` (others are ignored); bad values raise."""
-        kw: dict = {}
-        if "budget_s" in options:
-            kw["budget_s"] = number(1e-9, 1e12)("budget_s", options["budget_s"].strip())
-        default_mode = "budget" if "budget_s" in kw else "cluster"
-        kw["mode"] = choice(*MODES)("assign", options.get("assign", default_mode).strip())
-        if "dynamic" in options:
-            kw["dynamic"] = boolean("dynamic", options["dynamic"])
-        if "sample" in options:
-            kw["sample"] = choice(*SAMPLING)("sample", options["sample"].strip())
-        if options.get("override", "").strip():
+        kw = ASSIGNMENT_OPTIONS.parse("", options, subset=True)
+        kw.setdefault("assign", "budget" if "budget_s" in kw else "cluster")
+        kw["mode"] = kw.pop("assign")
+        if "override" in kw:
             pairs = []
-            for item in options["override"].split(","):
-                device, sep, level = item.strip().partition(":")
-                level = _match_level(level.strip(), levels)
-                if not sep or not device.strip() or level is None:
+            for device, text in kw["override"]:
+                level = _match_level(text, levels)
+                if level is None:
                     raise ValueError(f"option override: expected DEVICE:LEVEL[,...] with LEVEL in "
-                                     f"{list(levels)}, got {item.strip()!r}")
-                pairs.append((device.strip(), level))
+                                     f"{list(levels)}, got {device + ':' + text!r}")
+                pairs.append((device, level))
             kw["override"] = tuple(pairs)
         return cls(**kw)
 

@@ -134,6 +134,10 @@ def _simulate(args: argparse.Namespace) -> int:
     from coordinator.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
     from coordinator.strategies import strategy_class
 
+    if "help" in args.option:
+        print(strategy_class(args.method).options_help())
+        return 0
+
     config = SimulationConfig(
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset,
         data_root=args.data_root, partition=args.partition, seed=args.seed, out=args.out,
@@ -229,8 +233,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--publish-every", type=_at_least(0), default=0, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method-specific setting (repeatable); each method's are in docs/methods/METHOD.md "
-                        "(lowrank, pfedpara: fedpara.md)")
+                   help="a method-specific setting (repeatable); --option help lists the method's with their "
+                        "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")
     p.add_argument("--pattern", choices=["both", "bfirst", "switch"], help="fdnnc: training pattern")
     p.add_argument("--upload", choices=["full", "half"], help="fdnnc: small devices upload both factors or half")
     p.add_argument("--big-fraction", type=float, metavar="F",

@@ -4,14 +4,20 @@ A parser takes ``(key, text)`` and returns the typed value or raises a one-line 
 names the option (``option trim: must be in [0, 0.5), got '0.7'``). :func:`parse_keys` applies a
 table of parsers to a method's options, rejecting unknown keys with the list of known ones.
 Booleans read ``true/false``, ``yes/no``, ``on/off`` and ``1/0`` in any case, everywhere.
+
+A method declares its options as a :class:`Schema` of :class:`Option` rows (key, parser, default,
+one line of help), built from its own rows and the shared groups (width, assignment, robust);
+``edgefl simulate --method M --option help`` prints it (:meth:`Schema.help_text`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-__all__ = ["Parser", "boolean", "number", "integer", "choice", "int_list", "parse_keys", "unknown_keys"]
+__all__ = ["Parser", "Option", "Schema", "boolean", "number", "integer", "choice", "int_list", "parse_keys",
+           "unknown_keys"]
 
 #: ``(key, text) -> value``; ValueError names the key.
 Parser = Callable[[str, str], Any]
@@ -88,3 +94,70 @@ def parse_keys(method: str, options: Mapping[str, Any], parsers: Mapping[str, Pa
         return {key: parsers[key](key, str(text).strip()) for key, text in options.items()}
     except ValueError as exc:
         raise ValueError(f"{method}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``--option`` key: how its text is read, its default and what it does.
+
+    ``default`` is the text that means the same as leaving the key out, or None when the default
+    is not one value (it depends on the model family or another key; ``help`` says what it is).
+    """
+
+    key: str
+    parse: Parser
+    default: str | None
+    help: str
+
+
+class Schema:
+    """A method's options, in the order they are documented; built from rows and other schemas."""
+
+    def __init__(self, *parts: "Option | Schema") -> None:
+        rows: dict[str, Option] = {}
+        for part in parts:
+            for row in (part if isinstance(part, Schema) else (part,)):
+                if row.key in rows:
+                    raise ValueError(f"option {row.key!r} declared twice")
+                rows[row.key] = row
+        self._rows = rows
+
+    def __iter__(self) -> Iterator[Option]:
+        return iter(self._rows.values())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def __getitem__(self, key: str) -> Option:
+        return self._rows[key]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key, in order."""
+        return tuple(self._rows)
+
+    def only(self, keys: Iterable[str]) -> "Schema":
+        """The rows named in ``keys`` (in this schema's order)."""
+        wanted = set(keys)
+        return Schema(*(row for row in self if row.key in wanted))
+
+    def parse(self, method: str, options: Mapping[str, Any], *, subset: bool = False) -> dict[str, Any]:
+        """The given keys' typed values; unknown keys (unless ``subset``: ignored) and bad values
+        raise a one-line ValueError starting with ``method`` (when not empty)."""
+        if subset:
+            options = {k: v for k, v in options.items() if k in self._rows}
+        elif method:
+            unknown_keys(method, options, self._rows)
+        try:
+            return {key: self._rows[key].parse(key, str(text).strip()) for key, text in options.items()}
+        except ValueError as exc:
+            raise ValueError(f"{method}: {exc}" if method else str(exc)) from None
+
+    def help_text(self, method: str, doc: str = "") -> str:
+        """The table ``--option help`` prints: key, default (``-``: none, or see the help), help."""
+        width = max((len(row.key) for row in self), default=0)
+        shown = [row.default or "-" for row in self]
+        dwidth = min(max((len(d) for d in shown), default=0), 24)
+        lines = [f"{method} options (--option KEY=VALUE{'; ' + doc if doc else ''}):"]
+        lines += [f"  {row.key:<{width}}  {d:<{dwidth}}  {row.help}" for row, d in zip(self, shown)]
+        return "\n".join(lines)

@@ -26,14 +26,25 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from coordinator.aggregation import weighted_average
-from coordinator.options import choice, number, parse_keys
+from coordinator.options import Option, Schema, choice, number
 from coordinator.width_slicing import leading_block
 
-__all__ = ["RULES", "ROBUST_KEYS", "RobustConfig", "robust_aggregate"]
+__all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "RobustConfig", "robust_aggregate"]
 
 RULES = ("mean", "median", "trimmed")
+
+
+def _clip(key: str, text: str) -> float | str:
+    return "auto" if text == "auto" else number(1e-12, 1e300)(key, text)
+
+
 #: The ``--option`` keys of :class:`RobustConfig`.
-ROBUST_KEYS = ("aggregate", "trim", "clip")
+ROBUST_OPTIONS = Schema(
+    Option("aggregate", choice(*RULES), "mean", "how updates are combined: mean (sample-weighted), median, trimmed"),
+    Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5)"),
+    Option("clip", _clip, None, "clip update norms to this bound or auto (the round's median); default: no clip"),
+)
+ROBUST_KEYS = ROBUST_OPTIONS.keys
 
 
 @dataclass(frozen=True)
@@ -61,10 +72,7 @@ class RobustConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str) -> "RobustConfig":
         """Parse the keys ``aggregate``, ``trim`` and ``clip`` of ``options`` (others ignored)."""
-        def clip(key: str, text: str) -> float | str:
-            return "auto" if text == "auto" else number(1e-12, 1e300)(key, text)
-        parsed = parse_keys(method, {k: v for k, v in options.items() if k in ROBUST_KEYS},
-                            {"aggregate": choice(*RULES), "trim": number(0.0, 0.5, open_hi=True), "clip": clip})
+        parsed = ROBUST_OPTIONS.parse(method, options, subset=True)
         if "aggregate" in parsed:
             parsed["rule"] = parsed.pop("aggregate")
         return cls(**parsed)

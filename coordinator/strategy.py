@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
 from edge_sdk.training import TrainConfig, evaluate
 
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.options import Schema
 from coordinator.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 from coordinator.report import RoundRecord, RunReport, merge_stages
 from coordinator.state import load_checkpoint, save_checkpoint
@@ -105,18 +106,38 @@ class StrategyContext:
 
 
 class Strategy(ABC):
-    """A federated method on the coordinator. Subclasses implement the hooks."""
+    """A federated method on the coordinator. Subclasses implement the hooks.
+
+    The class is the method's descriptor: its ``name``, the device part that trains its plans
+    (``device_method``, which a device must list in its capabilities), its ``option_schema`` and
+    :meth:`parse_options`, and :meth:`create`; :data:`coordinator.strategies.STRATEGIES` registers it.
+    """
 
     name: ClassVar[str] = ""
     #: True when the method distils on a public unlabeled set (the simulation then holds one out).
     needs_public_data: ClassVar[bool] = False
     #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``); empty: ``name``.
     device_method: ClassVar[str] = ""
+    #: Its ``--option`` keys (``edgefl simulate --method M --option help`` prints them).
+    option_schema: ClassVar[Schema] = Schema()
+    #: The page that documents them, under docs/methods/.
+    doc_page: ClassVar[str] = ""
 
     @classmethod
     def device_part(cls) -> str:
         """The name of the device part that trains this method's plans."""
         return cls.device_method or cls.name
+
+    @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> Any:
+        """The method's typed settings from ``--option`` text; unknown keys and bad values raise a
+        one-line ValueError naming the method."""
+        return cls.option_schema.parse(cls.name, options)
+
+    @classmethod
+    def options_help(cls) -> str:
+        """The table of options, defaults and help that ``--option help`` prints."""
+        return cls.option_schema.help_text(cls.name, f"docs/methods/{cls.doc_page or cls.name}.md")
 
     @classmethod
     @abstractmethod

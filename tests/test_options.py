@@ -58,16 +58,17 @@ def test_every_method_names_an_unknown_key_and_what_it_knows(name) -> None:
         create_strategy(name, ctx)
 
 
-#: Where each method's options are documented (lowrank and pFedPara share FedPara's page).
-DOCS = {"fedavg": "fedavg", "flanc": "flanc", "heterofl": "heterofl", "fdnnc": "fdnnc", "fedpara": "fedpara",
-        "pfedpara": "fedpara", "lowrank": "fedpara", "reft": "reft", "static-prune": "static-prune"}
-
-
 def _accepted(name: str) -> set[str]:
+    """The keys a method's error message lists as known."""
     ctx = StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10, options={"colour": "red"})
     with pytest.raises(ValueError) as info:
         create_strategy(name, ctx)
     return set(ast.literal_eval(str(info.value).split("known: ", 1)[1]))
+
+
+def _page(name: str) -> str:
+    cls = STRATEGIES[name]
+    return cls.doc_page or cls.name
 
 
 def _documented(page: str) -> set[str]:
@@ -77,11 +78,44 @@ def _documented(page: str) -> set[str]:
     return {key for row in rows for key in re.findall(r"`([a-z_]+)`", row)}
 
 
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_the_schema_is_what_the_method_accepts(name) -> None:
+    assert set(STRATEGIES[name].option_schema.keys) == _accepted(name)
+
+
 def test_every_method_is_documented_with_exactly_its_options() -> None:
-    assert set(DOCS) == set(STRATEGIES)
-    for page in set(DOCS.values()):
-        methods = [m for m, p in DOCS.items() if p == page]
+    pages = {_page(name) for name in STRATEGIES}
+    assert pages == {p.stem for p in (Path(__file__).parents[1] / "docs" / "methods").glob("*.md")} - {"adding-a-method"}
+    for page in pages:
+        schemas = [set(cls.option_schema.keys) for cls in STRATEGIES.values() if _page(cls.name) == page]
         documented = _documented(page)
-        for method in methods:
-            assert _accepted(method) <= documented, (method, _accepted(method) - documented)
-        assert documented <= set().union(*(_accepted(m) for m in methods)), (page, documented)
+        for keys in schemas:
+            assert keys <= documented, (page, keys - documented)
+        assert documented <= set().union(*schemas), (page, documented - set().union(*schemas))
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_printed_default_means_leaving_the_key_out(name) -> None:
+    cls = STRATEGIES[name]
+    plain = cls.parse_options({})
+    literal = [row for row in cls.option_schema if row.default is not None]
+    assert literal, name
+    for row in literal:
+        assert cls.parse_options({row.key: row.default}) == plain, (name, row.key, row.default)
+
+
+def test_a_wrong_default_would_be_caught() -> None:
+    """The check above is not vacuous: options differ when a value differs from the default."""
+    assert STRATEGIES["flanc"].parse_options({"orth_lambda": "0.02"}) != STRATEGIES["flanc"].parse_options({})
+    assert STRATEGIES["fedavg"].parse_options({"trim": "0.2"}) != STRATEGIES["fedavg"].parse_options({})
+
+
+def test_option_help_prints_every_key_with_its_default(capsys) -> None:
+    from edge_sdk.cli import main
+
+    assert main(["simulate", "--method", "fdnnc", "--option", "help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fdnnc options (--option KEY=VALUE; docs/methods/fdnnc.md):")
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
+    assert rows == {row.key: row.default or "-" for row in STRATEGIES["fdnnc"].option_schema}
+    assert rows["rank"] == "32" and rows["upload"] == "half" and rows["big_fraction"] == "-"

@@ -1,4 +1,4 @@
-"""One federated method per module; `STRATEGIES` maps CLI names to them."""
+"""One federated method per module; `STRATEGIES` maps CLI names to them (the class is the descriptor)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,9 @@ from coordinator.strategy import Strategy, StrategyContext
 
 __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    FedAvg.name: FedAvg,
-    Flanc.name: Flanc,
-    HeteroFL.name: HeteroFL,
-    Fdnnc.name: Fdnnc,
-    FedPara.name: FedPara,
-    PFedPara.name: PFedPara,
-    LowRank.name: LowRank,
-    Reft.name: Reft,
-    StaticPrune.name: StaticPrune,
-}
+#: Every method, registered once: its class is its descriptor (name, device part, options schema).
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
+    FedAvg, Flanc, HeteroFL, Fdnnc, FedPara, PFedPara, LowRank, Reft, StaticPrune)}
 
 
 def strategy_class(name: str) -> type[Strategy]:

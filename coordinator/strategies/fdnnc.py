@@ -37,16 +37,32 @@ from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.options import boolean, choice, int_list, integer, number, parse_keys, unknown_keys
-from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
+from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
+from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig, robust_aggregate
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Fdnnc", "FdnncOptions", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS"]
+__all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS"]
 
 BIG, SMALL = "big", "small"
 PATTERNS = ("both", "bfirst", "switch")
 UPLOADS = ("full", "half")
+
+
+FDNNC_OPTIONS = Schema(
+    Option("pattern", choice(*PATTERNS), "both", "both, bfirst (big devices first) or switch"),
+    Option("upload", choice(*UPLOADS), "half", "small devices upload both factors (full) or one, alternating"),
+    Option("rank", integer(1), "32", "rank of the low-rank FC layers"),
+    Option("hidden", int_list(1), "512,256", "widths of the FC head (for mlp: its hidden layers)"),
+    Option("big_gflops", number(0.0, 1e6), "10", "a device is big if its measured GFLOPS ..."),
+    Option("big_ram_mb", integer(0), "2048", "... and its RAM (MB) reach both thresholds"),
+    Option("big_fraction", number(0.0, 1.0), None, "instead: the most capable round(F·N) devices are big"),
+    Option("big_rounds", integer(0), None, "bfirst: rounds of big-only training; default: half the rounds"),
+    Option("freeze", boolean, "false", "half upload: keep the factor not uploaded fixed while training"),
+    Option("both_weight", choice("equal", "samples"), "equal", "BOTH: W = (ABᵀ + W)/2 (the paper) or "
+                                                               "weighted by each group's samples"),
+    ROBUST_OPTIONS,
+)
 
 
 @dataclass(frozen=True)
@@ -68,14 +84,9 @@ class FdnncOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FdnncOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        known = ({f.name for f in fields(cls)} - {"robust"}) | set(ROBUST_KEYS)
-        unknown_keys("fdnnc", options, known)
-        parsed = parse_keys("fdnnc", {k: v for k, v in options.items() if k not in ROBUST_KEYS}, {
-            "pattern": choice(*PATTERNS), "upload": choice(*UPLOADS), "rank": integer(1), "hidden": int_list(1),
-            "big_gflops": number(0.0, 1e6), "big_ram_mb": integer(0), "big_fraction": number(0.0, 1.0),
-            "big_rounds": integer(0), "freeze": boolean, "both_weight": choice("equal", "samples")})
+        parsed = FDNNC_OPTIONS.parse("fdnnc", options)
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
-        return cls(**parsed, robust=robust)
+        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,
@@ -101,6 +112,7 @@ class Fdnnc(Strategy):
     """Dense and low-rank models trained together under a BOTH, BFIRST or SWITCH pattern."""
 
     name = "fdnnc"
+    option_schema = FDNNC_OPTIONS
 
     @classmethod
     def describe_label(cls, label: str) -> str:
@@ -128,8 +140,12 @@ class Fdnnc(Strategy):
         self._floor: tuple[float, int] | None = None  # weakest big device under big_fraction
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> FdnncOptions:
+        return FdnncOptions.from_options(options)
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
-        options = FdnncOptions.from_options(ctx.options)
+        options = cls.parse_options(ctx.options)
         spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
         return cls(ctx.federation, options, spec, ctx.eval_data)
 

@@ -9,7 +9,8 @@ robust aggregation (:mod:`coordinator.robust`).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -21,21 +22,39 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.options import choice, number, parse_keys, unknown_keys
-from coordinator.robust import ROBUST_KEYS, RobustConfig, robust_aggregate
+from coordinator.options import Option, Schema, choice, number
+from coordinator.robust import ROBUST_OPTIONS, RobustConfig, robust_aggregate
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
 
-__all__ = ["FedAvg"]
+__all__ = ["FedAvg", "FedAvgOptions", "FEDAVG_OPTIONS"]
 
 GLOBAL = "global"
+
+
+FEDAVG_OPTIONS = Schema(
+    Option("width", number(1e-3, 1.0), None, "train the model family at this width p in (0, 1] (label p); "
+                                             "default: the full model (label global)"),
+    Option("norm", choice("none", "batchnorm", "groupnorm"), None, "norm layers; default: the model family's"),
+    ROBUST_OPTIONS,
+)
+
+
+@dataclass(frozen=True)
+class FedAvgOptions:
+    """FedAvg settings (``--option key=value``)."""
+
+    width: float | None = None
+    norm: str | None = None
+    robust: RobustConfig = field(default_factory=RobustConfig)
 
 
 class FedAvg(Strategy):
     """Every device trains the same model; the server averages all weights."""
 
     name = "fedavg"
+    option_schema = FEDAVG_OPTIONS
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any],
                  eval_data: EvalData | None = None, label: str = GLOBAL,
@@ -55,19 +74,22 @@ class FedAvg(Strategy):
         return self._label
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> FedAvgOptions:
+        parsed = FEDAVG_OPTIONS.parse("fedavg", options)
+        return FedAvgOptions(width=parsed.get("width"), norm=parsed.get("norm"),
+                             robust=RobustConfig.from_options(options, "fedavg"))
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":
-        unknown_keys("fedavg", ctx.options, {"width", "norm", *ROBUST_KEYS})
-        own = parse_keys("fedavg", {k: v for k, v in ctx.options.items() if k not in ROBUST_KEYS},
-                         {"width": number(1e-3, 1.0), "norm": choice("none", "batchnorm", "groupnorm")})
-        robust = RobustConfig.from_options(ctx.options, "fedavg")
+        options = cls.parse_options(ctx.options)
         kw: dict[str, Any] = {}
-        if "norm" in own:
-            kw["norm"] = None if own["norm"] == "none" else own["norm"]
-        if "width" not in own:
+        if options.norm is not None:
+            kw["norm"] = None if options.norm == "none" else options.norm
+        if options.width is None:
             spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, **kw)
-            return cls(ctx.federation, spec, ctx.eval_data, robust=robust)
-        spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=own["width"], **kw)
-        return cls(ctx.federation, spec, ctx.eval_data, label=str(own["width"]), robust=robust)
+            return cls(ctx.federation, spec, ctx.eval_data, robust=options.robust)
+        spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=options.width, **kw)
+        return cls(ctx.federation, spec, ctx.eval_data, label=str(options.width), robust=options.robust)
 
     def assign(self, device: DeviceRecord) -> str:
         return self.label

@@ -18,7 +18,7 @@ nobody held keep their value). Evaluation is per width on the held-out data;
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block
-from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
+from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma, fedpara_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import expected_from
@@ -76,6 +76,7 @@ class FedPara(WidthStrategy):
     """One factorised global network; each width trains its leading block of the factors."""
 
     name = "fedpara"
+    option_schema = fedpara_schema()
     #: pFedPara: personal layers whose W2 never leaves the device.
     personal: ClassVar[bool] = False
 
@@ -105,8 +106,8 @@ class FedPara(WidthStrategy):
             self._build(options.gamma)
 
     @classmethod
-    def parse_options(cls, options: dict[str, str]) -> FedParaOptions:
-        return FedParaOptions.from_options(options, cls.name)
+    def parse_options(cls, options: Mapping[str, str]) -> FedParaOptions:
+        return FedParaOptions.from_options(options, cls.name, cls.option_schema)
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedPara":

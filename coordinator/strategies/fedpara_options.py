@@ -25,10 +25,10 @@ from typing import Callable, Iterable, Mapping
 from edge_sdk.training import TrainConfig
 
 from coordinator.fleet import DeviceRecord
-from coordinator.options import Parser, boolean, choice, number
-from coordinator.strategies.width_options import WidthOptions
+from coordinator.options import Option, Schema, boolean, choice, number
+from coordinator.strategies.width_options import WidthOptions, width_schema
 
-__all__ = ["FedParaOptions", "choose_gamma", "GAMMA_GRID", "DEFAULT_ADAM_LR"]
+__all__ = ["FedParaOptions", "fedpara_schema", "choose_gamma", "GAMMA_GRID", "DEFAULT_ADAM_LR"]
 
 GAMMA_GRID = tuple(i / 20 for i in range(21))
 #: Products of factors train poorly with plain SGD at a dense network's rate; Adam at
@@ -50,6 +50,23 @@ def _layer_gammas(key: str, text: str) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(pairs.items()))
 
 
+def fedpara_schema(*, tanh: bool = True, holdout: float | None = None) -> Schema:
+    """The options of FedPara; the naive low-rank baseline has no ``tanh``, pFedPara a ``holdout``."""
+    rows = [Option("gamma", _gamma, "auto", "rank budget γ in [0, 1], or auto: the largest that fits comm_s"),
+            Option("gamma_layers", _layer_gammas, "", "γ per factorised layer, INDEX:GAMMA[,...] (walk order)"),
+            Option("comm_s", number(1e-6, 1e6), "0.1", "gamma=auto: seconds a device may spend moving its "
+                                                       "model down and up per round"),
+            Option("optimizer", choice("adam", "sgd"), "adam", "local optimizer of the factorised network"),
+            Option("lr", number(1e-6, 10.0), f"{DEFAULT_ADAM_LR:g}", "local learning rate (with optimizer=sgd "
+                                                                     "the default is the run's --lr)")]
+    if tanh:
+        rows.append(Option("tanh", boolean, "false", "tanh on the factors before their Hadamard product"))
+    if holdout is not None:
+        rows.append(Option("holdout", number(0.0, 0.9), f"{holdout:g}", "share of each device's data held out to "
+                                                                        "measure its personal accuracy"))
+    return Schema(width_schema("1"), *rows)
+
+
 @dataclass(frozen=True)
 class FedParaOptions:
     """Settings of the FedPara family of methods (``--option key=value``)."""
@@ -65,24 +82,19 @@ class FedParaOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str = "fedpara",
-                     holdout: float | None = None, tanh: bool = True) -> "FedParaOptions":
-        """Parse string options; ``holdout`` (its default) enables that key, ``tanh`` that one.
+                     schema: Schema | None = None) -> "FedParaOptions":
+        """Parse string options by ``schema`` (:func:`fedpara_schema`; FedPara's by default).
 
         Unknown keys and bad values raise ValueError naming the option.
         """
-        own: dict[str, Parser] = {"gamma": _gamma, "gamma_layers": _layer_gammas, "comm_s": number(1e-6, 1e6),
-                                  "optimizer": choice("adam", "sgd"), "lr": number(1e-6, 10.0)}
-        if tanh:
-            own["tanh"] = boolean
-        if holdout is not None:
-            own["holdout"] = number(0.0, 0.9)
+        schema = schema or fedpara_schema()
         options = dict(options)
-        options.setdefault("widths", "1.0")
-        width, parsed = WidthOptions.parse(method, options, own)
+        options.setdefault("widths", schema["widths"].default)
+        width, parsed = WidthOptions.parse(method, options, schema)
         if "gamma_layers" in parsed:
             parsed["layer_gammas"] = parsed.pop("gamma_layers")
-        if holdout is not None:
-            parsed.setdefault("holdout", holdout)
+        if "holdout" in schema and "holdout" not in parsed:
+            parsed["holdout"] = schema["holdout"].parse("holdout", schema["holdout"].default)
         if parsed.get("optimizer") == "sgd" and "lr" not in parsed:
             parsed["lr"] = None
         return cls(width=width, **parsed)

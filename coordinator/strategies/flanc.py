@@ -33,8 +33,8 @@ from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import pool_bn_stats
-from coordinator.options import Parser, boolean, number
-from coordinator.strategies.width_options import WidthOptions
+from coordinator.options import Option, Schema, boolean, number
+from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import expected_from
@@ -42,6 +42,20 @@ from coordinator.validation import expected_from
 __all__ = ["Flanc", "FlancOptions", "BASIS"]
 
 BASIS = "basis"  # the checkpoint group of the shared bases (the widths' groups are their labels)
+
+
+def _precompose(key: str, text: str) -> bool | None:
+    return None if text == "auto" else boolean(key, text)
+
+
+FLANC_OPTIONS = Schema(
+    width_schema(),
+    Option("basis_fraction", number(1e-3, 4.0), "0.125", "a basis filter's share of the full width's input channels"),
+    Option("basis_count", number(1e-3, 4.0), "0.25", "basis filters per layer, as a share of its full-width outputs"),
+    Option("orth_lambda", number(0.0, 1e4), "0.01", "λ of the device's orthogonality penalty λ·Σ‖V Vᵀ − I‖²"),
+    Option("precompose", _precompose, "auto", "compose weights before the forward pass: true, false, auto (cheaper)"),
+    Option("static_bn", boolean, "true", "with BatchNorm: devices re-measure exact statistics after training"),
+)
 
 
 @dataclass(frozen=True)
@@ -58,11 +72,7 @@ class FlancOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FlancOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        def precompose(key: str, text: str) -> bool | None:
-            return None if text == "auto" else boolean(key, text)
-        own: dict[str, Parser] = {"basis_fraction": number(1e-3, 4.0), "basis_count": number(1e-3, 4.0),
-                                  "orth_lambda": number(0.0, 1e4), "precompose": precompose, "static_bn": boolean}
-        width, parsed = WidthOptions.parse("flanc", options, own)
+        width, parsed = WidthOptions.parse("flanc", options, FLANC_OPTIONS)
         return cls(width=width, **parsed)
 
     def flanc_config(self) -> FlancConfig:
@@ -74,6 +84,7 @@ class Flanc(WidthStrategy):
     """All-in-one neural composition: a width per capacity group, one shared basis."""
 
     name = "flanc"
+    option_schema = FLANC_OPTIONS
 
     def __init__(self, config: FederationConfig, options: FlancOptions, specs: dict[str, dict],
                  eval_data: EvalData | None = None) -> None:
@@ -101,8 +112,12 @@ class Flanc(WidthStrategy):
         self._planned: dict[str, str] = {}  # device -> the label of its last plan
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> FlancOptions:
+        return FlancOptions.from_options(options)
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "Flanc":
-        options = FlancOptions.from_options(ctx.options)
+        options = cls.parse_options(ctx.options)
         try:
             specs = flanc_specs(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes,
                                 options.flanc_config(), **options.width.zoo_kwargs_for(ctx.model_family))

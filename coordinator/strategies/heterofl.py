@@ -32,8 +32,8 @@ from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block, pool_bn_stats
-from coordinator.options import Parser, boolean, choice
-from coordinator.strategies.width_options import WidthOptions
+from coordinator.options import Option, Schema, boolean, choice
+from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import expected_from
@@ -49,6 +49,14 @@ def _he_init(model: torch.nn.Module) -> None:
                 torch.nn.init.zeros_(module.bias)
 
 
+HETEROFL_OPTIONS = Schema(
+    width_schema(),
+    Option("scaler", boolean, "true", "scale the outputs of layers that narrow by 1/p during training"),
+    Option("static_bn", boolean, "true", "with BatchNorm: devices re-measure exact statistics after training"),
+    Option("init", choice("default", "he"), "default", "initial weights: torch's default or he (He-normal)"),
+)
+
+
 @dataclass(frozen=True)
 class HeteroFLOptions:
     """HeteroFL settings (``--option key=value``)."""
@@ -61,8 +69,7 @@ class HeteroFLOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "HeteroFLOptions":
         """Parse string options; unknown keys and bad values raise ValueError."""
-        own: dict[str, Parser] = {"scaler": boolean, "static_bn": boolean, "init": choice("default", "he")}
-        width, parsed = WidthOptions.parse("heterofl", options, own)
+        width, parsed = WidthOptions.parse("heterofl", options, HETEROFL_OPTIONS)
         return cls(width=width, **parsed)
 
 
@@ -70,6 +77,7 @@ class HeteroFL(WidthStrategy):
     """One global network; each capacity group trains a prefix-sliced sub-network."""
 
     name = "heterofl"
+    option_schema = HETEROFL_OPTIONS
 
     def __init__(self, config: FederationConfig, options: HeteroFLOptions, global_spec: dict,
                  specs: dict[str, dict], eval_data: EvalData | None = None) -> None:
@@ -102,8 +110,12 @@ class HeteroFL(WidthStrategy):
         self._planned: dict[str, str] = {}
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> HeteroFLOptions:
+        return HeteroFLOptions.from_options(options)
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "HeteroFL":
-        options = HeteroFLOptions.from_options(ctx.options)
+        options = cls.parse_options(ctx.options)
         kw = options.width.zoo_kwargs_for(ctx.model_family)
         shape = tuple(ctx.input_shape)
         try:

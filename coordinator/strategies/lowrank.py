@@ -11,7 +11,7 @@ to the nearest rank for convs), but its rank is bounded by ``2R`` instead of ``R
 from __future__ import annotations
 
 from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.fedpara_options import FedParaOptions
+from coordinator.strategies.fedpara_options import fedpara_schema
 
 from edge_sdk.models.fedpara_zoo import naive_lowrank_spec
 
@@ -23,9 +23,8 @@ class LowRank(FedPara):
 
     name = "lowrank"
 
-    @classmethod
-    def parse_options(cls, options: dict[str, str]) -> FedParaOptions:
-        return FedParaOptions.from_options(options, cls.name, tanh=False)
+    option_schema = fedpara_schema(tanh=False)
+    doc_page = "fedpara"
 
     def spec_for(self, gamma: float, width: float) -> dict:
         return naive_lowrank_spec(self.family, self.input_shape, self.num_classes, gamma, width=width,

@@ -20,7 +20,7 @@ import numpy as np
 
 from coordinator.fleet import ReceivedUpdate
 from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.fedpara_options import FedParaOptions
+from coordinator.strategies.fedpara_options import fedpara_schema
 
 __all__ = ["PFedPara", "DEFAULT_HOLDOUT"]
 
@@ -32,10 +32,9 @@ class PFedPara(FedPara):
 
     name = "pfedpara"
     personal = True
+    doc_page = "fedpara"
 
-    @classmethod
-    def parse_options(cls, options: dict[str, str]) -> FedParaOptions:
-        return FedParaOptions.from_options(options, cls.name, holdout=DEFAULT_HOLDOUT)
+    option_schema = fedpara_schema(holdout=DEFAULT_HOLDOUT)
 
     def train_settings(self) -> dict[str, Any]:
         return {**super().train_settings(), "holdout": self.options.holdout}

@@ -34,10 +34,10 @@ from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
-from coordinator.options import boolean, choice, integer, number, parse_keys
+from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Reft", "ReftOptions", "GLOBAL", "option_levels"]
+__all__ = ["Reft", "ReftOptions", "REFT_OPTIONS", "pruning_options", "GLOBAL", "option_levels"]
 
 log = logging.getLogger(__name__)
 GLOBAL = "global"
@@ -50,6 +50,38 @@ def option_levels(key: str, text: str) -> tuple[float, ...] | None:
         return parse_levels(text)
     except ValueError as exc:
         raise ValueError(f"option {key}: {exc}") from None
+
+
+def pruning_options() -> Schema:
+    """The pruning keys REFT and static pruning share."""
+    return Schema(
+        Option("f_lambda", number(1e-6, 1e9), "100", "GFLOPS at which a device trains the dense model "
+                                                     "(pruning ratio P = 1 − F/F_λ)"),
+        Option("levels", option_levels, ",".join(f"{v:g}" for v in DEFAULT_LEVELS),
+               "pruning levels a ratio is rounded up to, or exact (to 0.01)"),
+        Option("backend", choice("auto", *BACKENDS), "auto", "pruner: auto (nni where importable), "
+                                                             + ", ".join(BACKENDS)),
+    )
+
+
+REFT_OPTIONS = Schema(
+    pruning_options(),
+    Option("temperature", number(0.05, 100), "3", "distillation temperature"),
+    Option("distill_lr", number(1e-7, 1.0), "0.001", "distillation learning rate (Adam)"),
+    Option("distill_epochs", integer(1, 100_000), "150", "distillation epochs over the public data"),
+    Option("distill_batch", integer(1, 65_536), "64", "distillation batch size"),
+    Option("logits_dtype", choice(*LOGITS_DTYPES), "float16", "how devices send their logits"),
+    Option("public_dtype", choice(*PUBLIC_DTYPES), "uint8", "how the public inputs are sent to devices"),
+    Option("public_samples", integer(1, 10_000_000), None, "a seeded random subset of this many public "
+                                                           "inputs; default: all"),
+    Option("oneshot", boolean, "true", "distil once after one round of local training (the paper)"),
+    Option("device_eval", boolean, "false", "devices also upload weights so each level's accuracy is reported"),
+    Option("local_optimizer", choice("adam", "sgd"), "adam", "local optimizer of the pruned models"),
+    Option("local_lr", number(1e-7, 10.0), "0.003", "local learning rate"),
+    Option("local_epochs", integer(1, 10_000), None, "local epochs; default: the run's --local-epochs"),
+    Option("aggregate", choice("mean", "median"), "mean", "teacher: importance-weighted mean of the logits, "
+                                                          "or weighted median (robust)"),
+)
 
 
 @dataclass(frozen=True)
@@ -75,16 +107,7 @@ class ReftOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
-        return cls(**parse_keys("reft", options, {
-            "f_lambda": number(1e-6, 1e9), "levels": option_levels,
-            "backend": choice("auto", *BACKENDS), "temperature": number(0.05, 100),
-            "distill_lr": number(1e-7, 1.0), "distill_epochs": integer(1, 100_000),
-            "distill_batch": integer(1, 65_536), "logits_dtype": choice(*LOGITS_DTYPES),
-            "public_dtype": choice(*PUBLIC_DTYPES), "public_samples": integer(1, 10_000_000),
-            "oneshot": boolean,
-            "device_eval": boolean, "local_optimizer": choice("adam", "sgd"),
-            "local_lr": number(1e-7, 10.0), "local_epochs": integer(1, 10_000),
-            "aggregate": choice("mean", "median")}))
+        return cls(**REFT_OPTIONS.parse("reft", options))
 
     def local_train(self, base: dict[str, Any]) -> dict[str, Any]:
         """The federation's train settings with REFT's local optimizer, lr and epochs."""
@@ -105,6 +128,7 @@ class Reft(Strategy):
     """Pruned models out, logits back, importance-weighted distillation into the global model."""
 
     name = "reft"
+    option_schema = REFT_OPTIONS
     needs_public_data = True
 
     @classmethod
@@ -140,8 +164,12 @@ class Reft(Strategy):
         self._device_models: dict[str, tuple[_Sent, dict[str, np.ndarray]]] = {}
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> ReftOptions:
+        return ReftOptions.from_options(options)
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "Reft":
-        options = ReftOptions.from_options(ctx.options)
+        options = cls.parse_options(ctx.options)
         if ctx.public_data is None or len(ctx.public_data) == 0:
             raise ValueError("reft distils on a public unlabeled set: the context has none "
                              "(simulation holds out public_fraction of the training inputs)")

@@ -9,7 +9,7 @@ global model is L1-pruned once to it and trained with FedAvg (robust aggregation
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -22,18 +22,27 @@ from edge_sdk.tensors import load_numpy_state
 
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
+from coordinator.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
-from coordinator.robust import ROBUST_KEYS, RobustConfig
-from coordinator.options import choice, number, parse_keys, unknown_keys
-from coordinator.strategies.reft import option_levels
+from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.options import Option, Schema, choice, number
+from coordinator.strategies.reft import pruning_options
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from coordinator.validation import expected_from
 
-__all__ = ["StaticPrune", "StaticPruneOptions"]
+__all__ = ["StaticPrune", "StaticPruneOptions", "STATIC_PRUNE_OPTIONS"]
 
 log = logging.getLogger(__name__)
+
+
+STATIC_PRUNE_OPTIONS = Schema(
+    pruning_options(),
+    Option("ratio", number(0.0, MAX_RATIO), None, "fix the pruning ratio; default: the weakest device's"),
+    Option("local_optimizer", choice("adam", "sgd"), "adam", "local optimizer of the pruned model"),
+    Option("local_lr", number(1e-7, 10.0), "0.003", "local learning rate"),
+    ROBUST_OPTIONS,
+)
 
 
 @dataclass(frozen=True)
@@ -50,18 +59,11 @@ class StaticPruneOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
-        unknown_keys("static-prune", options, ({f.name for f in fields(cls)} - {"robust"}) | set(ROBUST_KEYS))
+        """Parse string options; unknown keys and bad values raise ValueError."""
+        parsed = STATIC_PRUNE_OPTIONS.parse("static-prune", options)
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS},
                                            "static-prune")
-        own = {k: v for k, v in options.items() if k not in ROBUST_KEYS}
-        return replace(cls._parse(own), robust=robust)
-
-    @classmethod
-    def _parse(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
-        return cls(**parse_keys("static-prune", options, {
-            "f_lambda": number(1e-6, 1e9), "levels": option_levels,
-            "backend": choice("auto", *BACKENDS), "ratio": number(0.0, MAX_RATIO),
-            "local_optimizer": choice("adam", "sgd"), "local_lr": number(1e-7, 10.0)}))
+        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
 
 
 class StaticPrune(FedAvg):
@@ -69,6 +71,7 @@ class StaticPrune(FedAvg):
     evaluation and update checks, on the pruned model)."""
 
     name = "static-prune"
+    option_schema = STATIC_PRUNE_OPTIONS
     device_method = "fedavg"  # devices train the pruned network as plain FedAvg
 
     @classmethod
@@ -89,8 +92,12 @@ class StaticPrune(FedAvg):
             self.fix_level(round_to_level(options.ratio, options.levels))
 
     @classmethod
+    def parse_options(cls, options: Mapping[str, str]) -> StaticPruneOptions:
+        return StaticPruneOptions.from_options(options)
+
+    @classmethod
     def create(cls, ctx: StrategyContext) -> "StaticPrune":
-        options = StaticPruneOptions.from_options(ctx.options)
+        options = cls.parse_options(ctx.options)
         return cls(ctx.federation, options, model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes),
                    ctx.eval_data)
 

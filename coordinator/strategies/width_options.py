@@ -15,25 +15,37 @@ from typing import Any, Mapping
 
 from edge_sdk.models.flanc_zoo import width_label
 
-from coordinator.assignment import ASSIGNMENT_KEYS, AssignmentConfig
-from coordinator.options import Parser, choice, number, parse_keys, unknown_keys
-from coordinator.robust import ROBUST_KEYS, RobustConfig
+from coordinator.assignment import ASSIGNMENT_OPTIONS, AssignmentConfig
+from coordinator.options import Option, Schema, choice, number
+from coordinator.robust import ROBUST_OPTIONS, RobustConfig
 
-__all__ = ["WidthOptions", "NORMS"]
+__all__ = ["WidthOptions", "NORMS", "width_schema"]
 
 NORMS = ("none", "batchnorm", "groupnorm")
-_KEYS = ("widths", "norm", "export", *ASSIGNMENT_KEYS, *ROBUST_KEYS)
 
 
-def _widths(method: str, text: str) -> tuple[float, ...]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    try:
-        widths = tuple(number(1e-3, 1.0)("widths", t) for t in items)
-    except ValueError as exc:
-        raise ValueError(f"{method}: {exc}") from None
+def _widths(key: str, text: str) -> tuple[float, ...]:
+    widths = tuple(number(1e-3, 1.0)(key, t.strip()) for t in text.split(",") if t.strip())
     if not widths or list(widths) != sorted(set(widths)) or len(widths) > 16:
-        raise ValueError(f"{method} option widths: need 1-16 strictly increasing values, got {text!r}")
+        raise ValueError(f"option {key}: need 1-16 strictly increasing values, got {text!r}")
     return widths
+
+
+def _folder(key: str, text: str) -> str | None:
+    return text or None
+
+
+def width_schema(default_widths: str = "0.25,0.5,0.75,1") -> Schema:
+    """The options of every width-based method: widths, norm, export, assignment and robust keys."""
+    return Schema(
+        Option("widths", _widths, default_widths, "model widths p in (0, 1], comma-separated, increasing"),
+        Option("norm", choice(*NORMS), None, "norm layers: none, batchnorm, groupnorm; default: the model "
+                                             "family's (batchnorm; none for flanc_cnn and mlp)"),
+        Option("export", _folder, "", "after training, export every width as ONNX into this folder"),
+        ASSIGNMENT_OPTIONS, ROBUST_OPTIONS)
+
+
+_OWN_KEYS = frozenset(width_schema().keys)
 
 
 @dataclass(frozen=True)
@@ -70,24 +82,20 @@ class WidthOptions:
         return {"norm": None if norm == "none" else norm}
 
     @classmethod
-    def parse(cls, method: str, options: Mapping[str, str],
-              own: Mapping[str, Parser]) -> tuple["WidthOptions", dict[str, Any]]:
-        """The shared options and the method's ``own`` ones (key -> :mod:`coordinator.options` parser).
+    def parse(cls, method: str, options: Mapping[str, str], schema: Schema) -> tuple["WidthOptions", dict[str, Any]]:
+        """The shared options and the method's own (``schema``: :func:`width_schema` plus its rows).
 
         Unknown keys and bad values raise ValueError listing what is known.
         """
-        unknown_keys(method, options, set(_KEYS) | set(own))
+        parsed = schema.parse(method, options)
         text = {k: str(v).strip() for k, v in options.items()}
-        widths = _widths(method, text["widths"]) if "widths" in text else cls.widths
-        norm = text.get("norm")
-        if norm is not None:
-            norm = parse_keys(method, {"norm": norm}, {"norm": choice(*NORMS)})["norm"]
+        widths = parsed.get("widths", cls.widths)
         labels = [width_label(p) for p in widths]
         try:
-            assignment = AssignmentConfig.from_options({k: text[k] for k in ASSIGNMENT_KEYS if k in text}, labels)
+            assignment = AssignmentConfig.from_options(text, labels)
         except ValueError as exc:
             raise ValueError(f"{method}: {exc}") from None
-        robust = RobustConfig.from_options({k: text[k] for k in ROBUST_KEYS if k in text}, method)
-        parsed = cls(widths=widths, norm=norm, export=text.get("export") or None, assignment=assignment,
+        robust = RobustConfig.from_options(text, method)
+        shared = cls(widths=widths, norm=parsed.get("norm"), export=parsed.get("export"), assignment=assignment,
                      robust=robust)
-        return parsed, parse_keys(method, {k: text[k] for k in own if k in text}, own)
+        return shared, {k: v for k, v in parsed.items() if k not in _OWN_KEYS}

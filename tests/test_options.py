@@ -119,3 +119,25 @@ def test_option_help_prints_every_key_with_its_default(capsys) -> None:
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
     assert rows == {row.key: row.default or "-" for row in STRATEGIES["fdnnc"].option_schema}
     assert rows["rank"] == "32" and rows["upload"] == "half" and rows["big_fraction"] == "-"
+
+
+def test_documented_defaults_are_the_schemas() -> None:
+    """Each docs/methods table row lists its keys' defaults in order; literal ones must parse to the
+    schema's default (``—``, "the family's" and the like stand for defaults that are not one value)."""
+    checked = 0
+    for cls in STRATEGIES.values():
+        table = (Path(__file__).parents[1] / "docs" / "methods" / f"{_page(cls.name)}.md").read_text()
+        table = table.split("## Options", 1)[1].split("\n## ", 1)[0]
+        for line in (row for row in table.splitlines() if row.startswith("| `")):
+            cells = [c.strip() for c in line.split("|")[1:-1]]
+            keys = re.findall(r"`([a-z_]+)`", cells[0])
+            defaults = [d.strip() for d in cells[1].split(", ")]
+            assert len(defaults) == len(keys), (cls.name, keys, defaults)
+            for key, text in zip(keys, defaults):
+                row = cls.option_schema[key] if key in cls.option_schema else None
+                if row is None or not row.default:
+                    continue
+                literal = text.split(" (")[0].strip("`")
+                assert row.parse(key, literal) == row.parse(key, row.default), (cls.name, key, text, row.default)
+                checked += 1
+    assert checked > 60

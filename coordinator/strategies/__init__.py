@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coordinator.strategies.fdnnc import Fdnnc
 from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategies.fedprox import FedProx
 from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
 from coordinator.strategies.fedpara import FedPara
@@ -17,7 +18,7 @@ __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
 
 #: Every method, registered once: its class is its descriptor (name, device part, options schema).
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
-    FedAvg, Flanc, HeteroFL, Fdnnc, FedPara, PFedPara, LowRank, Reft, StaticPrune)}
+    FedAvg, FedProx, Flanc, HeteroFL, Fdnnc, FedPara, PFedPara, LowRank, Reft, StaticPrune)}
 
 
 def strategy_class(name: str) -> type[Strategy]:

@@ -23,7 +23,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.options import Option, Schema, choice, number
-from coordinator.robust import ROBUST_OPTIONS, RobustConfig, robust_aggregate
+from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig, robust_aggregate
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -55,6 +55,7 @@ class FedAvg(Strategy):
 
     name = "fedavg"
     option_schema = FEDAVG_OPTIONS
+    options_type: type[FedAvgOptions] = FedAvgOptions
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any],
                  eval_data: EvalData | None = None, label: str = GLOBAL,
@@ -75,9 +76,9 @@ class FedAvg(Strategy):
 
     @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> FedAvgOptions:
-        parsed = FEDAVG_OPTIONS.parse("fedavg", options)
-        return FedAvgOptions(width=parsed.get("width"), norm=parsed.get("norm"),
-                             robust=RobustConfig.from_options(options, "fedavg"))
+        parsed = cls.option_schema.parse(cls.name, options)
+        robust = RobustConfig.from_options(options, cls.name)
+        return cls.options_type(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from edge_sdk.methods.base import DeviceContext, DeviceMethod, LocalData
 from edge_sdk.methods.fdnnc import train_fdnnc
 from edge_sdk.methods.fedavg import train_fedavg
+from edge_sdk.methods.fedprox import train_fedprox
 from edge_sdk.methods.flanc import train_flanc
 from edge_sdk.methods.heterofl import train_heterofl
 from edge_sdk.methods.fedpara import train_fedpara
@@ -16,6 +17,7 @@ __all__ = ["DeviceContext", "DeviceMethod", "LocalData", "DEVICE_METHODS", "devi
 #: method name -> the function a device runs on a plan of that method.
 DEVICE_METHODS: dict[str, DeviceMethod] = {
     "fedavg": train_fedavg,
+    "fedprox": train_fedprox,
     "flanc": train_flanc,
     "heterofl": train_heterofl,
     "fdnnc": train_fdnnc,

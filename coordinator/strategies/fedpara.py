@@ -27,7 +27,6 @@ from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
@@ -186,18 +185,16 @@ class FedPara(WidthStrategy):
         self.devices[device.device_id] = device
         return GLOBAL if self.assigner is None else self.assigner.observe(device)
 
-    def train_settings(self) -> dict[str, Any]:
+    def train_settings(self, label: str = GLOBAL) -> dict[str, Any]:
         """``plan.train``: the run's settings with this method's optimizer and lr (pFedPara adds keys)."""
         return self.options.train_config(self.config.train).to_dict()
 
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         if self.assigner is not None:
-            self.assigner.freeze()
-        label = (self.assigner.round_level(device, rnd, self.config.seed) if self.assigner is not None
-                 else device.label if device.label in self.specs else self.assign(device))
+            return super().plan_label(rnd, device)
+        label = device.label if device.label in self.specs else self.assign(device)
         self._planned[device.device_id] = label
-        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=self.train_settings())
+        return label
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

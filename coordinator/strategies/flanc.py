@@ -24,13 +24,12 @@ from edge_sdk.methods.batchnorm import STAT_SUFFIXES
 from edge_sdk.models.flanc import basis_names, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
-from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.fleet import ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import pool_bn_stats
 from coordinator.options import Option, Schema, boolean, number
@@ -131,17 +130,9 @@ class Flanc(WidthStrategy):
         return {**self.basis, **self.private[label]}
 
     # -- who trains what ----------------------------------------------------
-    def assign(self, device: DeviceRecord) -> str:
-        return self.assigner.observe(device)
-
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
-        self.assigner.freeze()
-        label = self.assigner.round_level(device, rnd, self.config.seed)
-        self._planned[device.device_id] = label
-        train = {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
-                 "static_bn": self.options.static_bn}
-        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=train)
+    def train_settings(self, label: str) -> dict[str, Any]:
+        return {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
+                "static_bn": self.options.static_bn}
 
     # -- aggregation (Eq. 4) --------------------------------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

@@ -24,12 +24,11 @@ import torch
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
-from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.fleet import ReceivedUpdate
 from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block, pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice
@@ -143,17 +142,9 @@ class HeteroFL(WidthStrategy):
         return {**self.tensors(label), **extra}
 
     # -- who trains what ----------------------------------------------------
-    def assign(self, device: DeviceRecord) -> str:
-        return self.assigner.observe(device)
-
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
-        self.assigner.freeze()
-        label = self.assigner.round_level(device, rnd, self.config.seed)
-        self._planned[device.device_id] = label
-        train = {**self.config.train.to_dict(), "static_bn": self.options.static_bn,
-                 "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
-        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=train)
+    def train_settings(self, label: str) -> dict[str, Any]:
+        return {**self.config.train.to_dict(), "static_bn": self.options.static_bn,
+                "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.fleet import ReceivedUpdate
-from coordinator.strategies.fedpara import FedPara
+from coordinator.strategies.fedpara import GLOBAL, FedPara
 from coordinator.strategies.fedpara_options import fedpara_schema
 
 __all__ = ["PFedPara", "DEFAULT_HOLDOUT"]
@@ -36,8 +36,8 @@ class PFedPara(FedPara):
 
     option_schema = fedpara_schema(holdout=DEFAULT_HOLDOUT)
 
-    def train_settings(self) -> dict[str, Any]:
-        return {**super().train_settings(), "holdout": self.options.holdout}
+    def train_settings(self, label: str = GLOBAL) -> dict[str, Any]:
+        return {**super().train_settings(label), "holdout": self.options.holdout}
 
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         metrics = super().aggregate_train(rnd, updates)

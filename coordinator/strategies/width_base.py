@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from edge_sdk.models.spec import count_params
-from edge_sdk.protocol.messages import Update
+from edge_sdk.protocol.messages import Plan, Update
 
 from coordinator.assignment import LevelAssigner
 from coordinator.fleet import DeviceRecord, Fleet
@@ -39,6 +39,32 @@ class WidthStrategy(Strategy):
     assigner: LevelAssigner | None = None  # who trains which width (None: one width for all)
     expected: dict[str, dict]  # label -> what an update of that width must hold (validation.TensorSpec)
     _planned: dict[str, str]  # device -> the label of the last plan sent to it (set in __init__)
+
+    @abstractmethod
+    def tensors(self, label: str) -> dict[str, np.ndarray]:
+        """What a device of width ``label`` downloads."""
+
+    def assign(self, device: DeviceRecord) -> str:
+        """A device's width from its measured capacity (:class:`LevelAssigner`)."""
+        assert self.assigner is not None, "a method with one width overrides assign"
+        return self.assigner.observe(device)
+
+    def plan_label(self, rnd: int, device: DeviceRecord) -> str:
+        """The width ``device`` trains in round ``rnd``, recorded: its update must be of that width."""
+        assert self.assigner is not None, "a method with one width overrides plan_label"
+        self.assigner.freeze()
+        label = self.assigner.round_level(device, rnd, self.config.seed)
+        self._planned[device.device_id] = label
+        return label
+
+    def train_settings(self, label: str) -> dict[str, Any]:
+        """``plan.train`` of a width-``label`` plan (default: the run's settings)."""
+        return self.config.train.to_dict()
+
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+        label = self.plan_label(rnd, device)
+        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
+                    tensors=self.tensors(label), train=self.train_settings(label))
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         """An update must be exactly what the device's last plan asked of its width."""

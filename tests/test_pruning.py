@@ -19,15 +19,6 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 HAS_NNI = "nni" in available_backends()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """OpenMP threads spin-wait; on a shared, loaded CPU one thread is many times faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _weights(spec: dict, seed: int = 0) -> dict[str, np.ndarray]:
     torch.manual_seed(seed)
     return state_to_numpy(build_model(spec), copy=True)

@@ -24,15 +24,6 @@ from edge_sdk.protocol.messages import Update
 from edge_sdk.training import TrainConfig, evaluate, train_local
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """OpenMP threads spin-wait; on a shared, loaded CPU one thread is many times faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def digits():
     return load_dataset("digits", seed=0)

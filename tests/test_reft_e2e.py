@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.models.zoo import cnn4
@@ -18,8 +17,6 @@ LEVELS = ["p0.8", "p0.6", "p0.4", "p0"]  # at F_lambda = 20 GFLOPS
 
 @pytest.fixture(scope="module")
 def reft_run(tmp_path_factory, broker):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # OpenMP spin-waits badly on a shared CPU
     out = tmp_path_factory.mktemp("reft")
     config = SimulationConfig(
         method="reft", clients=4, rounds=1, dataset="mnist-sample", partition="iid", seed=0,
@@ -27,10 +24,7 @@ def reft_run(tmp_path_factory, broker):
         train=TrainConfig(epochs=3, batch_size=32), plots=False,
         options={"f_lambda": "20", "distill_epochs": "10"},
     )
-    try:
-        yield out, run_simulation(config)
-    finally:
-        torch.set_num_threads(before)
+    yield out, run_simulation(config)  # one torch thread: tests/conftest.py
 
 
 def test_devices_get_their_level_and_the_distilled_model_learns(reft_run) -> None:

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.simulate import SimulationConfig, run_simulation
@@ -22,8 +21,6 @@ from edge_sdk.training import TrainConfig
 
 @pytest.fixture(scope="module")
 def static_run(tmp_path_factory, broker):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # OpenMP spin-waits badly on a shared CPU
     out = tmp_path_factory.mktemp("static")
     config = SimulationConfig(
         method="static-prune", clients=3, rounds=2, dataset="mnist-sample", partition="iid", seed=0,
@@ -31,10 +28,7 @@ def static_run(tmp_path_factory, broker):
         profiles=("raspberry-pi-4b", "raspberry-pi-5", "laptop"),  # levels 0.8, 0.4, 0 at F_lambda 20
         train=TrainConfig(epochs=2, batch_size=32), options={"f_lambda": "20"},
     )
-    try:
-        yield out, run_simulation(config)
-    finally:
-        torch.set_num_threads(before)
+    yield out, run_simulation(config)  # one torch thread: tests/conftest.py
 
 
 def test_every_device_trains_the_weakest_devices_model(static_run) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
 __all__ = ["dense_linear", "dense_conv2d"]
+
+L = TypeVar("L", nn.Linear, nn.Conv2d)
 
 
 def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -13,11 +17,7 @@ def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
     weight = weight.detach()
     layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
                       dtype=weight.dtype, device=weight.device)
-    with torch.no_grad():
-        layer.weight.copy_(weight)
-        if bias is not None:
-            layer.bias.copy_(bias)
-    return layer
+    return _filled(layer, weight, bias)
 
 
 def dense_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: int, padding: int) -> nn.Conv2d:
@@ -26,6 +26,10 @@ def dense_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: int, p
     out_channels, in_channels, kernel, _ = weight.shape
     layer = nn.Conv2d(in_channels, out_channels, kernel, stride, padding, bias=bias is not None,
                       dtype=weight.dtype, device=weight.device)
+    return _filled(layer, weight, bias)
+
+
+def _filled(layer: L, weight: torch.Tensor, bias: torch.Tensor | None) -> L:
     with torch.no_grad():
         layer.weight.copy_(weight)
         if bias is not None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.device_configs import device_toml
+
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 
 
@@ -45,24 +47,7 @@ checkpoint_dir = "{tmp / 'checkpoint'}"
 [train]
 epochs = 2
 """)
-    clients = []
-    for i in range(2):
-        path = tmp / f"client{i}.toml"
-        path.write_text(f"""
-device_id = "pi{i}"
-job = "clitest"
-state_dir = "{tmp / f'state{i}'}"
-[broker]
-url = "{url}"
-[device]
-profile = "raspberry-pi-4b"
-[data]
-dataset = "mnist-sample"
-partition = "iid"
-shard = {i}
-shards = 2
-""")
-        clients.append(path)
+    clients = [device_toml(tmp, url, "clitest", f"pi{i}", i, 2) for i in range(2)]
     return coordinator, clients
 
 

@@ -47,6 +47,7 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
+from tests.device_configs import device_toml
 from tests.faultproxy import FaultPolicy, FaultProxy
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
@@ -162,28 +163,6 @@ class Device:
         return self.reason
 
 
-def device_toml(tmp: Path, url: str, job: str, device_id: str, shard: int) -> Path:
-    """Config of an `edgefl client` process (a real device process we can SIGKILL)."""
-    path = tmp / f"{device_id}.toml"
-    path.write_text(f"""
-device_id = "{device_id}"
-job = "{job}"
-state_dir = "{tmp / device_id}"
-[broker]
-url = "{url}"
-[device]
-profile = "raspberry-pi-4b"
-[data]
-dataset = "mnist-sample"
-partition = "iid"
-shard = {shard}
-shards = {SHARDS}
-[link]
-chunk_size = {CHUNK}
-""")
-    return path
-
-
 class Sniffer:
     """Watches topics on the broker and decodes what passes (chunks included)."""
 
@@ -260,7 +239,7 @@ def test_device_killed_mid_upload(broker, mnist, shards, tmp_path, caplog, clean
     sniffer = Sniffer(broker.url, f"edgefl/{job}/up/victim")
     cleanup.callback(sniffer.close)
     with open(tmp_path / "victim.log", "w") as log_file:
-        victim = subprocess.Popen(EDGEFL + ["client", "--config", str(device_toml(tmp_path, proxy.url, job, "victim", 2))],
+        victim = subprocess.Popen(EDGEFL + ["client", "--config", str(device_toml(tmp_path, proxy.url, job, "victim", 2, SHARDS, f"[link]\nchunk_size = {CHUNK}\n"))],
                                   stdout=log_file, stderr=subprocess.STDOUT)
     cleanup.callback(victim.kill)
     coordinator = Coordinator(broker.url, job, mnist, rounds=2, min_devices=3, deadline_s=deadline)

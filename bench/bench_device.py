@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from emit import emit  # bench/emit.py (scripts run from bench/)
+
 __all__ = ["dependency_closure", "installed_mb", "import_seconds", "train_peak", "main"]
 
 WIDTHS = (0.25, 0.5, 0.75, 1.0)
@@ -154,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['width']} | {r['params']:,} | {r['update_bytes'] / 2**20:.2f} | "
                      f"{r['after_import_mb']:.0f} | {r['peak_mb']:.0f} | {r['peak_mb'] - r['after_import_mb']:.0f} | "
                      f"{r['epoch_s']:.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit("\n".join(lines) + "\n", args.out)
     return 0
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from emit import emit  # bench/emit.py (scripts run from bench/)
+
 __all__ = ["Case", "CASES", "build_plan", "measure", "main"]
 
 _CHILD = r"""
@@ -40,6 +42,7 @@ def hwm():
 import numpy as np, torch
 from edge_sdk.methods import DeviceContext, LocalData, device_method
 from edge_sdk.protocol.messages import Envelope, Update, decode_envelope, encode_envelope
+
 after_import = hwm()
 plan_file, npz, state_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 if plan_file == "-":
@@ -178,11 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {case.method} | {case.label} | {model} | {params:,} | {plan_bytes / 1e3:.0f} | "
                      f"{r['update_bytes'] / 1e3:.0f} | {r['peak_mb']:.0f} | "
                      f"{r['peak_mb'] - baseline['peak_mb']:.0f} | {r['epoch_s']:.1f} |")
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit("\n" + "\n".join(lines) + "\n", args.out)
     return 0
 
 

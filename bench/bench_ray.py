@@ -30,6 +30,8 @@ import torch
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
+from emit import emit  # bench/emit.py (scripts run from bench/)
+
 __all__ = ["speedup", "scale", "main"]
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -139,9 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         args.devices, args.per_round = args.devices or 1000, args.per_round or 100
         args.workers = [int(w) for w in args.workers.split(",")] if args.workers else None  # None: as Ray needs
         text = scale(args)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ from edge_sdk.partition import partition
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, evaluate, train_local
 
+from emit import emit  # bench/emit.py (scripts run from bench/)
+
 __all__ = ["bare_rounds", "simulated_rounds", "main"]
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -123,10 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         f"**simulate / bare throughput: {bare_s / sim_s:.2f}x** (accuracy after {args.rounds} rounds {accuracy:.3f})",
         *[f"{name}: {bare_s / statistics.median(secs[1:] or secs):.2f}x" for name, secs in rows[1:]],
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ options (FedAvg, FLANC, HeteroFL, FedPara, pFedPara, low-rank, FDNNC, static pru
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from coordinator.aggregation import weighted_average
 from coordinator.options import Option, Schema, choice, number
+from coordinator.server_opt import SERVER_OPT_OPTIONS, ServerOptConfig
 from coordinator.width_slicing import leading_block
 
 __all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "RobustConfig", "robust_aggregate"]
@@ -38,13 +39,16 @@ def _clip(key: str, text: str) -> float | str:
     return "auto" if text == "auto" else number(1e-12, 1e300)(key, text)
 
 
-#: The ``--option`` keys of :class:`RobustConfig`.
+#: The ``--option`` keys of :class:`RobustConfig`: the rule, then the server optimizer applied to
+#: what it returns (:mod:`coordinator.server_opt`).
 ROBUST_OPTIONS = Schema(
     Option("aggregate", choice(*RULES), "mean", "how updates are combined: mean (sample-weighted), median, trimmed"),
     Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5)"),
     Option("clip", _clip, None, "clip update norms to this bound or auto (the round's median); default: no clip"),
+    SERVER_OPT_OPTIONS,
 )
 ROBUST_KEYS = ROBUST_OPTIONS.keys
+_RULE_KEYS = ("aggregate", "trim", "clip")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class RobustConfig:
     rule: str = "mean"
     trim: float = 0.1  # per side, for ``trimmed``
     clip: float | str | None = None  # None, a bound > 0, or "auto" (the round's median norm)
+    server: ServerOptConfig = field(default_factory=ServerOptConfig)  # applied to the rule's result
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -71,11 +76,12 @@ class RobustConfig:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str) -> "RobustConfig":
-        """Parse the keys ``aggregate``, ``trim`` and ``clip`` of ``options`` (others ignored)."""
-        parsed = ROBUST_OPTIONS.parse(method, options, subset=True)
+        """Parse the keys ``aggregate``, ``trim``, ``clip`` and the server optimizer's of ``options``
+        (others ignored)."""
+        parsed = ROBUST_OPTIONS.only(_RULE_KEYS).parse(method, options, subset=True)
         if "aggregate" in parsed:
             parsed["rule"] = parsed.pop("aggregate")
-        return cls(**parsed)
+        return cls(**parsed, server=ServerOptConfig.from_options(options, method))
 
 
 def _is_float(a: np.ndarray) -> bool:

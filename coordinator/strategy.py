@@ -12,7 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -24,11 +24,14 @@ from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.options import Schema
 from coordinator.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 from coordinator.report import RoundRecord, RunReport, merge_stages
+from coordinator.robust import RobustConfig, robust_aggregate
+from coordinator.server_opt import ServerOptimizer
 from coordinator.state import load_checkpoint, save_checkpoint
 
 __all__ = ["FederationConfig", "Strategy", "StrategyContext", "EvalData"]
 
 log = logging.getLogger(__name__)
+_SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's moments
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class Strategy(ABC):
         self.rng = np.random.default_rng(config.seed)
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what publish_models sent the last time
+        self.server_opt = ServerOptimizer()  # the moments of --option server_opt (none: unused)
 
     # -- hooks --------------------------------------------------------------
     @abstractmethod
@@ -364,12 +368,21 @@ class Strategy(ABC):
             slowest = max(slowest, self.config.round_deadline_s)
         return slowest
 
+    # -- aggregation --------------------------------------------------------
+    def fold(self, group: str, current: Mapping[str, np.ndarray], tensor_sets: Sequence[Mapping[str, np.ndarray]],
+             weights: Sequence[float], rule: RobustConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """The new tensors of ``group`` from the devices' ``tensor_sets``: the robust rule's result,
+        stepped by the server optimizer when ``rule.server`` names one; and the rule's metrics."""
+        aggregate, metrics = robust_aggregate(current, tensor_sets, weights, rule)
+        return self.server_opt.step(rule.server, group, current, aggregate), metrics
+
     # -- checkpoints --------------------------------------------------------
     def _checkpoint(self, rnd: int, report: RunReport) -> None:
         if self.config.checkpoint_dir is None:
             return
-        save_checkpoint(Path(self.config.checkpoint_dir), self.name, rnd,
-                        report.rounds_as_dicts(), self.state_tensors())
+        tensors = {**self.state_tensors(),
+                   **{_SERVER_OPT + k: v for k, v in self.server_opt.state_tensors().items()}}
+        save_checkpoint(Path(self.config.checkpoint_dir), self.name, rnd, report.rounds_as_dicts(), tensors)
 
     def _resume(self, report: RunReport) -> int:
         if self.config.checkpoint_dir is None:
@@ -379,7 +392,10 @@ class Strategy(ABC):
             return 0
         if checkpoint.method != self.name:
             raise ValueError(f"checkpoint is for {checkpoint.method!r}, not {self.name!r}")
-        self.load_state_tensors(checkpoint.tensors)
+        own = {k: v for k, v in checkpoint.tensors.items() if not k.startswith(_SERVER_OPT)}
+        self.load_state_tensors(own)
+        self.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
+                                            if k.startswith(_SERVER_OPT)})
         report.restore_rounds(checkpoint.rounds)
         log.info("resumed after round %d", checkpoint.round)
         return checkpoint.round + 1

@@ -75,7 +75,7 @@ def _documented(page: str) -> set[str]:
     text = (Path(__file__).parents[1] / "docs" / "methods" / f"{page}.md").read_text()
     table = text.split("## Options", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
-    return {key for row in rows for key in re.findall(r"`([a-z_]+)`", row)}
+    return {key for row in rows for key in re.findall(r"`([a-z][a-z_0-9]*)`", row)}
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
@@ -130,7 +130,7 @@ def test_documented_defaults_are_the_schemas() -> None:
         table = table.split("## Options", 1)[1].split("\n## ", 1)[0]
         for line in (row for row in table.splitlines() if row.startswith("| `")):
             cells = [c.strip() for c in line.split("|")[1:-1]]
-            keys = re.findall(r"`([a-z_]+)`", cells[0])
+            keys = re.findall(r"`([a-z][a-z_0-9]*)`", cells[0])
             defaults = [d.strip() for d in cells[1].split(", ")]
             assert len(defaults) == len(keys), (cls.name, keys, defaults)
             for key, text in zip(keys, defaults):

@@ -38,7 +38,7 @@ from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
-from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig, robust_aggregate
+from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -245,17 +245,17 @@ class Fdnnc(Strategy):
         everyone = big + small
         robust = self.options.robust
 
-        def fold(current: dict[str, np.ndarray], group: list[Update]) -> dict[str, np.ndarray]:
-            return robust_aggregate(current, [{k: u.tensors[k] for k in current} for u in group],
-                                    [u.num_samples for u in group], robust)[0]
+        def fold(group: str, current: dict[str, np.ndarray], senders: list[Update]) -> dict[str, np.ndarray]:
+            return self.fold(group, current, [{k: u.tensors[k] for k in current} for u in senders],
+                             [u.num_samples for u in senders], robust)[0]
 
-        self.dense.update(fold({k: self.dense[k] for k in self.shared}, everyone))
+        self.dense.update(fold("shared", {k: self.dense[k] for k in self.shared}, everyone))
         w_names = [f"layers.{i}.weight" for i in self.lowrank]
-        new_w = fold({k: self.dense[k] for k in w_names}, big) if big else {}
+        new_w = fold(BIG, {k: self.dense[k] for k in w_names}, big) if big else {}
         for name in self.a_names + self.b_names:  # each factor over the devices that sent it
             senders = [u for u in small if name in u.tensors]
             if senders:
-                self.factors[name] = fold({name: self.factors[name]}, senders)[name]
+                self.factors[name] = fold("factors", {name: self.factors[name]}, senders)[name]
         share_big = 0.5
         if self.options.both_weight == "samples" and big and small:
             n_big = sum(u.num_samples for u in big)

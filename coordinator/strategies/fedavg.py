@@ -9,7 +9,7 @@ robust aggregation (:mod:`coordinator.robust`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -23,7 +23,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.options import Option, Schema, choice, number
-from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig, robust_aggregate
+from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import expected_from, validate_update
@@ -104,8 +104,8 @@ class FedAvg(Strategy):
 
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         counts = [u.update.num_samples for u in updates]
-        self.weights, metrics = robust_aggregate(self.weights, [u.update.tensors for u in updates], counts,
-                                                 self.robust)
+        self.weights, metrics = self.fold(self.label, self.weights, [u.update.tensors for u in updates], counts,
+                                          self.robust)
         return {**metrics, "train_loss": mean_train_loss([u.update for u in updates])}
 
     def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
@@ -134,4 +134,4 @@ class FedAvg(Strategy):
 
     def method_config(self) -> dict[str, Any]:
         return {"model_spec": self.model_spec, "aggregate": self.robust.rule, "trim": self.robust.trim,
-                "clip": self.robust.clip}
+                "clip": self.robust.clip, "server_opt": asdict(self.robust.server)}

@@ -32,7 +32,6 @@ from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma, fedpara_schema
 from coordinator.strategies.width_base import WidthStrategy
@@ -199,8 +198,8 @@ class FedPara(WidthStrategy):
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
-        self.weights, metrics = robust_aggregate(
-            self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
+        self.weights, metrics = self.fold(
+            "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
             self.options.width.robust)
         metrics.update(train_loss=mean_train_loss([u.update for u in updates]),
                        gamma=float(self.gamma))  # type: ignore[arg-type]

@@ -30,7 +30,6 @@ from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import ReceivedUpdate
-from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import pool_bn_stats
 from coordinator.options import Option, Schema, boolean, number
 from coordinator.strategies.width_options import WidthOptions, width_schema
@@ -138,8 +137,8 @@ class Flanc(WidthStrategy):
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
         robust = self.options.width.robust
-        self.basis, metrics = robust_aggregate(
-            self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust)
+        self.basis, metrics = self.fold(
+            BASIS, self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust)
         for label in self.labels:
             mine = [u for u in updates if u.update.label == label]
             metrics[f"devices_{label}"] = float(len(mine))
@@ -147,7 +146,7 @@ class Flanc(WidthStrategy):
                 keys = list(self.private[label])
                 sets = [{k: u.update.tensors[k] for k in keys} for u in mine]
                 counts = [u.update.num_samples for u in mine]
-                self.private[label], _ = robust_aggregate(self.private[label], sets, counts, robust)
+                self.private[label], _ = self.fold(label, self.private[label], sets, counts, robust)
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts)), stats))

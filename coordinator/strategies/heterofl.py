@@ -29,7 +29,6 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.assignment import LevelAssigner
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import ReceivedUpdate
-from coordinator.robust import robust_aggregate
 from coordinator.width_slicing import leading_block, pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice
 from coordinator.strategies.width_options import WidthOptions, width_schema
@@ -149,8 +148,8 @@ class HeteroFL(WidthStrategy):
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
-        self.weights, metrics = robust_aggregate(
-            self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
+        self.weights, metrics = self.fold(
+            "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
             self.options.width.robust)
         for q in self.labels:
             self._pool_stats(q, updates)

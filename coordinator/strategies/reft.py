@@ -34,6 +34,7 @@ from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.server_opt import SERVER_OPT_KEYS
 from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -165,6 +166,10 @@ class Reft(Strategy):
 
     @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> ReftOptions:
+        server = sorted(set(options) & set(SERVER_OPT_KEYS))
+        if server:
+            raise ValueError(f"reft: {server} need a method that averages weights; REFT distils the devices' "
+                             f"logits into its model (against outliers: aggregate=median)")
         return ReftOptions.from_options(options)
 
     @classmethod

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
-           "on_device"]
+           "on_device", "proximal_term"]
 
 _OPTIMIZERS = ("sgd", "adam")
 #: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
@@ -60,6 +60,9 @@ class TrainConfig:
     optimizer: str = "sgd"
     threads: int | None = None
     augment: str = "none"
+    #: FedProx's proximal term μ/2·‖w − w₀‖² over the trainable parameters, w₀ their values when
+    #: training starts (the plan's global model); 0: none
+    prox_mu: float = 0.0
 
     def __post_init__(self) -> None:
         _num("epochs", self.epochs, 1, 10_000, integer=True)
@@ -78,6 +81,7 @@ class TrainConfig:
             _num("threads", self.threads, 1, 1024, integer=True)
         if self.augment not in AUGMENTATIONS:
             raise ValueError(f"TrainConfig.augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
+        _num("prox_mu", self.prox_mu, 0.0, 1e4)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain msgpack-safe dict."""
@@ -168,11 +172,22 @@ def _check_labels(logits: torch.Tensor, y: torch.Tensor) -> None:
         raise ValueError(f"label {top} out of range for {logits.shape[1]} classes")
 
 
+def proximal_term(params: list[torch.Tensor], mu: float) -> Callable[[], torch.Tensor]:
+    """``μ/2·‖w − w₀‖²`` over ``params``, ``w₀`` their values now (FedProx, Li et al. 2020)."""
+    anchor = [p.detach().clone() for p in params]
+
+    def term() -> torch.Tensor:
+        return 0.5 * mu * torch.stack([(p - a).pow(2).sum() for p, a in zip(params, anchor)]).sum()
+
+    return term
+
+
 def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
                 seed: int = 0, regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
                 on_step: Callable[[int], None] | None = None,
                 device: torch.device | str | None = None) -> TrainResult:
-    """Train ``model`` in place on ``(x, y)`` with cross-entropy (+ ``regularizer(model)``).
+    """Train ``model`` in place on ``(x, y)`` with cross-entropy (+ ``regularizer(model)``, + the
+    proximal term when ``config.prox_mu`` > 0).
 
     On ``device`` (e.g. ``cuda``) the model, the data and the optimizer state live there while
     training; the model is moved back where it was afterwards. ``on_step(step)`` is called
@@ -203,6 +218,7 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
         with (on_device(model, device) as dev, _threads(config.threads),
               torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])):
             xt, yt = xt.to(dev), yt.to(dev)  # a device's shard is small: copied once, not per batch
+            proximal = proximal_term(params, config.prox_mu) if config.prox_mu > 0 else None
             torch.manual_seed(seed)
             for epoch in range(config.epochs):
                 if config.max_steps is not None and steps >= config.max_steps:
@@ -221,6 +237,8 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                         _check_labels(logits, yb)
                     data_loss = F.cross_entropy(logits, yb)
                     loss = data_loss + regularizer(model) if regularizer else data_loss
+                    if proximal is not None:
+                        loss = loss + proximal()
                     if not torch.isfinite(loss):
                         raise NonFiniteLossError(
                             f"non-finite loss {float(loss.detach())} at epoch {epoch + 1}, step "

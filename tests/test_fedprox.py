@@ -11,7 +11,7 @@ from coordinator.strategies import create_strategy
 from coordinator.strategy import FederationConfig, StrategyContext
 from edge_sdk.methods import device_method
 from edge_sdk.methods.base import DeviceContext, LocalData
-from edge_sdk.methods.fedprox import proximal_term
+from edge_sdk.training import proximal_term
 from edge_sdk.profiling import load_profile
 from edge_sdk.training import TrainConfig
 
@@ -34,11 +34,11 @@ def _record() -> DeviceRecord:
 
 def test_the_term_is_half_mu_times_the_squared_distance() -> None:
     model = torch.nn.Linear(3, 2)
-    term = proximal_term(model, mu=0.5)
+    term = proximal_term(list(model.parameters()), mu=0.5)
     with torch.no_grad():
-        assert term(model).item() == 0.0
+        assert term().item() == 0.0
         model.weight += 2.0  # 6 weights moved by 2: ‖d‖² = 24
-        assert term(model).item() == pytest.approx(0.5 * 0.5 * 24)
+        assert term().item() == pytest.approx(0.5 * 0.5 * 24)
 
 
 def test_the_plan_carries_mu_and_the_option_is_checked() -> None:
@@ -84,3 +84,28 @@ def test_a_device_refuses_a_negative_mu_from_a_peer() -> None:
                      train={**plan.train, "mu": -0.5})
     with pytest.raises(ValueError, match="fedprox: mu must be >= 0"):
         device_method("fedprox")(bad, _data(), DeviceContext("dev0", round=1))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "flanc", "heterofl", "fedpara", "pfedpara", "lowrank", "fdnnc",
+                                  "static-prune", "reft"])
+def test_every_method_sends_prox_mu_with_its_plans(name) -> None:
+    config = FederationConfig(seed=0, train=TrainConfig(epochs=1, batch_size=16, lr=0.1))
+    options = {"prox_mu": "0.2", **({"f_lambda": "50"} if name in ("reft", "static-prune") else {})}
+    strategy = create_strategy(name, StrategyContext(config, "mlp", (1, 8, 8), 4, options=options,
+                                                     public_data=np.zeros((8, 1, 8, 8), np.float32)))
+    assert strategy.config.train.prox_mu == 0.2
+    with pytest.raises(ValueError, match=rf"^{name}: option prox_mu: must be in \[0, 10000\], got '-1'$"):
+        create_strategy(name, StrategyContext(config, "mlp", (1, 8, 8), 4, options={"prox_mu": "-1"}))
+
+
+def test_prox_mu_keeps_any_methods_local_model_nearer_the_global_one() -> None:
+    """The term sits in train_local, so a FedAvg plan with prox_mu behaves as FedProx's."""
+    ctx = DeviceContext("dev0", round=1, seed=0)
+    distances = {}
+    for mu in ("0", "5"):
+        config = FederationConfig(seed=0, train=TrainConfig(epochs=3, batch_size=16, lr=0.1))
+        strategy = create_strategy("fedavg", StrategyContext(config, "mlp", (1, 8, 8), 4, options={"prox_mu": mu}))
+        plan = strategy.configure_train(1, _record())
+        assert plan.train["prox_mu"] == float(mu)
+        distances[mu] = _distance(plan, device_method("fedavg")(plan, _data(), ctx))
+    assert distances["0"] > 1.5 * distances["5"] > 0, distances

@@ -12,6 +12,7 @@ from coordinator.strategies.lowrank import LowRank
 from coordinator.strategies.pfedpara import PFedPara
 from coordinator.strategies.reft import Reft
 from coordinator.strategies.static_prune import StaticPrune
+from coordinator.proximal import with_prox_mu
 from coordinator.strategy import Strategy, StrategyContext
 
 __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
@@ -30,5 +31,5 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
-    """Build the strategy `name` from `ctx`."""
-    return strategy_class(name).create(ctx)
+    """Build the strategy `name` from `ctx` (``prox_mu`` goes into every plan's training settings)."""
+    return strategy_class(name).create(with_prox_mu(ctx, name))

@@ -37,6 +37,7 @@ from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
 from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
@@ -62,6 +63,7 @@ FDNNC_OPTIONS = Schema(
     Option("both_weight", choice("equal", "samples"), "equal", "BOTH: W = (ABᵀ + W)/2 (the paper) or "
                                                                "weighted by each group's samples"),
     ROBUST_OPTIONS,
+    PROX_OPTIONS,
 )
 
 
@@ -86,7 +88,7 @@ class FdnncOptions:
         """Parse string options; unknown keys and bad values raise ValueError."""
         parsed = FDNNC_OPTIONS.parse("fdnnc", options)
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
-        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
+        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}, robust=robust)
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,

@@ -23,6 +23,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.aggregation import mean_train_loss
 from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.options import Option, Schema, choice, number
+from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
@@ -38,6 +39,7 @@ FEDAVG_OPTIONS = Schema(
                                              "default: the full model (label global)"),
     Option("norm", choice("none", "batchnorm", "groupnorm"), None, "norm layers; default: the model family's"),
     ROBUST_OPTIONS,
+    PROX_OPTIONS,
 )
 
 
@@ -78,7 +80,8 @@ class FedAvg(Strategy):
     def parse_options(cls, options: Mapping[str, str]) -> FedAvgOptions:
         parsed = cls.option_schema.parse(cls.name, options)
         robust = RobustConfig.from_options(options, cls.name)
-        return cls.options_type(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
+        own = {k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}
+        return cls.options_type(**own, robust=robust)
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":

@@ -34,6 +34,7 @@ from coordinator.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.proximal import PROX_OPTIONS, without_prox
 from coordinator.server_opt import SERVER_OPT_KEYS
 from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -82,6 +83,7 @@ REFT_OPTIONS = Schema(
     Option("local_epochs", integer(1, 10_000), None, "local epochs; default: the run's --local-epochs"),
     Option("aggregate", choice("mean", "median"), "mean", "teacher: importance-weighted mean of the logits, "
                                                           "or weighted median (robust)"),
+    PROX_OPTIONS,
 )
 
 
@@ -108,7 +110,7 @@ class ReftOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
-        return cls(**REFT_OPTIONS.parse("reft", options))
+        return cls(**without_prox(REFT_OPTIONS.parse("reft", options)))
 
     def local_train(self, base: dict[str, Any]) -> dict[str, Any]:
         """The federation's train settings with REFT's local optimizer, lr and epochs."""

@@ -25,6 +25,7 @@ from coordinator.fleet import DeviceRecord, Fleet
 from coordinator.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
 from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, choice, number
 from coordinator.strategies.reft import pruning_options
 from coordinator.strategies.fedavg import FedAvg
@@ -42,6 +43,7 @@ STATIC_PRUNE_OPTIONS = Schema(
     Option("local_optimizer", choice("adam", "sgd"), "adam", "local optimizer of the pruned model"),
     Option("local_lr", number(1e-7, 10.0), "0.003", "local learning rate"),
     ROBUST_OPTIONS,
+    PROX_OPTIONS,
 )
 
 
@@ -63,7 +65,7 @@ class StaticPruneOptions:
         parsed = STATIC_PRUNE_OPTIONS.parse("static-prune", options)
         robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS},
                                            "static-prune")
-        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS}, robust=robust)
+        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}, robust=robust)
 
 
 class StaticPrune(FedAvg):

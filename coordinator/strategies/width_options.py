@@ -17,6 +17,7 @@ from edge_sdk.models.flanc_zoo import width_label
 
 from coordinator.assignment import ASSIGNMENT_OPTIONS, AssignmentConfig
 from coordinator.options import Option, Schema, choice, number
+from coordinator.proximal import PROX_OPTIONS
 from coordinator.robust import ROBUST_OPTIONS, RobustConfig
 
 __all__ = ["WidthOptions", "NORMS", "width_schema"]
@@ -42,7 +43,7 @@ def width_schema(default_widths: str = "0.25,0.5,0.75,1") -> Schema:
         Option("norm", choice(*NORMS), None, "norm layers: none, batchnorm, groupnorm; default: the model "
                                              "family's (batchnorm; none for flanc_cnn and mlp)"),
         Option("export", _folder, "", "after training, export every width as ONNX into this folder"),
-        ASSIGNMENT_OPTIONS, ROBUST_OPTIONS)
+        ASSIGNMENT_OPTIONS, ROBUST_OPTIONS, PROX_OPTIONS)
 
 
 _OWN_KEYS = frozenset(width_schema().keys)

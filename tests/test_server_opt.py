@@ -135,3 +135,15 @@ def test_flanc_steps_its_basis_and_each_width_as_groups(tmp_path, broker) -> Non
     assert all(0.0 <= a <= 1.0 for a in report.rounds[-1].accuracy.values())
     groups = {k.split("/")[1] for k in load_checkpoint(tmp_path / "ckpt").tensors if k.startswith("server_opt:m/")}
     assert groups == {"basis", "0.25", "0.5", "0.75", "1.0"}
+
+
+def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
+    from coordinator.server import coordinator_config_from_toml
+
+    path = tmp_path / "coordinator.toml"
+    path.write_text('method = "heterofl"\n[options]\nserver_opt = "fedyogi"\nserver_lr = 0.003\nprox_mu = 0.01\n')
+    config = coordinator_config_from_toml(path)
+    strategy = create_strategy(config.method, StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10,
+                                                              options=config.options))
+    assert strategy.options.width.robust.server == ServerOptConfig("fedyogi", lr=0.003)
+    assert strategy.config.train.prox_mu == 0.01

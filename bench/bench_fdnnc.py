@@ -41,6 +41,8 @@ def _canonical(pattern: str, upload: str, fraction: float) -> tuple[str, str, fl
 def _run(args: argparse.Namespace, url: str, pattern: str, upload: str, fraction: float, tmp: str) -> dict[str, Any]:
     options = {"pattern": pattern, "upload": upload, "big_fraction": str(fraction), "rank": str(args.rank),
                "freeze": args.freeze, "both_weight": args.both_weight}
+    if args.server_opt != "none":
+        options["server_opt"] = args.server_opt
     config = SimulationConfig(
         method="fdnnc", clients=args.clients, rounds=args.rounds, dataset=args.dataset, partition=args.partition,
         seed=args.seed, out=str(Path(tmp) / f"{pattern}-{upload}-{fraction}"), broker_url=url, model="mlp",
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="half upload: freeze the factor a device does not upload")
     parser.add_argument("--both-weight", default="equal", choices=["equal", "samples"],
                         help="BOTH: average dense and composed weights equally (the paper) or by group samples")
+    parser.add_argument("--server-opt", default="none", choices=["none", "fedavgm", "fedadam", "fedyogi"],
+                        help="server optimizer on every aggregate (docs/server_optimizers.md)")
     parser.add_argument("--json", help="also write every run (with accuracy curves) to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)

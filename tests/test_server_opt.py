@@ -147,3 +147,16 @@ def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
                                                               options=config.options))
     assert strategy.options.width.robust.server == ServerOptConfig("fedyogi", lr=0.003)
     assert strategy.config.train.prox_mu == 0.01
+
+
+def test_fdnnc_steps_its_composed_dense_model_once_per_round(tmp_path, broker) -> None:
+    config = SimulationConfig(method="fdnnc", clients=4, rounds=2, dataset="digits", model="mlp", out=str(tmp_path),
+                              broker_url=broker.url, job="server-opt-fdnnc", plots=False,
+                              checkpoint_dir=str(tmp_path / "ckpt"),
+                              options={"server_opt": "fedavgm", "pattern": "both", "big_fraction": "0.5"},
+                              train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+    report = run_simulation(config)
+    assert all(r.aggregated for r in report.rounds)
+    assert report.rounds[-1].accuracy["big"] > 0.3 and report.rounds[-1].accuracy["small"] > 0.3
+    groups = {k.split("/")[1] for k in load_checkpoint(tmp_path / "ckpt").tensors if k.startswith("server_opt:m/")}
+    assert groups == {"dense"}

@@ -22,7 +22,7 @@ each factor is averaged over the devices that sent it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -40,6 +40,7 @@ from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
 from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.server_opt import ServerOptConfig
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -245,7 +246,11 @@ class Fdnnc(Strategy):
         big = [u.update for u in updates if u.update.label == BIG]
         small = [u.update for u in updates if u.update.label == SMALL]
         everyone = big + small
-        robust = self.options.robust
+        # The rule folds each group; the server optimizer, if any, steps the composed dense model
+        # once at the end (factors are re-derived from it by SVD, so their own moments would be
+        # meaningless from one decomposition to the next).
+        robust = replace(self.options.robust, server=ServerOptConfig())
+        before = dict(self.dense)
 
         def fold(group: str, current: dict[str, np.ndarray], senders: list[Update]) -> dict[str, np.ndarray]:
             return self.fold(group, current, [{k: u.tensors[k] for k in current} for u in senders],
@@ -271,6 +276,9 @@ class Fdnnc(Strategy):
                     low = compose(self.factors[self.a_names[i]], self.factors[self.b_names[i]])
                     self.dense[w] = (share_big * new_w[w] + (1 - share_big) * low.astype(np.float64)
                                      ).astype(np.float32)
+            self._decompose()
+        if self.options.robust.server.active:
+            self.dense = self.server_opt.step(self.options.robust.server, "dense", before, self.dense)
             self._decompose()
         return self._metrics(big, small)
 

@@ -32,6 +32,7 @@ from emit import emit  # bench/emit.py (scripts run from bench/)
 VARIANTS = {
     "fedavg": ("fedavg", {}),
     "fedavgm": ("fedavg", {"server_opt": "fedavgm"}),
+    "fedavgm-eta0.1": ("fedavg", {"server_opt": "fedavgm", "server_lr": "0.1"}),  # η = 1 − β: no amplification
     "fedadam": ("fedavg", {"server_opt": "fedadam"}),
     "fedyogi": ("fedavg", {"server_opt": "fedyogi"}),
     "fedprox": ("fedavg", {"prox_mu": "0.01"}),

@@ -85,10 +85,13 @@ def table(out: Path, target: float, last: int) -> str:
         ratio_r = (f"{stats['reach'] / base['reach']:.2f}" if stats["reach"] and base.get("reach") else "")
         ratio_s = f"{base['swing'] / stats['swing']:.2f}" if base and stats["swing"] > 0 else ""
         reach_text = "/".join(str(r) if r is not None else "—" for r in reach)
+        collapsed = sum(c[-1] < 0.15 for c in curves)  # ended at chance (10 classes)
+        note = f"{collapsed} of {len(curves)} ended at chance" if collapsed else ""
         rows.append(f"| {variant} | {len(curves)} | {reach_text} | {ratio_r} | {np.mean(finals):.1f} ± "
-                    f"{np.std(finals):.1f} | {np.mean(swing):.2f} | {ratio_s} |")
+                    f"{np.std(finals):.1f} | {np.mean(swing):.2f} | {ratio_s} | {note} |")
     head = (f"| variant | seeds | rounds to {100 * target:.0f} % (per seed) | × FedAvg's | final % | "
-            f"mean abs. change over the last {last} rounds (points) | FedAvg's ÷ this |\n|---|---|---|---|---|---|---|")
+            f"mean abs. change over the last {last} rounds (points) | FedAvg's ÷ this | |\n"
+            "|---|---|---|---|---|---|---|---|")
     return head + "\n" + "\n".join(rows)
 
 

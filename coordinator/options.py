@@ -1,8 +1,8 @@
 """One way to read ``--option key=value`` settings, for every method and the shared option groups.
 
 A parser takes ``(key, text)`` and returns the typed value or raises a one-line ValueError that
-names the option (``option trim: must be in [0, 0.5), got '0.7'``). :func:`parse_keys` applies a
-table of parsers to a method's options, rejecting unknown keys with the list of known ones.
+names the option (``option trim: must be in [0, 0.5), got '0.7'``). :meth:`Schema.parse` applies a
+method's rows to its options, rejecting unknown keys with the list of known ones.
 Booleans read ``true/false``, ``yes/no``, ``on/off`` and ``1/0`` in any case, everywhere.
 
 A method declares its options as a :class:`Schema` of :class:`Option` rows (key, parser, default,
@@ -16,8 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-__all__ = ["Parser", "Option", "Schema", "boolean", "number", "integer", "choice", "int_list", "parse_keys",
-           "unknown_keys"]
+__all__ = ["Parser", "Option", "Schema", "boolean", "number", "integer", "choice", "int_list", "unknown_keys"]
 
 #: ``(key, text) -> value``; ValueError names the key.
 Parser = Callable[[str, str], Any]
@@ -84,16 +83,6 @@ def unknown_keys(method: str, options: Mapping[str, Any], known: set[str] | Mapp
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ValueError(f"{method}: unknown option(s) {unknown}; known: {sorted(known)}")
-
-
-def parse_keys(method: str, options: Mapping[str, Any], parsers: Mapping[str, Parser]) -> dict[str, Any]:
-    """Every option through its parser (text stripped); unknown keys and bad values raise a
-    ValueError that starts with ``method``."""
-    unknown_keys(method, options, parsers)
-    try:
-        return {key: parsers[key](key, str(text).strip()) for key, text in options.items()}
-    except ValueError as exc:
-        raise ValueError(f"{method}: {exc}") from None
 
 
 @dataclass(frozen=True)

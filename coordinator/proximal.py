@@ -15,7 +15,7 @@ from typing import Mapping
 from coordinator.options import Option, Schema, number
 from coordinator.strategy import StrategyContext
 
-__all__ = ["PROX_OPTIONS", "PROX_KEYS", "with_prox_mu"]
+__all__ = ["PROX_OPTIONS", "PROX_KEYS", "with_prox_mu", "without_prox"]
 
 PROX_OPTIONS = Schema(
     Option("prox_mu", number(0.0, 1e4), "0", "FedProx's μ: μ/2·‖w − w_global‖² in every device's local loss "

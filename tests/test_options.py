@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.options import boolean, choice, integer, number, parse_keys
+from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.robust import RobustConfig
 from coordinator.strategies import STRATEGIES, create_strategy
 from coordinator.strategies.fdnnc import FdnncOptions
@@ -35,7 +35,7 @@ def test_bad_values_are_one_line_errors_that_name_the_option() -> None:
             parser("k", text)
         assert str(info.value) == message
     with pytest.raises(ValueError, match=r"^m: unknown option\(s\) \['x'\]; known: \['k'\]$"):
-        parse_keys("m", {"x": "1"}, {"k": boolean})
+        Schema(Option("k", boolean, "false", "a flag")).parse("m", {"x": "1"})
 
 
 def test_every_methods_flags_take_the_same_spellings() -> None:

@@ -5,7 +5,8 @@ batchnorm | groupnorm; default: the method's, see :meth:`WidthOptions.zoo_kwargs
 training every width is exported there as ONNX), the assignment keys of
 :class:`coordinator.assignment.AssignmentConfig` (``assign``, ``budget_s``,
 ``override``, ``dynamic``, ``sample``) and the robust-aggregation keys of
-:class:`coordinator.robust.RobustConfig` (``aggregate``, ``trim``, ``clip``).
+:class:`coordinator.robust.RobustConfig` (``aggregate``, ``trim``, ``clip`` and the server
+optimizer's ``server_opt``, ``server_lr``, ...) and ``prox_mu`` (:mod:`coordinator.proximal`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _folder(key: str, text: str) -> str | None:
 
 
 def width_schema(default_widths: str = "0.25,0.5,0.75,1") -> Schema:
-    """The options of every width-based method: widths, norm, export, assignment and robust keys."""
+    """The options of every width-based method: widths, norm, export, and the assignment, aggregation
+    (robust rule, server optimizer) and proximal keys."""
     return Schema(
         Option("widths", _widths, default_widths, "model widths p in (0, 1], comma-separated, increasing"),
         Option("norm", choice(*NORMS), None, "norm layers: none, batchnorm, groupnorm; default: the model "

@@ -4,7 +4,7 @@ A round's aggregate (after the robust rule, :mod:`coordinator.robust`) is not ta
 global model: the difference ``Δ = aggregate − current`` is treated as a pseudo-gradient and
 applied with server momentum (FedAvgM, Hsu et al. 2019) or with Adam / Yogi (FedAdam, FedYogi):
 
-- ``fedavgm``: ``m ← β·m + Δ``; ``w ← w + η·m``
+- ``fedavgm``: ``m ← β·m + Δ``; ``w ← w + η·m`` (default η = 1 − β)
 - ``fedadam``: ``m ← β₁·m + (1−β₁)·Δ``; ``v ← β₂·v + (1−β₂)·Δ²``; ``w ← w + η·m / (√v + τ)``
 - ``fedyogi``: as FedAdam with ``v ← v − (1−β₂)·Δ²·sign(v − Δ²)``
 
@@ -32,15 +32,16 @@ __all__ = ["OPTIMIZERS", "SERVER_OPT_OPTIONS", "SERVER_OPT_KEYS", "ServerOptConf
 log = logging.getLogger(__name__)
 
 OPTIMIZERS = ("none", "fedavgm", "fedadam", "fedyogi")
-#: η when ``server_lr`` is not given: FedAvgM steps by the whole (momentum) pseudo-gradient; the
-#: adaptive ones move each weight by about η per round, so η is a step size (the paper's grid: 10^-3…1)
-DEFAULT_LR = {"none": 1.0, "fedavgm": 1.0, "fedadam": 0.01, "fedyogi": 0.01}
+#: η when ``server_lr`` is not given, for the adaptive ones: they move each weight by about η per
+#: round, so η is a step size (the paper's grid: 10^-3…1). FedAvgM's default is 1 − β (see
+#: :attr:`ServerOptConfig.step_size`).
+DEFAULT_LR = {"fedadam": 0.01, "fedyogi": 0.01}
 
 SERVER_OPT_OPTIONS = Schema(
     Option("server_opt", choice(*OPTIMIZERS), "none", "server optimizer on the aggregate: none, fedavgm, "
                                                       "fedadam, fedyogi (docs/server_optimizers.md)"),
-    Option("server_lr", number(1e-9, 1e3), None, "server learning rate η; default: 1 for fedavgm, "
-                                                 "0.01 for fedadam and fedyogi"),
+    Option("server_lr", number(1e-9, 1e3), None, "server learning rate η; default: 1 − server_momentum for "
+                                                 "fedavgm, 0.01 for fedadam and fedyogi"),
     Option("server_momentum", number(0.0, 0.999), "0.9", "fedavgm: momentum β"),
     Option("beta1", number(0.0, 0.999), "0.9", "fedadam, fedyogi: β₁ of the first moment"),
     Option("beta2", number(0.0, 0.9999), "0.99", "fedadam, fedyogi: β₂ of the second moment"),
@@ -69,7 +70,12 @@ class ServerOptConfig:
 
     @property
     def step_size(self) -> float:
-        return DEFAULT_LR[self.name] if self.lr is None else self.lr
+        """η: ``server_lr``, else FedAvgM's 1 − β — the step of plain FedAvg once the momentum has
+        built up (the paper's η = 1 steps 1/(1 − β) = 10× as far, and diverged on Fashion-MNIST and
+        FLANC here, BENCHMARKS.md) — or the adaptive optimizers' :data:`DEFAULT_LR`."""
+        if self.lr is not None:
+            return self.lr
+        return 1.0 - self.momentum if self.name == "fedavgm" else DEFAULT_LR.get(self.name, 1.0)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str) -> "ServerOptConfig":

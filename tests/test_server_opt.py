@@ -160,3 +160,17 @@ def test_fdnnc_steps_its_composed_dense_model_once_per_round(tmp_path, broker) -
     assert report.rounds[-1].accuracy["big"] > 0.3 and report.rounds[-1].accuracy["small"] > 0.3
     groups = {k.split("/")[1] for k in load_checkpoint(tmp_path / "ckpt").tensors if k.startswith("server_opt:m/")}
     assert groups == {"dense"}
+
+
+def test_fedavgm_steps_as_far_as_fedavg_by_default() -> None:
+    """η = 1 − β by default: a constant pseudo-gradient Δ moves the model by Δ per round once the
+    momentum has built up (the paper's η = 1 moves it 10×, and diverged in BENCHMARKS.md)."""
+    assert ServerOptConfig("fedavgm").step_size == pytest.approx(0.1)
+    assert ServerOptConfig("fedavgm", momentum=0.5).step_size == pytest.approx(0.5)
+    assert ServerOptConfig("fedavgm", lr=1.0).step_size == 1.0
+    assert ServerOptConfig("fedadam").step_size == ServerOptConfig("fedyogi").step_size == 0.01
+    opt, config, w = ServerOptimizer(), ServerOptConfig("fedavgm"), np.zeros(1)
+    for _ in range(200):
+        step = _step(opt, config, w, w + 1.0) - w
+        w = w + step
+    assert step == pytest.approx(1.0, rel=1e-6)

@@ -57,7 +57,7 @@ class ServerOptConfig:
     """Which server optimizer, and its hyper-parameters."""
 
     name: str = "none"
-    lr: float | None = None  # None: DEFAULT_LR[name]
+    lr: float | None = None  # None: the default of `step_size`
     momentum: float = 0.9
     beta1: float = 0.9
     beta2: float = 0.99

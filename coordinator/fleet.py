@@ -45,6 +45,10 @@ class DeviceRecord:
     bytes_down: int = 0
     bytes_up: int = 0
     last_ack: str = ""  # the device's latest acknowledgement (e.g. of a published model)
+    #: the newest MQTT connection (`Status.connection`) the device has reported from; a last
+    #: will of an older connection is stale and ignored
+    connection: int = 0
+    offline_since: float = 0.0  # time.monotonic() when it went offline
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,11 @@ class FleetProgress:
 
 #: How often (seconds) the fleet calls its `on_progress` callback while it waits (and at every change).
 PROGRESS_EVERY_S = 0.5
+#: How long (seconds) a round still waits for a participant that went offline, counted from when
+#: it did or from the coordinator's own reconnect, whichever is later: a device whose connection
+#: blipped, or a broker that restarted, costs seconds, not the device's update. Above paho's
+#: longest pause between reconnect attempts (`TransportConfig.reconnect_max_delay`, 10 s).
+REJOIN_GRACE_S = 15.0
 
 
 @dataclass
@@ -106,6 +115,12 @@ class Fleet:
         self.rejection_count = 0  # all of them, ever
         self._collecting: _Collection | None = None
         self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
+        #: per device, the (device connection, coordinator connection) its plan was last sent
+        #: over: a plan is sent again only when one side has reconnected since
+        self._plan_sent_over: dict[str, tuple[int, int]] = {}
+        self._connects_seen = 0  # our own connections the fleet has held a roll call for
+        self._reconnected_at = 0.0  # time.monotonic() of our latest reconnect
+        self.rejoin_grace_s = REJOIN_GRACE_S
 
     def start(self) -> None:
         """Subscribe to every device's uplink and status."""
@@ -120,6 +135,7 @@ class Fleet:
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
         if isinstance(body, Plan):
             self._plans[device_id] = (rnd, body)
+            self._plan_sent_over[device_id] = self._connections(device_id)
         if device_id in self.devices:
             self.devices[device_id].bytes_down += nbytes
         return nbytes
@@ -135,6 +151,7 @@ class Fleet:
     # -- receiving --------------------------------------------------------
     def pump(self, timeout: float) -> None:
         """Handle every message that arrives within `timeout` seconds (at least one poll)."""
+        self._roll_call_if_reconnected()
         end = time.monotonic() + timeout
         while True:
             item = self.link.poll(max(0.0, end - time.monotonic()))
@@ -144,6 +161,37 @@ class Fleet:
                 break
         for sender, transfer_id, got, count in self.link.expire():
             self._reject(sender, "incomplete", f"transfer {transfer_id} timed out with {got}/{count} chunks")
+
+    def _roll_call_if_reconnected(self) -> None:
+        """After each connection of our own (the first one too), ask every device for its
+        status: whatever order the broker delivered wills and births in while we were away,
+        the answers say who is connected now (and the answers of participants that missed
+        their plan bring it to them again)."""
+        connects = self.link.transport.connect_count
+        if connects == self._connects_seen or not self.link.transport.connected:
+            return
+        if self._connects_seen:
+            self._reconnected_at = time.monotonic()
+            log.warning("reconnected to the broker: asking every device for its status")
+        self._connects_seen = connects
+        try:
+            self.broadcast(Status("online", "roll call"))
+        except ConnectionError as exc:  # dropped again meanwhile: the next reconnect asks again
+            log.warning("roll call not sent: %s", exc)
+            self._connects_seen = 0
+
+    def _connections(self, device: str) -> tuple[int, int]:
+        record = self.devices.get(device)
+        return (record.connection if record else 0, self.link.transport.connect_count)
+
+    def _still_expected(self, device: str) -> bool:
+        """Online, or offline for less than the rejoin grace (counted from our own reconnect
+        too: while we were away, the wills we took may be older than the devices' return)."""
+        record = self.devices[device]
+        if record.online:
+            return True
+        since = max(record.offline_since, self._reconnected_at)
+        return (not self.link.transport.connected) or time.monotonic() - since < self.rejoin_grace_s
 
     def wait_for_devices(self, count: int, timeout: float) -> list[str]:
         """Block until `count` devices are registered and online (or timeout)."""
@@ -174,7 +222,6 @@ class Fleet:
         self._collecting = _Collection(rnd, set(participants), check)
         start = time.monotonic()
         end = start + deadline_s
-        connects = self.link.transport.connect_count
         up_before = sum(self.devices[d].bytes_up for d in participants)
 
         def progress() -> None:
@@ -185,15 +232,12 @@ class Fleet:
             while time.monotonic() < end:
                 col = self._collecting
                 waiting = [d for d in col.participants
-                           if d not in col.accepted and d not in col.declined and self.devices[d].online]
+                           if d not in col.accepted and d not in col.declined and self._still_expected(d)]
                 if not waiting:
                     break
-                if self.link.transport.connect_count != connects:
-                    # the coordinator's own connection dropped and came back: what devices sent
-                    # meanwhile is lost (clean sessions), so ask again (a device re-sends, not retrains)
-                    connects = self.link.transport.connect_count
-                    log.warning("reconnected to the broker during round %d: sending %d plans again",
-                                rnd, len(waiting))
+                if self.link.transport.connected:
+                    # after our own reconnect, what devices sent meanwhile is lost (clean sessions):
+                    # ask again (a device that trained re-sends its update, it does not retrain)
                     for device in waiting:
                         self._resend_plan(device)
                 progress()
@@ -203,6 +247,7 @@ class Fleet:
         finally:
             self._collecting = None
             self._plans.clear()
+            self._plan_sent_over.clear()
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -260,6 +305,7 @@ class Fleet:
             self.devices[device] = record
         else:
             record.profile, record.num_samples, record.online = profile, body.num_samples, True
+        record.connection = max(record.connection, body.connection)
         if self.on_register is not None:
             self.on_register(record)
         log.info("registered %s (%s, %.1f GFLOPS, %d samples) as %s", device, profile.name,
@@ -276,14 +322,23 @@ class Fleet:
                 log.info("status %r from unregistered device %s: asking it to register", env.body.state, device)
                 self.send(device, Error("unknown_device", "register with this coordinator"))
             return
-        record.state, record.reason = env.body.state, env.body.reason
-        was_online, record.online = record.online, env.body.state != "offline"
-        if was_online and not record.online:
-            dropped = self.link.discard_sender(device)
-            log.warning("device %s went offline (%s); dropped %d partial transfers",
-                        device, env.body.reason, dropped)
-        elif env.body.state == "online":  # it (re)connected: what it was sent meanwhile is lost
-            self._resend_plan(device)
+        stamp = env.body.connection
+        if env.body.state == "offline":
+            if stamp < record.connection:  # e.g. a broker's late delivery of an old connection's will
+                log.info("ignored a stale last will of %s (its connection %d; it has reported from %d since)",
+                         device, stamp, record.connection)
+                return
+            record.state, record.reason, record.connection = "offline", env.body.reason, stamp
+            if record.online:
+                record.online, record.offline_since = False, time.monotonic()
+                dropped = self.link.discard_sender(device)
+                log.warning("device %s went offline (%s); dropped %d partial transfers",
+                            device, env.body.reason, dropped)
+            return
+        # any other status is the word of a connected device
+        record.state, record.reason, record.online = env.body.state, env.body.reason, True
+        record.connection = max(record.connection, stamp)
+        self._resend_plan(device)  # if it, or we, reconnected since its plan was sent
 
     def _resend_plan(self, device: str) -> None:
         """A participant that (re)connected may have missed its plan (sessions are clean) or
@@ -291,10 +346,19 @@ class Fleet:
         col = self._collecting
         rnd, plan = self._plans.get(device, (None, None))
         if (col is None or plan is None or rnd != col.round or device not in col.participants
-                or device in col.accepted or device in col.declined):
+                or device in col.accepted or device in col.declined
+                or not self._reconnected_since_plan(device)):
             return
-        log.info("device %s (re)connected during round %d: sending its plan again", device, rnd)
+        log.info("device %s (or this coordinator) reconnected during round %d: sending its plan again",
+                 device, rnd)
         self.send(device, plan, rnd)
+
+    def _reconnected_since_plan(self, device: str) -> bool:
+        """Has the device or the coordinator reconnected since the device's plan was sent? (A
+        device whose connection was unknown then — no status heard yet — counts as unchanged.)"""
+        device_then, ours_then = self._plan_sent_over.get(device, (0, 0))
+        device_now, ours_now = self._connections(device)
+        return ours_now != ours_then or (device_then != 0 and device_now != device_then)
 
     def _on_update(self, device: str, env: Envelope, nbytes: int) -> None:
         record = self.devices.get(device)

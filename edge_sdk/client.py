@@ -137,14 +137,11 @@ class DeviceClient:
         Ctrl-C (KeyboardInterrupt) stops it cleanly: training stops after its current step,
         the device says "offline" to the coordinator and disconnects, then the interrupt
         propagates."""
-        status_topic = self.topics.status(self.config.device_id)
-        offline = encode_envelope(Envelope.of(Status("offline", "connection lost"), self.config.device_id))
-        online = encode_envelope(Envelope.of(Status("online", "connected"), self.config.device_id))
         transport_config = replace(
             self.config.transport,
             client_id=self.config.transport.client_id or self.config.device_id,
-            will=Will(status_topic, offline, qos=1, retain=True),
-            birth=Will(status_topic, online, qos=1, retain=True),  # after every reconnect too
+            will=self._presence("offline", "connection lost"),
+            birth=self._presence("online", "connected"),  # after every reconnect too
         )
         for cap in apply_caps(self.config.schedule):
             log.info("%s: %s", self.config.device_id, cap)
@@ -169,6 +166,17 @@ class DeviceClient:
         finally:
             transport.close()
         return reason
+
+    def _presence(self, state: str, reason: str) -> Callable[[int], Will]:
+        """The retained status `state` of one connection (its will or its birth message),
+        stamped with that connection, so the coordinator can tell a late will of an old
+        connection from news about the current one."""
+        topic = self.topics.status(self.config.device_id)
+
+        def build(stamp: int) -> Will:
+            env = Envelope.of(Status(state, reason, connection=stamp), self.config.device_id)
+            return Will(topic, encode_envelope(env), qos=1, retain=True)
+        return build
 
     # -- loop -------------------------------------------------------------
     def _connect(self, transport: MqttTransport) -> None:
@@ -226,6 +234,8 @@ class DeviceClient:
             self._on_model(env)
         elif isinstance(body, Stop):
             return body.reason or "stopped by coordinator"
+        elif isinstance(body, Status):  # the coordinator (re)connected: a roll call, answered at once
+            self._heartbeat()
         return None
 
     def _on_model(self, env: Envelope) -> None:
@@ -353,7 +363,8 @@ class DeviceClient:
     def _register(self) -> None:
         env = Envelope.of(
             Register(profile=self.profile.to_dict(), num_samples=len(self.data),
-                     capabilities=tuple(DEVICE_METHODS), sdk_version=SDK_VERSION),
+                     capabilities=tuple(DEVICE_METHODS), sdk_version=SDK_VERSION,
+                     connection=self.link.transport.connection_stamp if self.link else 0),
             self.config.device_id,
         )
         self._register_id = env.msg_id
@@ -364,7 +375,8 @@ class DeviceClient:
         self._last_heartbeat = time.monotonic()
         assert self.link is not None
         metrics = decision.readings.metrics() if decision is not None else {}
-        env = Envelope.of(Status(state, reason[:1000], metrics), self.config.device_id)
+        env = Envelope.of(Status(state, reason[:1000], metrics, self.link.transport.connection_stamp),
+                          self.config.device_id)
         self.link.send(self.topics.status(self.config.device_id), env, retain=True)
 
     def _send(self, body: object, rnd: int) -> None:

@@ -9,6 +9,11 @@ paho's network thread runs our callbacks, which never block. Observed paho 2.2:
 * After every (re)connect we resubscribe, then publish the configured birth
   message (a retained "online" that overrides the will the broker may have
   published while we were gone).
+* Every connection has a stamp (`connection_stamp`, wall-clock nanoseconds,
+  increasing). Will and birth may be built per connection from it, so a
+  reader can tell an old connection's will, delivered late (a broker that
+  publishes wills while shutting down, or on a session take-over), from the
+  state of the current one.
 * After a lost connection paho waits ``reconnect_min_delay``, doubling the
   wait after every failed attempt up to ``reconnect_max_delay``; it resets
   after a successful CONNACK.
@@ -27,13 +32,15 @@ import ssl
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-__all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "publish_packet_size"]
+__all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "WillSource",
+           "publish_packet_size"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,14 @@ class Will:
     retain: bool = True
 
 
+#: A fixed `Will`, or one built for each connection from the connection's stamp.
+WillSource = Will | Callable[[int], Will]
+
+
+def _resolve(source: WillSource | None, stamp: int) -> Will | None:
+    return source(stamp) if callable(source) else source
+
+
 @dataclass(frozen=True)
 class TransportConfig:
     """Connection settings; ``url`` is mqtt[s]://[user:pass@]host[:port]. ``max_packet_size``
@@ -83,10 +98,10 @@ class TransportConfig:
     tls_insecure: bool = False
     keepalive: int = 30
     protocol: str = "auto"
-    will: Will | None = None
+    will: WillSource | None = None
     #: Published after every successful connect (first and reconnects), after resubscribing:
     #: e.g. a retained "online" status that replaces the last will the broker may have sent.
-    birth: Will | None = None
+    birth: WillSource | None = None
     connect_timeout: float = 10.0
     reconnect_min_delay: float = 0.5
     reconnect_max_delay: float = 10.0
@@ -155,6 +170,19 @@ class MqttTransport:
         self._connected = self._closed = False
         self._max_packet: int | None = None
         self._connect_count = self._dropped = self._failed = 0
+        self._stamp = 0
+        self._next_stamp()
+
+    def _next_stamp(self) -> int:
+        """A new connection stamp: wall-clock ns, strictly above the previous one."""
+        self._stamp = max(time.time_ns(), self._stamp + 1)
+        return self._stamp
+
+    @property
+    def connection_stamp(self) -> int:
+        """The stamp of the current connection (of the next one while disconnected): the
+        will and birth of that connection carry it (see `WillSource`)."""
+        return self._stamp
 
     @property
     def connected(self) -> bool:
@@ -255,13 +283,18 @@ class MqttTransport:
             if cfg.tls_insecure:
                 client.tls_insecure_set(True)
         if cfg.will is not None and will:
-            client.will_set(cfg.will.topic, bytes(cfg.will.payload), cfg.will.qos, cfg.will.retain)
+            self._set_will(client)
         if not will:
             self._probe = client
         client.reconnect_delay_set(cfg.reconnect_min_delay, cfg.reconnect_max_delay)  # type: ignore[arg-type]
         client.on_connect, client.on_disconnect = self._on_connect, self._on_disconnect
         client.on_message, client.on_publish = self._on_message, self._on_publish
         return client
+
+    def _set_will(self, client: mqtt.Client) -> None:
+        """The will of the connection `connection_stamp` names (sent in its CONNECT)."""
+        if (w := _resolve(self.config.will, self._stamp)) is not None:
+            client.will_set(w.topic, bytes(w.payload), w.qos, w.retain)
 
     def _first_connect(self, client: mqtt.Client, version: str,
                        deadline: float) -> tuple[int | None, str] | None:
@@ -321,7 +354,7 @@ class MqttTransport:
             self._connect_count += 1
         for topic, qos in subs:
             client.subscribe(topic, qos)
-        if (birth := self.config.birth) is not None and client is not self._probe:
+        if (birth := _resolve(self.config.birth, self._stamp)) is not None and client is not self._probe:
             client.publish(birth.topic, bytes(birth.payload), birth.qos, birth.retain)
         self._first.set()
 
@@ -331,6 +364,9 @@ class MqttTransport:
             return
         self._connected = False
         log.info("disconnected from broker: %s", reason)
+        if self._first.is_set() and self.config.will is not None:
+            self._next_stamp()  # paho's reconnect sends this will in its CONNECT
+            self._set_will(client)
         if not self._first.is_set():
             self._first_failure = (None, f"connection closed before CONNACK ({reason})")
             client.disconnect()

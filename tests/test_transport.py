@@ -12,6 +12,7 @@ import pytest
 
 from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
+from tests.faultproxy import FaultProxy
 
 needs_mosquitto = pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
 
@@ -212,6 +213,33 @@ def test_reconnect_resubscribe_and_queue_while_disconnected(topic_prefix: str) -
         finally:
             sub.close()
             pub.close()
+
+
+def test_each_connection_has_its_own_stamped_will_and_birth(topic_prefix: str) -> None:
+    """Will and birth built per connection carry that connection's stamp, which increases: the
+    will the broker publishes for a lost connection names it, and the birth after the reconnect
+    names the new one (so a reader can order them whatever order they arrive in)."""
+    topic = f"{topic_prefix}/stamped/status"
+
+    def presence(state: str) -> Callable[[int], Will]:
+        return lambda stamp: Will(topic, f"{state} {stamp}".encode())
+    with EmbeddedBroker() as b, FaultProxy(b.port) as proxy, _transport(b.url) as observer:
+        _subscribed(observer, topic)
+        device = _transport(proxy.url, will=presence("offline"), birth=presence("online"),
+                            reconnect_min_delay=0.1, reconnect_max_delay=0.5)
+        try:
+            first = device.connection_stamp
+            msg = observer.receive(5)
+            assert msg is not None and msg.payload == f"online {first}".encode()
+            proxy.drop_connections()  # no DISCONNECT: the broker publishes the will
+            assert _wait_for(lambda: device.connect_count == 2, 10)
+            second = device.connection_stamp
+            assert second > first
+            got = [observer.receive(5), observer.receive(5)]
+            assert sorted(m.payload for m in got if m is not None) == sorted(
+                [f"offline {first}".encode(), f"online {second}".encode()])
+        finally:
+            device.close()
 
 
 @pytest.mark.skipif(shutil.which("mosquitto_passwd") is None or find_mosquitto() is None,

@@ -131,16 +131,18 @@ class Register(Message):
     num_samples: int
     capabilities: tuple[str, ...] = ()
     sdk_version: str = ""
+    connection: int = 0  # the MQTT connection it registers over (see `Status.connection`)
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
         return {"profile": dict(self.profile), "num_samples": self.num_samples,
-                "capabilities": list(self.capabilities), "sdk_version": self.sdk_version}
+                "capabilities": list(self.capabilities), "sdk_version": self.sdk_version,
+                "connection": self.connection}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Register:
         return cls(_map(body, "profile", _MISSING, (int, float, str, bool)),
                    _int(body, "num_samples", lo=0), _str_tuple(body, "capabilities", ()),
-                   _str(body, "sdk_version", ""))
+                   _str(body, "sdk_version", ""), _int(body, "connection", 0, lo=0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -240,13 +242,18 @@ class Status(Message):
     state: str
     reason: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    #: the stamp of the sender's MQTT connection this status is about (`MqttTransport.connection_stamp`;
+    #: 0: unknown): a last will whose connection is older than one already heard from is stale
+    connection: int = 0
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"state": self.state, "reason": self.reason, "metrics": dict(self.metrics)}
+        return {"state": self.state, "reason": self.reason, "metrics": dict(self.metrics),
+                "connection": self.connection}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Status:
-        return cls(_str(body, "state"), _str(body, "reason", ""), _metrics(body, "metrics", {}))
+        return cls(_str(body, "state"), _str(body, "reason", ""), _metrics(body, "metrics", {}),
+                   _int(body, "connection", 0, lo=0))
 
 
 @dataclass(frozen=True)

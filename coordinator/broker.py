@@ -317,7 +317,17 @@ class EmbeddedBroker:
             try:
                 await self._stop_event.wait()
             finally:
-                await broker.shutdown()
+                # stop listening (and, on Python >= 3.13, cut the clients) first, and bound the
+                # shutdown: amqtt 0.12.1's hung a broker restart with devices mid-transfer on a busy
+                # machine, and its listener kept the port (the restart found it in use)
+                for server in getattr(broker, "_servers", {}).values():
+                    if (instance := getattr(server, "instance", None)) is not None:
+                        instance.close()
+                        getattr(instance, "abort_clients", lambda: None)()
+                try:
+                    await asyncio.wait_for(broker.shutdown(), 10)
+                except asyncio.TimeoutError:
+                    self._amqtt_log.append("amqtt broker shutdown timed out; its listener is closed")
 
         handler = _ListHandler(self._amqtt_log)
         logger = logging.getLogger("amqtt")

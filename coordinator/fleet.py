@@ -276,6 +276,8 @@ class Fleet:
             if (env.body.code in ("not_training", "train_failed") and col is not None
                     and env.round == col.round and device in col.participants):
                 col.declined.add(device)  # the round need not wait for it
+            elif env.body.code == "incomplete":  # a message to it lost a chunk: its plan again
+                self._resend_plan(device, lost=True)
         elif isinstance(env.body, Ack):  # e.g. a published model installed
             log.info("device %s: %s", device, env.body.note[:200])
             if device in self.devices:
@@ -340,14 +342,15 @@ class Fleet:
         record.connection = max(record.connection, stamp)
         self._resend_plan(device)  # if it, or we, reconnected since its plan was sent
 
-    def _resend_plan(self, device: str) -> None:
+    def _resend_plan(self, device: str, lost: bool = False) -> None:
         """A participant that (re)connected may have missed its plan (sessions are clean) or
-        lost part of its upload: send it the round's plan again; one update still counts."""
+        lost part of its upload, or it says a message to it stalled (`lost`): send it the
+        round's plan again; one update still counts."""
         col = self._collecting
         rnd, plan = self._plans.get(device, (None, None))
         if (col is None or plan is None or rnd != col.round or device not in col.participants
                 or device in col.accepted or device in col.declined
-                or not self._reconnected_since_plan(device)):
+                or not (lost or self._reconnected_since_plan(device))):
             return
         log.info("device %s (or this coordinator) reconnected during round %d: sending its plan again",
                  device, rnd)

@@ -205,6 +205,7 @@ class DeviceClient:
             if now - self._last_heartbeat >= self.config.heartbeat_s:
                 self._heartbeat()
             assert self.link is not None
+            self._report_stalled_transfers()
             # a message wakes it at once; idle, it wakes once a second (a simulation's hundreds of
             # devices waking often take the interpreter from the one that trains: 0.77x -> ~0.9x)
             item = self.link.poll(1.0)
@@ -215,6 +216,15 @@ class DeviceClient:
                 if stop_reason is not None:
                     return stop_reason
         return "stopped"
+
+    def _report_stalled_transfers(self) -> None:
+        """A message from the coordinator whose chunks stopped coming (one was lost on the way)
+        is asked for again: `error{code: "incomplete"}` makes it re-send the open round's plan."""
+        assert self.link is not None
+        for sender, transfer_id, got, count in self.link.expire():
+            log.warning("%s: a message from %s stalled at %d/%d chunks: asking for it again",
+                        self.config.device_id, sender, got, count)
+            self._send(Error("incomplete", f"transfer {transfer_id} timed out with {got}/{count} chunks"), -1)
 
     def _handle(self, env: Envelope) -> str | None:
         body = env.body

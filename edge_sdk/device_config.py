@@ -22,7 +22,7 @@ _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "
              "schedule"}
 _DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
 _DEVICE_KEYS = {"profile", "measure_seconds", "device"}
-_LINK_KEYS = {"chunk_size", "transfer_dtype"}
+_LINK_KEYS = {"chunk_size", "transfer_dtype", "reassembly_timeout_s"}
 
 
 def local_data_from_toml(config: dict) -> LocalData:
@@ -76,7 +76,8 @@ def client_from_toml(path: str | Path) -> DeviceClient:
         transport=transport_from_toml(config, client_id=device_id),
         job=str(config.get("job", "default")),
         link=LinkConfig(chunk_size=int(link.get("chunk_size", 1 << 20)),
-                        transfer_dtype=link.get("transfer_dtype")),
+                        transfer_dtype=link.get("transfer_dtype"),
+                        reassembly_timeout_s=float(link.get("reassembly_timeout_s", 30.0))),
         state_dir=config.get("state_dir"),
         heartbeat_s=float(config.get("heartbeat_s", 30.0)),
         seed=int(config.get("seed", 0)),

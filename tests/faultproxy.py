@@ -1,13 +1,16 @@
-"""A fault-injecting TCP proxy for MQTT, for tests: clients connect to it instead of the broker.
+"""A fault-injecting TCP proxy for MQTT, for tests and the soak: clients connect to it instead
+of the broker.
 
-It parses the client → broker byte stream into MQTT packets (fixed header + remaining-length
-varint) and, for PUBLISH packets a `FaultPolicy` selects, can delay them (random delays reorder
-them), duplicate them (the copy is sent again, same packet id) and throttle them (at most one
-every `gap_s`), or `hold()` them until `release()` (a stalled uplink). Broker → client bytes
-pass through untouched. `drop_connections()` cuts every connection at once, as a network failure
-would; a client that dies without sending DISCONNECT has its connection to the broker aborted
-with whatever the proxy still held (so the broker publishes its last will). The asyncio loop
-runs in a daemon thread; counters are read from the test's thread.
+It parses both byte streams into MQTT packets (fixed header + remaining-length varint) and, for
+PUBLISH packets a `FaultPolicy` selects — `policy` for client → broker (uplink), `down_policy`
+for broker → client (downlink) — can delay them (random delays reorder them), duplicate them
+(the copy is sent again, same packet id), throttle them (at most one every `gap_s`), drop them
+(the proxy acknowledges a dropped qos-1 packet itself, so the sender believes it delivered:
+a message lost beyond MQTT's reach), or `hold()` them until `release()` (a stalled link).
+`drop_connections()` cuts every connection at once, as a network failure would; a client that
+dies without sending DISCONNECT has its connection to the broker aborted with whatever the
+proxy still held (so the broker publishes its last will). The asyncio loop runs in a daemon
+thread; counters are read from the caller's thread.
 """
 
 from __future__ import annotations
@@ -22,18 +25,20 @@ from dataclasses import dataclass, field
 
 __all__ = ["FaultPolicy", "FaultProxy", "read_packet"]
 
-CONNECT, PUBLISH, DISCONNECT = 1, 3, 14
+CONNECT, PUBLISH, PUBACK, DISCONNECT = 1, 3, 4, 14
+UP, DOWN = "up", "down"
 
 
 @dataclass(frozen=True)
 class FaultPolicy:
-    """Which client → broker PUBLISH packets to disturb, and how."""
+    """Which PUBLISH packets of one direction to disturb, and how."""
 
     #: (topic, payload) → True for packets the faults apply to.
     select: Callable[[str, bytes], bool] = lambda topic, payload: True
     duplicate: float = 0.0  # probability that a selected packet is sent twice
     max_delay_s: float = 0.0  # each selected packet (and copy) is held uniform(0, max_delay_s)
     gap_s: float = 0.0  # throttle: selected packets leave at least gap_s apart
+    drop: float = 0.0  # probability that a selected qos-1 packet is dropped (and acknowledged here)
     seed: int = 0
 
 
@@ -66,6 +71,18 @@ def _connect_level(packet: bytes) -> int:
     return packet[i + 2 + int.from_bytes(packet[i:i + 2], "big")]
 
 
+def _publish_packet_id(packet: bytes) -> bytes | None:
+    """The 2-byte packet id of a qos-1/2 PUBLISH (None for qos 0)."""
+    if not (packet[0] >> 1) & 3:
+        return None
+    i = 1
+    while packet[i] & 0x80:
+        i += 1
+    i += 1
+    i += 2 + int.from_bytes(packet[i:i + 2], "big")
+    return packet[i:i + 2]
+
+
 def _parse_publish(packet: bytes, v5: bool) -> tuple[str, bytes]:
     """(topic, payload) of a PUBLISH packet."""
     i = 1
@@ -91,38 +108,52 @@ def _parse_publish(packet: bytes, v5: bool) -> tuple[str, bytes]:
 
 
 @dataclass(eq=False)
-class _Conn:
-    upstream: asyncio.StreamWriter
-    downstream: asyncio.StreamWriter
+class _Lane:
+    """One direction of a proxied connection: packets waiting to be written to `writer`."""
+    direction: str
+    writer: asyncio.StreamWriter
     heap: list[tuple[float, int, int, bytes]] = field(default_factory=list)  # (release, seq, copy, data)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     last_release: float = 0.0
     next_slot: float = 0.0
     written_seq: int = -1
-    closing: bool = False
+    seq: int = 0
     held: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, packet) while holding
+
+
+@dataclass(eq=False)
+class _Conn:
+    up: _Lane  # to the broker
+    down: _Lane  # to the client
+    closing: bool = False
     v5: bool = False  # MQTT 5 (PUBLISH has properties), from the CONNECT packet
+
+    def lane(self, direction: str) -> _Lane:
+        return self.up if direction == UP else self.down
 
 
 class FaultProxy:
     """Listens on 127.0.0.1:`port` and forwards to the broker at `upstream_port`."""
 
     def __init__(self, upstream_port: int, policy: FaultPolicy = FaultPolicy(),
-                 upstream_host: str = "127.0.0.1") -> None:
+                 upstream_host: str = "127.0.0.1", down_policy: FaultPolicy | None = None) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.policy = policy
+        #: broker → client faults; None: that direction passes untouched
+        self.down_policy = down_policy
         self._rng = random.Random(policy.seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
         self._conns: set[_Conn] = set()
         self.port = 0
-        #: PUBLISH packets seen / selected / sent twice / held back / sent after a later one.
-        self.publishes = self.selected = self.duplicated = self.delayed = self.reordered = 0
+        #: PUBLISH packets seen / selected / sent twice / held back / sent after a later one /
+        #: dropped, in both directions together.
+        self.publishes = self.selected = self.duplicated = self.delayed = self.reordered = self.dropped = 0
         #: topic → PUBLISH packets forwarded to the broker (copies included).
         self.forwarded: dict[str, int] = {}
         self.connections = 0
-        self._holding = False
+        self._holding: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -146,19 +177,21 @@ class FaultProxy:
         """Abort every proxied connection at once (both sides see a reset)."""
         self._call(lambda: [self._abort(conn) for conn in list(self._conns)])
 
-    def hold(self) -> None:
-        """Keep selected PUBLISH packets from now on until `release()` (a stalled uplink)."""
-        self._call(lambda: setattr(self, "_holding", True))
+    def hold(self, directions: tuple[str, ...] = (UP,)) -> None:
+        """Keep selected PUBLISH packets of `directions` ("up", "down") from now on until
+        `release()` (a stalled link)."""
+        self._call(lambda: self._holding.update(directions))
 
     def release(self) -> None:
         """Send the held packets (in arrival order) and stop holding."""
         def release() -> None:
-            self._holding = False
+            self._holding.clear()
             now = asyncio.get_running_loop().time()
             for conn in self._conns:
-                for seq, packet in conn.held:
-                    self._push(conn, now, seq, 0, packet)
-                conn.held.clear()
+                for lane in (conn.up, conn.down):
+                    for seq, packet in lane.held:
+                        self._push(lane, now, seq, 0, packet)
+                    lane.held.clear()
         self._call(release)
 
     def _call(self, fn: Callable[[], object]) -> None:
@@ -203,28 +236,22 @@ class FaultProxy:
             writer.transport.abort()
             return
         self.connections += 1
-        conn = _Conn(up_writer, writer)
+        conn = _Conn(_Lane(UP, up_writer), _Lane(DOWN, writer))
         self._conns.add(conn)
-        tasks = [asyncio.create_task(self._to_broker(reader, conn)),
-                 asyncio.create_task(self._sender(conn)),
-                 asyncio.create_task(self._to_client(up_reader, conn))]
+        tasks = [asyncio.create_task(self._read(reader, conn, UP)),
+                 asyncio.create_task(self._sender(conn, conn.up)),
+                 asyncio.create_task(self._read(up_reader, conn, DOWN)),
+                 asyncio.create_task(self._sender(conn, conn.down))]
         await asyncio.wait([tasks[0], tasks[2]], return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             task.cancel()
         self._abort(conn)
         self._conns.discard(conn)
 
-    async def _to_client(self, up_reader: asyncio.StreamReader, conn: _Conn) -> None:
-        try:
-            while data := await up_reader.read(65536):
-                conn.downstream.write(data)
-                await conn.downstream.drain()
-        except ConnectionError:
-            pass
-        conn.closing = True
-
-    async def _to_broker(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
-        loop, seq, last_type = asyncio.get_running_loop(), 0, 0
+    async def _read(self, reader: asyncio.StreamReader, conn: _Conn, direction: str) -> None:
+        """Read the packets of one direction and schedule them on its lane."""
+        loop, last_type, lane = asyncio.get_running_loop(), 0, conn.lane(direction)
+        policy = self.policy if direction == UP else self.down_policy
         try:
             while True:
                 packet = await read_packet(reader)
@@ -232,76 +259,88 @@ class FaultProxy:
                 now = loop.time()
                 if last_type == CONNECT:
                     conn.v5 = _connect_level(packet) == 5
-                if last_type == PUBLISH:
+                if last_type == PUBLISH and policy is not None:
                     self.publishes += 1
-                    self._schedule_publish(conn, packet, seq, now)
+                    self._schedule_publish(conn, direction, policy, packet, lane.seq, now)
                 else:  # keeps its place behind everything sent before it
-                    self._push(conn, max(now, conn.last_release), seq, 0, packet)
-                seq += 1
+                    self._push(lane, max(now, lane.last_release), lane.seq, 0, packet)
+                lane.seq += 1
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
+        if direction == DOWN:
+            conn.closing = True
+            return
         if last_type == DISCONNECT:  # a clean close: deliver what is held, then close
-            while conn.heap and not conn.closing:
+            while conn.up.heap and not conn.closing:
                 await asyncio.sleep(0.01)
         self._abort(conn)  # a dead client: what the proxy still holds is lost with it
 
-    def _schedule_publish(self, conn: _Conn, packet: bytes, seq: int, now: float) -> None:
-        policy = self.policy
+    def _schedule_publish(self, conn: _Conn, direction: str, policy: FaultPolicy, packet: bytes,
+                          seq: int, now: float) -> None:
+        lane = conn.lane(direction)
         if not policy.select(*_parse_publish(packet, conn.v5)):
-            self._push(conn, max(now, conn.last_release), seq, 0, packet)
+            self._push(lane, max(now, lane.last_release), seq, 0, packet)
             return
         self.selected += 1
-        if self._holding:
-            conn.held.append((seq, packet))
+        if direction in self._holding:
+            lane.held.append((seq, packet))
+            return
+        packet_id = _publish_packet_id(packet)
+        if packet_id is not None and (packet[0] >> 1) & 3 == 1 and self._rng.random() < policy.drop:
+            self.dropped += 1  # lost, yet acknowledged to its sender
+            back = conn.down if direction == UP else conn.up
+            self._push(back, max(now, back.last_release), back.seq, 0, bytes([PUBACK << 4, 2]) + packet_id)
+            back.seq += 1
             return
         release = now + self._rng.uniform(0, policy.max_delay_s)
         if policy.gap_s:
-            release = max(release, conn.next_slot)
-            conn.next_slot = release + policy.gap_s
+            release = max(release, lane.next_slot)
+            lane.next_slot = release + policy.gap_s
         if release > now:
             self.delayed += 1
-        self._push(conn, release, seq, 0, packet)
+        self._push(lane, release, seq, 0, packet)
         if self._rng.random() < policy.duplicate:
             self.duplicated += 1
-            self._push(conn, release + self._rng.uniform(0, policy.max_delay_s), seq, 1, packet)
+            self._push(lane, release + self._rng.uniform(0, policy.max_delay_s), seq, 1, packet)
 
-    def _push(self, conn: _Conn, release: float, seq: int, copy: int, packet: bytes) -> None:
-        heapq.heappush(conn.heap, (release, seq, copy, packet))
-        conn.last_release = max(conn.last_release, release)
-        conn.wake.set()
+    def _push(self, lane: _Lane, release: float, seq: int, copy: int, packet: bytes) -> None:
+        heapq.heappush(lane.heap, (release, seq, copy, packet))
+        lane.last_release = max(lane.last_release, release)
+        lane.wake.set()
 
-    async def _sender(self, conn: _Conn) -> None:
+    async def _sender(self, conn: _Conn, lane: _Lane) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not conn.heap:
-                conn.wake.clear()
-                await conn.wake.wait()
+            if not lane.heap:
+                lane.wake.clear()
+                await lane.wake.wait()
                 continue
-            release, seq, copy, packet = conn.heap[0]
+            release, seq, copy, packet = lane.heap[0]
             wait = release - loop.time()
             if wait > 0:  # sleep, unless an earlier packet is pushed meanwhile
-                conn.wake.clear()
+                lane.wake.clear()
                 try:
-                    await asyncio.wait_for(conn.wake.wait(), wait)
+                    await asyncio.wait_for(lane.wake.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
                 continue
-            heapq.heappop(conn.heap)
+            heapq.heappop(lane.heap)
             if packet[0] >> 4 == PUBLISH:
-                topic = _publish_topic(packet)
-                self.forwarded[topic] = self.forwarded.get(topic, 0) + 1
+                if lane.direction == UP:
+                    topic = _publish_topic(packet)
+                    self.forwarded[topic] = self.forwarded.get(topic, 0) + 1
                 if not copy:
-                    if seq < conn.written_seq:
+                    if seq < lane.written_seq:
                         self.reordered += 1
-                    conn.written_seq = max(conn.written_seq, seq)
+                    lane.written_seq = max(lane.written_seq, seq)
             try:
-                conn.upstream.write(packet)
-                await conn.upstream.drain()
+                lane.writer.write(packet)
+                await lane.writer.drain()
             except ConnectionError:
                 return
 
     def _abort(self, conn: _Conn) -> None:
-        conn.heap.clear()
         conn.closing = True
-        for writer in (conn.upstream, conn.downstream):
-            writer.transport.abort()
+        for lane in (conn.up, conn.down):
+            lane.heap.clear()
+            lane.writer.transport.abort()

@@ -129,9 +129,11 @@ class Coordinator:
 class Device:
     """A `DeviceClient` in a thread; `url` may point at a fault proxy."""
 
-    def __init__(self, url: str, job: str, device_id: str, mnist, shard: np.ndarray) -> None:
+    def __init__(self, url: str, job: str, device_id: str, mnist, shard: np.ndarray,
+                 reassembly_timeout_s: float = 30.0) -> None:
         config = ClientConfig(device_id=device_id, transport=TransportConfig(url=url), job=job,
-                              link=LinkConfig(chunk_size=CHUNK), heartbeat_s=600.0, register_retry_s=1.0)
+                              link=LinkConfig(chunk_size=CHUNK, reassembly_timeout_s=reassembly_timeout_s),
+                              heartbeat_s=600.0, register_retry_s=1.0)
         self.client = DeviceClient(config, LocalData(mnist.x_train[shard], mnist.y_train[shard],
                                                      mnist.num_classes), load_profile("raspberry-pi-4b"))
         self.reason: str | None = None
@@ -558,6 +560,35 @@ def test_duplicated_delayed_reordered_chunks(broker, mnist, shards, cleanup):
     assert coordinator.fleet.link.duplicate_chunks == proxy.duplicated
     assert coordinator.fleet.link.pending_transfers() == []
     assert report.rounds[-1].accuracy[LABEL] > 0.8
+
+
+def downlink_chunks(topic: str, payload: bytes) -> bool:
+    return "/down/" in topic and peek_header(payload)[1] == "chunk"
+
+
+def test_downlink_chunks_duplicated_reordered_and_dropped(broker, mnist, shards, caplog, cleanup):
+    """The devices' downlink duplicates, delays (so reorders) and drops plan chunks; a dropped
+    one is acknowledged by the proxy, so no MQTT mechanism brings it back. A device whose plan
+    stalls asks for it again (`error{incomplete}`), the coordinator re-sends it, duplicates are
+    ignored, and every round closes with both devices' updates."""
+    job = f"down{uuid.uuid4().hex[:6]}"
+    policy = FaultPolicy(select=downlink_chunks, duplicate=0.2, max_delay_s=0.02, drop=0.02, seed=5)
+    proxy = cleanup.enter_context(FaultProxy(broker.port, FaultPolicy(select=lambda t, p: False),
+                                             down_policy=policy))
+    coordinator = Coordinator(broker.url, job, mnist, rounds=2, min_devices=2, deadline_s=2 * WAIT)
+    cleanup.callback(coordinator.close)
+    devices = [Device(proxy.url, job, f"d{i}", mnist, shards[i], reassembly_timeout_s=2.0) for i in range(2)]
+    for device in devices:
+        cleanup.callback(device.close)
+    with caplog.at_level(logging.WARNING):
+        report = coordinator.finish()
+    for device in devices:
+        assert device.join() == "training finished"
+        assert device.client.rounds_trained == [0, 1]
+    assert participants(report) == [["d0", "d1"]] * 2 and all(r.aggregated for r in report.rounds)
+    assert proxy.dropped > 0 and proxy.duplicated > 0 and proxy.reordered > 0
+    assert "asking for it again" in caplog.text  # a stalled plan was asked for, and came
+    assert sum(d.client.link.duplicate_chunks for d in devices) > 0
 
 
 def test_stragglers_of_a_discarded_transfer_are_ignored():

@@ -4,7 +4,9 @@ of the broker.
 It parses both byte streams into MQTT packets (fixed header + remaining-length varint) and, for
 PUBLISH packets a `FaultPolicy` selects — `policy` for client → broker (uplink), `down_policy`
 for broker → client (downlink) — can delay them (random delays reorder them), duplicate them
-(the copy is sent again, same packet id), throttle them (at most one every `gap_s`), drop them
+(the copy is sent again, same packet id, and the proxy forwards only one of the receiver's two
+acknowledgements, as MQTT's own re-delivery would look: an extra PUBACK would acknowledge a later
+message that reuses the id), throttle them (at most one every `gap_s`), drop them
 (the proxy acknowledges a dropped qos-1 packet itself, so the sender believes it delivered:
 a message lost beyond MQTT's reach), or `hold()` them until `release()` (a stalled link).
 `drop_connections()` cuts every connection at once, as a network failure would; a client that
@@ -125,6 +127,8 @@ class _Lane:
 class _Conn:
     up: _Lane  # to the broker
     down: _Lane  # to the client
+    #: direction → packet id → PUBACKs of that direction to swallow (one per duplicated PUBLISH)
+    swallow: dict[str, dict[bytes, int]] = field(default_factory=lambda: {UP: {}, DOWN: {}})
     closing: bool = False
     v5: bool = False  # MQTT 5 (PUBLISH has properties), from the CONNECT packet
 
@@ -141,7 +145,7 @@ class FaultProxy:
         self.policy = policy
         #: broker → client faults; None: that direction passes untouched
         self.down_policy = down_policy
-        self._rng = random.Random(policy.seed)
+        self._rngs = {UP: random.Random(policy.seed), DOWN: random.Random(down_policy.seed if down_policy else 0)}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -259,7 +263,9 @@ class FaultProxy:
                 now = loop.time()
                 if last_type == CONNECT:
                     conn.v5 = _connect_level(packet) == 5
-                if last_type == PUBLISH and policy is not None:
+                if last_type == PUBACK and self._swallowed(conn, direction, packet):
+                    pass
+                elif last_type == PUBLISH and policy is not None:
                     self.publishes += 1
                     self._schedule_publish(conn, direction, policy, packet, lane.seq, now)
                 else:  # keeps its place behind everything sent before it
@@ -275,9 +281,19 @@ class FaultProxy:
                 await asyncio.sleep(0.01)
         self._abort(conn)  # a dead client: what the proxy still holds is lost with it
 
+    @staticmethod
+    def _swallowed(conn: _Conn, direction: str, puback: bytes) -> bool:
+        """Is this the first of two acknowledgements of a PUBLISH the proxy duplicated?"""
+        waiting = conn.swallow[direction]
+        packet_id = puback[2:4]  # remaining length < 128: one byte
+        if waiting.get(packet_id, 0) <= 0:
+            return False
+        waiting[packet_id] -= 1
+        return True
+
     def _schedule_publish(self, conn: _Conn, direction: str, policy: FaultPolicy, packet: bytes,
                           seq: int, now: float) -> None:
-        lane = conn.lane(direction)
+        lane, rng = conn.lane(direction), self._rngs[direction]
         if not policy.select(*_parse_publish(packet, conn.v5)):
             self._push(lane, max(now, lane.last_release), seq, 0, packet)
             return
@@ -286,22 +302,25 @@ class FaultProxy:
             lane.held.append((seq, packet))
             return
         packet_id = _publish_packet_id(packet)
-        if packet_id is not None and (packet[0] >> 1) & 3 == 1 and self._rng.random() < policy.drop:
+        if packet_id is not None and (packet[0] >> 1) & 3 == 1 and rng.random() < policy.drop:
             self.dropped += 1  # lost, yet acknowledged to its sender
             back = conn.down if direction == UP else conn.up
             self._push(back, max(now, back.last_release), back.seq, 0, bytes([PUBACK << 4, 2]) + packet_id)
             back.seq += 1
             return
-        release = now + self._rng.uniform(0, policy.max_delay_s)
+        release = now + rng.uniform(0, policy.max_delay_s)
         if policy.gap_s:
             release = max(release, lane.next_slot)
             lane.next_slot = release + policy.gap_s
         if release > now:
             self.delayed += 1
         self._push(lane, release, seq, 0, packet)
-        if self._rng.random() < policy.duplicate:
+        if rng.random() < policy.duplicate:
             self.duplicated += 1
-            self._push(lane, release + self._rng.uniform(0, policy.max_delay_s), seq, 1, packet)
+            if packet_id is not None:
+                back = conn.swallow[DOWN if direction == UP else UP]
+                back[packet_id] = back.get(packet_id, 0) + 1
+            self._push(lane, release + rng.uniform(0, policy.max_delay_s), seq, 1, packet)
 
     def _push(self, lane: _Lane, release: float, seq: int, copy: int, packet: bytes) -> None:
         heapq.heappush(lane.heap, (release, seq, copy, packet))

@@ -572,7 +572,9 @@ def test_downlink_chunks_duplicated_reordered_and_dropped(broker, mnist, shards,
     stalls asks for it again (`error{incomplete}`), the coordinator re-sends it, duplicates are
     ignored, and every round closes with both devices' updates."""
     job = f"down{uuid.uuid4().hex[:6]}"
-    policy = FaultPolicy(select=downlink_chunks, duplicate=0.2, max_delay_s=0.02, drop=0.02, seed=5)
+    # seed 27: the 26th chunk is dropped, then none until the 918th (the draws do not depend on
+    # timing; both devices' chunks draw from one sequence, so a re-sent plan needs ~222 clean draws)
+    policy = FaultPolicy(select=downlink_chunks, duplicate=0.2, max_delay_s=0.02, drop=0.004, seed=27)
     proxy = cleanup.enter_context(FaultProxy(broker.port, FaultPolicy(select=lambda t, p: False),
                                              down_policy=policy))
     coordinator = Coordinator(broker.url, job, mnist, rounds=2, min_devices=2, deadline_s=2 * WAIT)

@@ -352,8 +352,8 @@ class Fleet:
                 or device in col.accepted or device in col.declined
                 or not (lost or self._reconnected_since_plan(device))):
             return
-        log.info("device %s (or this coordinator) reconnected during round %d: sending its plan again",
-                 device, rnd)
+        why = "a message to it stalled" if lost else "it, or this coordinator, reconnected"
+        log.info("device %s: %s during round %d: sending its plan again", device, why, rnd)
         self.send(device, plan, rnd)
 
     def _reconnected_since_plan(self, device: str) -> bool:

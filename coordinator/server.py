@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edge_sdk.config import read_toml, section, transport_from_toml
+from edge_sdk.config import link_from_toml, read_toml, section, transport_from_toml
 from edge_sdk.data import load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.protocol.topics import Topics
@@ -58,7 +58,6 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     federation = section(config, "federation", _FEDERATION_KEYS)
     train = TrainConfig.from_dict(section(config, "train", _TRAIN_KEYS))
-    link = section(config, "link", {"chunk_size", "transfer_dtype", "reassembly_timeout_s"})
     job = str(config.get("job", "default"))
     return CoordinatorConfig(
         method=str(config.get("method", "fedavg")), job=job, out=str(config.get("out", "runs/coordinator")),
@@ -67,8 +66,7 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
         options={str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()},
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
         federation=FederationConfig(train=train, **federation),
-        link=LinkConfig(chunk_size=int(link.get("chunk_size", 1 << 20)), transfer_dtype=link.get("transfer_dtype"),
-                        reassembly_timeout_s=float(link.get("reassembly_timeout_s", 30.0))),
+        link=link_from_toml(config),
     )
 
 

@@ -6,9 +6,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from edge_sdk.link import LinkConfig
 from edge_sdk.transport import TransportConfig
 
-__all__ = ["read_toml", "transport_from_toml", "section"]
+__all__ = ["read_toml", "transport_from_toml", "link_from_toml", "section"]
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -32,6 +33,15 @@ def section(config: dict[str, Any], name: str, allowed: set[str]) -> dict[str, A
     if unknown:
         raise ValueError(f"[{name}]: unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
     return table
+
+
+def link_from_toml(config: dict[str, Any]) -> LinkConfig:
+    """The `[link]` table (the same for a device and the coordinator): ``chunk_size``,
+    ``transfer_dtype`` and ``reassembly_timeout_s`` (a chunked message stalled this long is given
+    up: a device asks for it again)."""
+    link = section(config, "link", {"chunk_size", "transfer_dtype", "reassembly_timeout_s"})
+    return LinkConfig(chunk_size=int(link.get("chunk_size", 1 << 20)), transfer_dtype=link.get("transfer_dtype"),
+                      reassembly_timeout_s=float(link.get("reassembly_timeout_s", 30.0)))
 
 
 _BROKER_KEYS = {"url", "username", "password", "password_file", "ca_file", "cert_file", "key_file",

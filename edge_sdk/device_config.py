@@ -8,9 +8,8 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.config import read_toml, section, transport_from_toml
+from edge_sdk.config import link_from_toml, read_toml, section, transport_from_toml
 from edge_sdk.data import load_dataset
-from edge_sdk.link import LinkConfig
 from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
@@ -22,7 +21,6 @@ _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "
              "schedule"}
 _DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
 _DEVICE_KEYS = {"profile", "measure_seconds", "device"}
-_LINK_KEYS = {"chunk_size", "transfer_dtype", "reassembly_timeout_s"}
 
 
 def local_data_from_toml(config: dict) -> LocalData:
@@ -70,14 +68,11 @@ def client_from_toml(path: str | Path) -> DeviceClient:
     if "device_id" not in config:
         raise ValueError(f"{path}: device_id is required")
     device_id = str(config["device_id"])
-    link = section(config, "link", _LINK_KEYS)
     client_config = ClientConfig(
         device_id=device_id,
         transport=transport_from_toml(config, client_id=device_id),
         job=str(config.get("job", "default")),
-        link=LinkConfig(chunk_size=int(link.get("chunk_size", 1 << 20)),
-                        transfer_dtype=link.get("transfer_dtype"),
-                        reassembly_timeout_s=float(link.get("reassembly_timeout_s", 30.0))),
+        link=link_from_toml(config),
         state_dir=config.get("state_dir"),
         heartbeat_s=float(config.get("heartbeat_s", 30.0)),
         seed=int(config.get("seed", 0)),

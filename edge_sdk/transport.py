@@ -173,10 +173,9 @@ class MqttTransport:
         self._stamp = 0
         self._next_stamp()
 
-    def _next_stamp(self) -> int:
+    def _next_stamp(self) -> None:
         """A new connection stamp: wall-clock ns, strictly above the previous one."""
         self._stamp = max(time.time_ns(), self._stamp + 1)
-        return self._stamp
 
     @property
     def connection_stamp(self) -> int:
@@ -364,8 +363,8 @@ class MqttTransport:
             return
         self._connected = False
         log.info("disconnected from broker: %s", reason)
-        if self._first.is_set() and self.config.will is not None:
-            self._next_stamp()  # paho's reconnect sends this will in its CONNECT
+        if self._first.is_set():  # the next connection: paho's reconnect sends its will in the CONNECT
+            self._next_stamp()
             self._set_will(client)
         if not self._first.is_set():
             self._first_failure = (None, f"connection closed before CONNACK ({reason})")

@@ -46,8 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/faultproxy.py
 
 from coordinator.broker import BrokerConfig, EmbeddedBroker  # noqa: E402
-from edge_sdk.protocol.messages import peek_header  # noqa: E402
-from tests.faultproxy import FaultPolicy, FaultProxy  # noqa: E402
+from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks  # noqa: E402
 
 EDGEFL = str(Path(sys.executable).parent / "edgefl")
 KINDS = ("broker_restart", "device_kill", "connection_drop", "stall", "coordinator_kill")
@@ -76,15 +75,6 @@ class RoundSeen:
     life: int  # which coordinator process
 
 
-def chunks(direction: str):
-    def select(topic: str, payload: bytes) -> bool:
-        try:
-            return f"/{direction}/" in topic and peek_header(payload)[1] == "chunk"
-        except Exception:  # noqa: BLE001 - not an envelope: leave it alone
-            return False
-    return select
-
-
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -109,7 +99,7 @@ class Soak:
         self.rss: list[dict] = []
         self.life = 0
         self.coordinator: subprocess.Popen | None = None
-        self.devices: dict[str, subprocess.Popen | None] = {}
+        self.devices: dict[str, subprocess.Popen] = {}
         self.down_since: dict[str, float] = {}  # device -> when it was killed (until restarted)
         self.killed_in: dict[str, list[tuple[float, float]]] = {}  # device -> [(killed, restarted)]
         self._lock = threading.Lock()
@@ -222,7 +212,6 @@ reassembly_timeout_s = 5
         if kind == "device_kill":
             name = r.choice(sorted(self.devices))
             proc = self.devices[name]
-            assert proc is not None
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             killed = self.now()
@@ -255,15 +244,15 @@ reassembly_timeout_s = 5
     def sample_rss(self) -> None:
         sample = {"t": round(self.now(), 1), "life": self.life,
                   "coordinator": rss_mb(self.coordinator.pid) if self.coordinator else None,
-                  "devices": {n: rss_mb(p.pid) for n, p in self.devices.items() if p is not None}}
+                  "devices": {n: rss_mb(p.pid) for n, p in self.devices.items()}}
         self.rss.append(sample)
 
     # -- run --------------------------------------------------------------------
     def run(self) -> dict:
         a = self.args
         self.broker.start()
-        up = FaultPolicy(select=chunks("up"), duplicate=0.05, max_delay_s=0.05, seed=a.seed)
-        down = FaultPolicy(select=chunks("down"), duplicate=0.05, max_delay_s=0.05, drop=a.drop, seed=a.seed + 1)
+        up = FaultPolicy(select=edgefl_chunks("up"), duplicate=0.05, max_delay_s=0.05, seed=a.seed)
+        down = FaultPolicy(select=edgefl_chunks("down"), duplicate=0.05, max_delay_s=0.05, drop=a.drop, seed=a.seed + 1)
         self.proxy = FaultProxy(self.broker.port, up, down_policy=down).start()
         self.write_configs()
         self.start_coordinator()
@@ -291,11 +280,9 @@ reassembly_timeout_s = 5
                 self.coordinator.terminate()
                 self.coordinator.wait(30)
             for proc in self.devices.values():
-                if proc is not None:
-                    proc.terminate()
+                proc.terminate()
             for proc in self.devices.values():
-                if proc is not None:
-                    proc.wait(30)
+                proc.wait(30)
             self.proxy.stop()
             self.broker.stop()
         return self.summary()
@@ -304,15 +291,15 @@ reassembly_timeout_s = 5
     def summary(self) -> dict:
         rounds, faults = self.rounds, self.faults
         starts = [0.0] + [r.t_end for r in rounds[:-1]]
-        for start, r in zip(starts, rounds):
-            for f in faults:
-                if start <= f.t < r.t_end:
-                    f.rounds.append(r.round)
-        clean = [r.host_s for r, s in zip(rounds, starts) if not any(s <= f.t < r.t_end for f in faults)]
+        overlapping = [[f for f in faults if start <= f.t < r.t_end] for start, r in zip(starts, rounds)]
+        for r, hit in zip(rounds, overlapping):
+            for f in hit:
+                f.rounds.append(r.round)
+        clean = [r.host_s for r, hit in zip(rounds, overlapping) if not hit]
         baseline = statistics.median(clean) if clean else 0.0
         per_kind = {k: {"count": 0, "rounds_lost": 0, "updates_lost": 0, "seconds_lost": 0.0} for k in KINDS}
-        for start, r in zip(starts, rounds):
-            during = [f for f in faults if start <= f.t < r.t_end and f.kind != "coordinator_kill"]
+        for r, hit in zip(rounds, overlapping):
+            during = [f for f in hit if f.kind != "coordinator_kill"]
             lost_round = r.updates < math.ceil(QUORUM * max(r.running, 1))
             lost_updates = max(0, r.running - r.updates)
             for f in during:

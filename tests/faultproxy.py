@@ -25,7 +25,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["FaultPolicy", "FaultProxy", "read_packet"]
+from edge_sdk.protocol.errors import ProtocolError
+from edge_sdk.protocol.messages import peek_header
+
+__all__ = ["FaultPolicy", "FaultProxy", "edgefl_chunks", "read_packet"]
 
 CONNECT, PUBLISH, PUBACK, DISCONNECT = 1, 3, 4, 14
 UP, DOWN = "up", "down"
@@ -42,6 +45,17 @@ class FaultPolicy:
     gap_s: float = 0.0  # throttle: selected packets leave at least gap_s apart
     drop: float = 0.0  # probability that a selected qos-1 packet is dropped (and acknowledged here)
     seed: int = 0
+
+
+def edgefl_chunks(direction: str) -> Callable[[str, bytes], bool]:
+    """A `FaultPolicy.select` for edgefl's chunk messages on ``up/`` (a device's uploads) or
+    ``down/`` (what the coordinator sends it) topics, not its other messages."""
+    def select(topic: str, payload: bytes) -> bool:
+        try:
+            return f"/{direction}/" in topic and peek_header(payload)[1] == "chunk"
+        except ProtocolError:  # not an envelope: leave it alone
+            return False
+    return select
 
 
 async def read_packet(reader: asyncio.StreamReader) -> bytes:

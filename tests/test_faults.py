@@ -41,14 +41,14 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import Reassembler, split_envelope_payload
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import (
-    Chunk, Envelope, RoundStart, Status, Update, decode_envelope, encode_envelope, peek_header,
+    Chunk, Envelope, RoundStart, Status, Update, decode_envelope, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from tests.device_configs import device_toml
-from tests.faultproxy import FaultPolicy, FaultProxy
+from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 CHUNK = 2048  # an update of the width-0.25 MLP (~170 KB) travels as ~110 chunks
@@ -74,9 +74,8 @@ def cleanup():
         yield stack
 
 
-def uplink_chunks(topic: str, payload: bytes) -> bool:
-    """FaultPolicy selector: the chunks of a device's update (not its other messages)."""
-    return "/up/" in topic and peek_header(payload)[1] == "chunk"
+uplink_chunks = edgefl_chunks("up")  # the chunks of a device's update (not its other messages)
+downlink_chunks = edgefl_chunks("down")  # the chunks of what the coordinator sends a device
 
 
 # -- the pieces of a job -------------------------------------------------------------------------
@@ -560,10 +559,6 @@ def test_duplicated_delayed_reordered_chunks(broker, mnist, shards, cleanup):
     assert coordinator.fleet.link.duplicate_chunks == proxy.duplicated
     assert coordinator.fleet.link.pending_transfers() == []
     assert report.rounds[-1].accuracy[LABEL] > 0.8
-
-
-def downlink_chunks(topic: str, payload: bytes) -> bool:
-    return "/down/" in topic and peek_header(payload)[1] == "chunk"
 
 
 def test_downlink_chunks_duplicated_reordered_and_dropped(broker, mnist, shards, caplog, cleanup):

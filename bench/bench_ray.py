@@ -2,28 +2,38 @@
 
     python bench/bench_ray.py speedup [--workers 1,2] [--rounds 6] [--dataset fashion-mnist]
     python bench/bench_ray.py scale [--devices 1000] [--per-round 100] [--rounds 6] [--workers N]
+    python bench/bench_ray.py binding [--workers 1,2,4,8,16] [--devices 100] [--per-round 10]
 
 speedup: the paper protocol (100 devices with 600 Fashion-MNIST images each, 10 per round, cnn4,
 one epoch, batch 32) on Ray with 1 CPU (one torch thread) per actor, for each worker count;
 seconds per round are the median over the rounds that do not evaluate (the coordinator
 evaluates only after the last round), so they measure the devices' side, which is what Ray
 spreads. The in-process backend with the same threads in all is the baseline of the same run.
+A device trains in the actor that hosts it, so a round lasts as long as the actor holding the
+most of its participants: the last column is the speed-up that this binding allows, computed
+from the participants of the same rounds (participants ÷ the largest number on one actor).
 
 scale: many devices with a light local step (mlp on the digits, 2 optimizer steps), reporting
 the resident memory of the coordinator's process and of every Ray worker after each round:
 memory should stay flat once every device has trained.
+
+binding: no training; the speed-up that device-to-actor binding allows on average, by sampling
+rounds (participants drawn uniformly, devices split over the actors in contiguous blocks as
+`--backend ray` does), beside the ceiling of a pool where any worker could train any device.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import torch
 
@@ -32,7 +42,7 @@ from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
 
-__all__ = ["speedup", "scale", "main"]
+__all__ = ["speedup", "scale", "binding", "binding_bound", "main"]
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -41,6 +51,20 @@ def _per_round(report) -> tuple[float, list[float]]:
     seconds = [r.host_seconds for r in report.rounds]
     steady = seconds[1:-1] or seconds  # not the first (start-up) nor the last (evaluation)
     return statistics.median(steady), seconds
+
+
+def binding_bound(report) -> float:
+    """The speed-up over one worker that device-to-actor binding allows in ``report``'s steady
+    rounds: the median over those rounds of participants ÷ the most participants on one actor."""
+    host_of = {d: i for i, h in enumerate(report.config["ray"]["hosts"]) for d in h["devices"]}
+    rounds = report.rounds[1:-1] or report.rounds
+    bounds = []
+    for r in rounds:
+        loads = [0] * len(report.config["ray"]["hosts"])
+        for d in r.participants:
+            loads[host_of[d]] += 1
+        bounds.append(len(r.participants) / max(max(loads), 1))
+    return statistics.median(bounds)
 
 
 def speedup(args: argparse.Namespace) -> str:
@@ -52,24 +76,40 @@ def speedup(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory() as out:
         torch.set_num_threads(max(args.workers))
         local, _ = _per_round(run_simulation(SimulationConfig(**base, out=f"{out}/local", job="bench-local")))
-        rows.append((f"in-process backend, {max(args.workers)} torch threads", local, None))
+        rows.append((f"in-process backend, {max(args.workers)} torch threads", local, None, None))
         for workers in args.workers:
             report = run_simulation(SimulationConfig(**base, out=f"{out}/ray{workers}", job=f"bench-ray{workers}",
                                                      backend="ray", ray_workers=workers, ray_cpus_per_worker=1))
             threads = sorted({h["torch_threads"] for h in report.config["ray"]["hosts"]})
             rows.append((f"Ray, {workers} worker process(es) x 1 CPU (torch threads {threads})",
-                         *_per_round(report)[:1], workers))
-    one = next(s for name, s, w in rows if w == min(args.workers))
+                         _per_round(report)[0], workers, binding_bound(report)))
+    one = next(s for name, s, w, _ in rows if w == min(args.workers))
     lines = [f"{args.dataset}: {args.devices} devices, {args.per_round} per round, {args.rounds} rounds, cnn4, "
              f"1 epoch, batch 32; {os.cpu_count()} CPUs here", "",
-             "| backend | seconds per round (median, rounds 2..R-1) | speed-up over 1 worker | / workers |",
-             "|---|---|---|---|"]
-    for name, seconds, workers in rows:
+             "| backend | seconds per round (median, rounds 2..R-1) | speed-up over 1 worker | / workers "
+             "| speed-up the binding allows |",
+             "|---|---|---|---|---|"]
+    for name, seconds, workers, bound in rows:
         if workers is None:
-            lines.append(f"| {name} | {seconds:.2f} | | |")
+            lines.append(f"| {name} | {seconds:.2f} | | | |")
         else:
             gain = one / seconds
-            lines.append(f"| {name} | {seconds:.2f} | {gain:.2f}x | {gain / workers:.2f} |")
+            lines.append(f"| {name} | {seconds:.2f} | {gain:.2f}x | {gain / workers:.2f} | {bound:.2f}x |")
+    return "\n".join(lines)
+
+
+def binding(args: argparse.Namespace, draws: int = 20000) -> str:
+    rng = np.random.default_rng(args.seed)
+    lines = [f"{args.devices} devices, {args.per_round} per round, {draws} sampled rounds", "",
+             "| workers | mean of the most participants on one actor | speed-up allowed | / workers "
+             "| a shared pool's ceiling | / workers |", "|---|---|---|---|---|---|"]
+    for workers in args.workers:
+        owner = np.repeat(np.arange(workers), [len(b) for b in np.array_split(np.arange(args.devices), workers)])
+        most = np.mean([np.bincount(owner[rng.choice(args.devices, args.per_round, replace=False)]).max()
+                        for _ in range(draws)])
+        allowed, pool = args.per_round / most, args.per_round / math.ceil(args.per_round / workers)
+        lines.append(f"| {workers} | {most:.2f} | {allowed:.2f}x | {allowed / workers:.2f} | {pool:.2f}x "
+                     f"| {pool / workers:.2f} |")
     return "\n".join(lines)
 
 
@@ -123,7 +163,7 @@ def scale(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["speedup", "scale"])
+    parser.add_argument("mode", choices=["speedup", "scale", "binding"])
     parser.add_argument("--dataset", default="fashion-mnist" if DEBIAN_FMNIST.is_dir() else "mnist-sample")
     parser.add_argument("--data-root", default=str(DEBIAN_FMNIST) if DEBIAN_FMNIST.is_dir() else None)
     parser.add_argument("--devices", type=int)
@@ -137,6 +177,10 @@ def main(argv: list[str] | None = None) -> None:
         args.devices, args.per_round = args.devices or 100, args.per_round or 10
         args.workers = [int(w) for w in (args.workers or f"1,{os.cpu_count()}").split(",")]
         text = speedup(args)
+    elif args.mode == "binding":
+        args.devices, args.per_round = args.devices or 100, args.per_round or 10
+        args.workers = [int(w) for w in (args.workers or "1,2,4,8,16").split(",")]
+        text = binding(args)
     else:
         args.devices, args.per_round = args.devices or 1000, args.per_round or 100
         args.workers = [int(w) for w in args.workers.split(",")] if args.workers else None  # None: as Ray needs

@@ -5,9 +5,12 @@ Protocol (defaults): full Fashion-MNIST (``apt-get install dataset-fashion-mnist
 10 per round, 3 classes per device (``shards:3``), cnn4, 1 local epoch, batch 32, SGD lr 0.05,
 100 rounds, evaluation on 2,000 stratified test images every round (the last on all 10,000).
 Variants: plain FedAvg, FedAvgM, FedAdam, FedYogi (their default η) and FedProx (``prox_mu``).
+``--method`` applies them to FedAvg (default), FLANC (every width in every round) or FDNNC
+SWITCH + HALF (half the devices big; the model must be ``mlp``).
 
     python bench/bench_server_opt.py --variants fedavg,fedavgm,fedadam --seeds 0,1,2 --out runs/sopt
-    python bench/bench_server_opt.py --table --out runs/sopt
+    python bench/bench_server_opt.py --method fdnnc --model mlp --variants fedavg,fedadam --out runs/sopt
+    python bench/bench_server_opt.py --table [--method M] --out runs/sopt
 
 A finished run (its JSON in ``--out``) is skipped; a stopped one resumes from its checkpoint.
 ``--dataset digits --clients 10 --per-round 10 --model mlp --partition shards:2`` is the
@@ -28,35 +31,46 @@ from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
 
-#: variant -> (method, options)
+#: variant -> the options it adds to the method's
 VARIANTS = {
-    "fedavg": ("fedavg", {}),
-    "fedavgm": ("fedavg", {"server_opt": "fedavgm"}),
-    "fedavgm-eta0.1": ("fedavg", {"server_opt": "fedavgm", "server_lr": "0.1"}),  # η = 1 − β: no amplification
-    "fedadam": ("fedavg", {"server_opt": "fedadam"}),
-    "fedyogi": ("fedavg", {"server_opt": "fedyogi"}),
-    "fedprox": ("fedavg", {"prox_mu": "0.01"}),
+    "fedavg": {},
+    "fedavgm": {"server_opt": "fedavgm"},
+    "fedavgm-eta0.1": {"server_opt": "fedavgm", "server_lr": "0.1"},  # η = 1 − β: no amplification
+    "fedadam": {"server_opt": "fedadam"},
+    "fedyogi": {"server_opt": "fedyogi"},
+    "fedprox": {"prox_mu": "0.01"},
+}
+
+#: method -> its own options in every variant
+METHODS = {
+    "fedavg": {},
+    "flanc": {"sample": "every"},
+    "fdnnc": {"pattern": "switch", "upload": "half", "big_fraction": "0.5"},
 }
 
 
+def _name(method: str, variant: str, seed: int) -> str:
+    return f"{variant}-s{seed}" if method == "fedavg" else f"{method}-{variant}-s{seed}"
+
+
 def _config(args: argparse.Namespace, variant: str, seed: int, out: Path) -> SimulationConfig:
-    method, options = VARIANTS[variant]
+    options = {**METHODS[args.method], **VARIANTS[variant]}
     return SimulationConfig(
-        method=method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
+        method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
         partition=args.partition, seed=seed, out=str(out), model=args.model, plots=False, options=dict(options),
         devices_per_round=args.per_round, eval_samples=args.eval_samples, checkpoint_dir=str(out / "checkpoint"),
         train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads))
 
 
 def _run(args: argparse.Namespace, variant: str, seed: int) -> None:
-    name = f"{variant}-s{seed}"
+    name = _name(args.method, variant, seed)
     path = Path(args.out) / f"{name}.json"
     if path.exists():
         return
     started = time.monotonic()
     report = run_simulation(_config(args, variant, seed, Path(args.out) / name))
     curve = [float(np.mean(list(r.accuracy.values()))) for r in report.rounds if r.accuracy]
-    path.write_text(json.dumps({"variant": variant, "seed": seed, "curve": curve,
+    path.write_text(json.dumps({"method": args.method, "variant": variant, "seed": seed, "curve": curve,
                                 "wall_s": round(time.monotonic() - started, 1)}))
     print(f"{name}: final {curve[-1]:.4f} in {time.monotonic() - started:.0f} s", flush=True)
 
@@ -65,12 +79,14 @@ def _rounds_to(curve: list[float], target: float) -> int | None:
     return next((i + 1 for i, a in enumerate(curve) if a >= target), None)
 
 
-def table(out: Path, target: float, last: int) -> str:
-    """Markdown: per variant, over seeds, rounds to ``target`` and final accuracy (mean ± std),
+def table(out: Path, target: float, last: int, method: str = "fedavg") -> str:
+    """Markdown: ``method``'s runs per variant, over seeds, rounds to ``target`` and final accuracy (mean ± std),
     the mean absolute round-to-round change over the ``last`` rounds, and the ratios to FedAvg."""
     runs: dict[str, list[list[float]]] = {}
     for path in sorted(out.glob("*.json")):
         data = json.loads(path.read_text())
+        if data.get("method", "fedavg") != method:
+            continue
         runs.setdefault(data["variant"], []).append(data["curve"])
     rows, base = [], {}
     for variant in [v for v in VARIANTS if v in runs]:
@@ -97,6 +113,7 @@ def table(out: Path, target: float, last: int) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", default="fedavg", choices=list(METHODS), help="the method the variants apply to")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--dataset", default="fashion-mnist")
@@ -124,7 +141,7 @@ def main() -> int:
         for seed in (int(s) for s in args.seeds.split(",")):
             for variant in variants:
                 _run(args, variant, seed)
-    emit(table(out, args.target, args.last), None)
+    emit(table(out, args.target, args.last, args.method), None)
     return 0
 
 

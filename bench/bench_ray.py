@@ -99,6 +99,8 @@ def speedup(args: argparse.Namespace) -> str:
 
 
 def binding(args: argparse.Namespace, draws: int = 20000) -> str:
+    """Markdown: per worker count, the speed-up that binding allows over ``draws`` sampled rounds,
+    and the ceiling of a shared pool (participants ÷ their share of the busiest worker)."""
     rng = np.random.default_rng(args.seed)
     lines = [f"{args.devices} devices, {args.per_round} per round, {draws} sampled rounds", "",
              "| workers | mean of the most participants on one actor | speed-up allowed | / workers "

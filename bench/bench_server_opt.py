@@ -6,10 +6,11 @@ Protocol (defaults): full Fashion-MNIST (``apt-get install dataset-fashion-mnist
 100 rounds, evaluation on 2,000 stratified test images every round (the last on all 10,000).
 Variants: plain FedAvg, FedAvgM, FedAdam, FedYogi (their default η) and FedProx (``prox_mu``).
 ``--method`` applies them to FedAvg (default), FLANC (every width in every round) or FDNNC
-SWITCH + HALF (half the devices big; the model must be ``mlp``).
+SWITCH + HALF (half the devices big; BENCHMARKS.md's figures use ``--model mlp --lr 0.01``:
+at lr 0.05 its low-rank devices diverge on these shards).
 
     python bench/bench_server_opt.py --variants fedavg,fedavgm,fedadam --seeds 0,1,2 --out runs/sopt
-    python bench/bench_server_opt.py --method fdnnc --model mlp --variants fedavg,fedadam --out runs/sopt
+    python bench/bench_server_opt.py --method fdnnc --model mlp --lr 0.01 --variants fedavg,fedadam --out runs/sopt
     python bench/bench_server_opt.py --table [--method M] --out runs/sopt
 
 A finished run (its JSON in ``--out``) is skipped; a stopped one resumes from its checkpoint.

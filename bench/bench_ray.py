@@ -47,19 +47,22 @@ __all__ = ["speedup", "scale", "binding", "binding_bound", "main"]
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
+def _steady(rounds: list) -> list:
+    """The rounds that are timed: not the first (start-up) nor the last (evaluation)."""
+    return rounds[1:-1] or rounds
+
+
 def _per_round(report) -> tuple[float, list[float]]:
     seconds = [r.host_seconds for r in report.rounds]
-    steady = seconds[1:-1] or seconds  # not the first (start-up) nor the last (evaluation)
-    return statistics.median(steady), seconds
+    return statistics.median(_steady(seconds)), seconds
 
 
 def binding_bound(report) -> float:
     """The speed-up over one worker that device-to-actor binding allows in ``report``'s steady
     rounds: the median over those rounds of participants ÷ the most participants on one actor."""
     host_of = {d: i for i, h in enumerate(report.config["ray"]["hosts"]) for d in h["devices"]}
-    rounds = report.rounds[1:-1] or report.rounds
     bounds = []
-    for r in rounds:
+    for r in _steady(report.rounds):
         loads = [0] * len(report.config["ray"]["hosts"])
         for d in r.participants:
             loads[host_of[d]] += 1

@@ -1,25 +1,25 @@
 """`edgefl simulate --backend ray`: speed-up with worker processes, and a thousand devices.
 
-    python bench/bench_ray.py speedup [--workers 1,2] [--rounds 6] [--dataset fashion-mnist]
+    python bench/bench_ray.py speedup [--workers 1,2] [--actors-per-worker 2] [--rounds 6]
     python bench/bench_ray.py scale [--devices 1000] [--per-round 100] [--rounds 6] [--workers N]
-    python bench/bench_ray.py binding [--workers 1,2,4,8,16] [--devices 100] [--per-round 10]
+    python bench/bench_ray.py binding [--workers 1,2,4,8,16] [--actors-per-worker 1,2,4]
 
 speedup: the paper protocol (100 devices with 600 Fashion-MNIST images each, 10 per round, cnn4,
-one epoch, batch 32) on Ray with 1 CPU (one torch thread) per actor, for each worker count;
+one epoch, batch 32) on Ray with 1 CPU (one torch thread) per training, for each worker count;
 seconds per round are the median over the rounds that do not evaluate (the coordinator
 evaluates only after the last round), so they measure the devices' side, which is what Ray
 spreads. The in-process backend with the same threads in all is the baseline of the same run.
-A device trains in the actor that hosts it, so a round lasts as long as the actor holding the
-most of its participants: the last column is the speed-up that this binding allows, computed
-from the participants of the same rounds (participants ÷ the largest number on one actor).
+A device trains in the actor that hosts it, one at a time per actor, while any free worker's
+slot serves the actor with the most waiting: the last column is the speed-up that this allows,
+computed from the participants of the same rounds (participants ÷ the training turns they take).
 
 scale: many devices with a light local step (mlp on the digits, 2 optimizer steps), reporting
 the resident memory of the coordinator's process and of every Ray worker after each round:
 memory should stay flat once every device has trained.
 
 binding: no training; the speed-up that device-to-actor binding allows on average, by sampling
-rounds (participants drawn uniformly, devices split over the actors in contiguous blocks as
-`--backend ray` does), beside the ceiling of a pool where any worker could train any device.
+rounds (participants drawn uniformly, devices split over K actors per worker in contiguous blocks
+as `--backend ray` does), beside the ceiling of a pool where any worker could train any device.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
 
-__all__ = ["speedup", "scale", "binding", "binding_bound", "main"]
+__all__ = ["speedup", "scale", "binding", "binding_bound", "training_turns", "main"]
 
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -57,16 +57,28 @@ def _per_round(report) -> tuple[float, list[float]]:
     return statistics.median(_steady(seconds)), seconds
 
 
+def training_turns(loads: list[int], workers: int) -> int:
+    """How many training turns a round takes when ``workers`` devices train at once, the actors
+    holding ``loads`` participants each train one at a time, and a free worker serves the actor
+    with the most waiting (`coordinator/compute_slots.py`); devices take equal time."""
+    left, turns = sorted(loads, reverse=True), 0
+    while left and left[0] > 0:
+        left[:workers] = [n - 1 for n in left[:workers]]
+        left.sort(reverse=True)
+        turns += 1
+    return turns
+
+
 def binding_bound(report) -> float:
     """The speed-up over one worker that device-to-actor binding allows in ``report``'s steady
-    rounds: the median over those rounds of participants ÷ the most participants on one actor."""
+    rounds: the median over those rounds of participants ÷ their training turns."""
     host_of = {d: i for i, h in enumerate(report.config["ray"]["hosts"]) for d in h["devices"]}
     bounds = []
     for r in _steady(report.rounds):
         loads = [0] * len(report.config["ray"]["hosts"])
         for d in r.participants:
             loads[host_of[d]] += 1
-        bounds.append(len(r.participants) / max(max(loads), 1))
+        bounds.append(len(r.participants) / max(training_turns(loads, report.config["ray_workers"]), 1))
     return statistics.median(bounds)
 
 
@@ -82,9 +94,11 @@ def speedup(args: argparse.Namespace) -> str:
         rows.append((f"in-process backend, {max(args.workers)} torch threads", local, None, None))
         for workers in args.workers:
             report = run_simulation(SimulationConfig(**base, out=f"{out}/ray{workers}", job=f"bench-ray{workers}",
-                                                     backend="ray", ray_workers=workers, ray_cpus_per_worker=1))
+                                                     backend="ray", ray_workers=workers, ray_cpus_per_worker=1,
+                                                     ray_actors_per_worker=args.actors_per_worker[0]))
             threads = sorted({h["torch_threads"] for h in report.config["ray"]["hosts"]})
-            rows.append((f"Ray, {workers} worker process(es) x 1 CPU (torch threads {threads})",
+            actors = len(report.config["ray"]["hosts"])
+            rows.append((f"Ray, {workers} worker(s) x 1 CPU on {actors} actors (torch threads {threads})",
                          _per_round(report)[0], workers, binding_bound(report)))
     one = next(s for name, s, w, _ in rows if w == min(args.workers))
     lines = [f"{args.dataset}: {args.devices} devices, {args.per_round} per round, {args.rounds} rounds, cnn4, "
@@ -102,19 +116,26 @@ def speedup(args: argparse.Namespace) -> str:
 
 
 def binding(args: argparse.Namespace, draws: int = 20000) -> str:
-    """Markdown: per worker count, the speed-up that binding allows over ``draws`` sampled rounds,
-    and the ceiling of a shared pool (participants ÷ their share of the busiest worker)."""
+    """Markdown: per worker count and actors per worker, the speed-up that binding allows over
+    ``draws`` sampled rounds, beside the ceiling of a pool where any worker trains any device."""
     rng = np.random.default_rng(args.seed)
-    lines = [f"{args.devices} devices, {args.per_round} per round, {draws} sampled rounds", "",
-             "| workers | mean of the most participants on one actor | speed-up allowed | / workers "
-             "| a shared pool's ceiling | / workers |", "|---|---|---|---|---|---|"]
+    per = args.actors_per_worker
+    lines = [f"{args.devices} devices, {args.per_round} per round, {draws} sampled rounds; speed-up allowed "
+             f"(and / workers) with K actors per worker", "",
+             "| workers | " + " | ".join(f"K = {k}" for k in per) + " | a shared pool's ceiling |",
+             "|---|" + "---|" * (len(per) + 1)]
     for workers in args.workers:
-        owner = np.repeat(np.arange(workers), [len(b) for b in np.array_split(np.arange(args.devices), workers)])
-        most = np.mean([np.bincount(owner[rng.choice(args.devices, args.per_round, replace=False)]).max()
-                        for _ in range(draws)])
-        allowed, pool = args.per_round / most, args.per_round / math.ceil(args.per_round / workers)
-        lines.append(f"| {workers} | {most:.2f} | {allowed:.2f}x | {allowed / workers:.2f} | {pool:.2f}x "
-                     f"| {pool / workers:.2f} |")
+        cells = []
+        for k in per:
+            actors = min(args.devices, workers * k)
+            owner = np.repeat(np.arange(actors), [len(b) for b in np.array_split(np.arange(args.devices), actors)])
+            turns = np.mean([training_turns(np.bincount(owner[rng.choice(args.devices, args.per_round,
+                                                                           replace=False)]).tolist(), workers)
+                             for _ in range(draws)])
+            allowed = args.per_round / turns
+            cells.append(f"{allowed:.2f}x ({allowed / workers:.2f})")
+        pool = args.per_round / math.ceil(args.per_round / workers)
+        lines.append(f"| {workers} | " + " | ".join(cells) + f" | {pool:.2f}x ({pool / workers:.2f}) |")
     return "\n".join(lines)
 
 
@@ -141,6 +162,7 @@ def scale(args: argparse.Namespace) -> str:
             method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
             dataset="digits", model="mlp", train=train, plots=False, out=out, job="bench-scale",
             backend="ray", ray_workers=args.workers[0] if args.workers else None, eval_every=1,
+            ray_actors_per_worker=args.actors_per_worker[0],
             round_deadline_s=300.0)
         from coordinator import ray_devices
 
@@ -175,9 +197,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-round", type=int)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", default=None, help="comma-separated worker counts")
+    parser.add_argument("--actors-per-worker", default="1,2,4",
+                        help="binding: comma-separated actors per worker; speedup/scale: the first")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="also write the table (markdown) here")
     args = parser.parse_args(argv)
+    args.actors_per_worker = [int(k) for k in args.actors_per_worker.split(",")]
     if args.mode == "speedup":
         args.devices, args.per_round = args.devices or 100, args.per_round or 10
         args.workers = [int(w) for w in (args.workers or f"1,{os.cpu_count()}").split(",")]

@@ -151,7 +151,8 @@ def _simulate(args: argparse.Namespace) -> int:
         options=_flag_options(args), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
-        ray_cpus_per_worker=args.ray_cpus_per_worker, checkpoint_dir=args.checkpoint_dir,
+        ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
+        checkpoint_dir=args.checkpoint_dir,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
@@ -205,9 +206,12 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="join this running Ray cluster (default: start one on this machine); devices on "
                         "other machines need a --broker they can reach")
     p.add_argument("--ray-workers", type=_at_least(1), metavar="N",
-                   help="Ray actor processes (default: one per CPU of the cluster, at most --clients)")
+                   help="devices training at once (default: one per CPU of the cluster, at most --clients)")
     p.add_argument("--ray-cpus-per-worker", type=_positive_float, default=1.0, metavar="CPUS",
-                   help="CPUs (torch threads) of each Ray actor")
+                   help="CPUs (torch threads) of each training")
+    p.add_argument("--ray-actors-per-worker", type=_at_least(1), default=2, metavar="K",
+                   help="Ray actor processes per worker, each hosting some devices; a worker trains whichever "
+                        "actor's device is next, so a round is not held up by one actor's share of it")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")

@@ -53,30 +53,45 @@ class DeviceActor:
 
         from edge_sdk.data import load_dataset
 
-        from coordinator.sim_devices import DeviceHost
         from coordinator.simulate import SimulationConfig, split_public
 
         torch.set_num_threads(max(1, threads))
-        config = SimulationConfig.from_plain(json.loads(config_json))
-        dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
-        private, _ = split_public(config, dataset)
-        self.host = DeviceHost.create(config, url, dataset, private, indices)
+        self.config = SimulationConfig.from_plain(json.loads(config_json))
+        self.url = url
+        self.indices = indices
+        self.dataset = load_dataset(self.config.dataset, root=self.config.data_root, seed=self.config.seed)
+        self.private, _ = split_public(self.config, self.dataset)
+        self.host: Any = None
 
-    def start(self) -> dict[str, Any]:
-        """Start the devices; where they run."""
-        self.host.start()
-        node = "local"
+    def node(self) -> str:
+        """The Ray node this actor runs on ("local" outside Ray)."""
         try:
             import ray
             if ray.is_initialized():
-                node = ray.get_runtime_context().get_node_id()
+                return str(ray.get_runtime_context().get_node_id())
         except ImportError:
             pass
-        return {"node": node, "pid": os.getpid(), "torch_threads": torch_threads(), "devices": self.host.device_ids}
+        return "local"
+
+    def start(self, slots: Any = None) -> dict[str, Any]:
+        """Start the devices, training only while holding one of ``slots`` (the node's
+        `ComputeSlots` actor; None: one at a time in this process, with no other limit); where
+        they run."""
+        from coordinator.compute_slots import SharedSlot
+        from coordinator.sim_devices import DeviceHost
+
+        slot = None
+        if slots is not None:
+            ray = _ray()
+            slot = SharedSlot(lambda waiting: ray.get(slots.acquire.remote(waiting)), lambda: slots.release.remote())
+        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, slot)
+        self.host.start()
+        return {"node": self.node(), "pid": os.getpid(), "torch_threads": torch_threads(),
+                "devices": self.host.device_ids}
 
     def stop(self, wait_s: float) -> list[str]:
         """Wait up to ``wait_s`` for the devices to finish, stop the rest; the ones stuck."""
-        return self.host.stop(wait_s)
+        return self.host.stop(wait_s) if self.host is not None else []
 
 
 class RayDevices:
@@ -86,6 +101,9 @@ class RayDevices:
         self.config = config
         self.url = url
         self.actors: list[Any] = []
+        self.slots: dict[str, Any] = {}  # node id -> its ComputeSlots actor
+        #: per node, its slots and the most held at once (filled by `stop`)
+        self.slot_stats: dict[str, dict[str, int]] = {}
         self._started_ray = False
 
     def start(self) -> list[dict[str, Any]]:
@@ -106,26 +124,37 @@ class RayDevices:
         cpus = float(ray.cluster_resources().get("CPU", 1))
         gpus = float(ray.cluster_resources().get("GPU", 0))
         needed = math.ceil(config.clients / MAX_DEVICES_PER_PROCESS)
-        if config.ray_workers is not None and config.ray_workers < needed:
-            raise ValueError(f"{config.clients} devices need at least {needed} Ray workers "
-                             f"({MAX_DEVICES_PER_PROCESS} per process), got ray_workers={config.ray_workers}")
-        workers = config.ray_workers or max(needed, min(config.clients, int(cpus // config.ray_cpus_per_worker)))
-        # more actors than the cluster's CPUs allow at that share: each gets a smaller share
-        share = min(config.ray_cpus_per_worker, cpus / workers)
-        options: dict[str, Any] = {"num_cpus": share, "scheduling_strategy": "SPREAD"}
+        workers = config.ray_workers or max(1, min(config.clients, int(cpus // config.ray_cpus_per_worker)))
+        share = min(config.ray_cpus_per_worker, cpus / workers)  # each training's CPUs (its torch threads)
+        count = min(config.clients, max(needed, workers * config.ray_actors_per_worker))
+        # the actors together reserve the workers' CPUs; the slots keep the trainings to `workers`
+        options: dict[str, Any] = {"num_cpus": share * workers / count, "scheduling_strategy": "SPREAD"}
         if config.sim_device != "cpu":
             if gpus <= 0:
                 raise ValueError(f"sim_device {config.sim_device!r}: the Ray cluster has no GPU")
-            options["num_gpus"] = gpus / workers
+            options["num_gpus"] = gpus / count
         actor_class = ray.remote(DeviceActor)
         text = json.dumps(config.to_plain())
         threads = max(1, int(share))
-        shards = [part.tolist() for part in np.array_split(np.arange(config.clients), workers)]
+        shards = [part.tolist() for part in np.array_split(np.arange(config.clients), count)]
         self.actors = [actor_class.options(**options).remote(text, self.url, part, threads) for part in shards]
-        placed = ray.get([actor.start.remote() for actor in self.actors])
-        nodes = {p["node"] for p in placed}
-        log.info("%d devices on %d Ray actors over %d node(s)", config.clients, len(self.actors), len(nodes))
+        nodes = ray.get([actor.node.remote() for actor in self.actors])
+        self.slots = {node: self._slots(ray, node, max(1, round(workers * nodes.count(node) / count)))
+                      for node in sorted(set(nodes))}
+        placed = ray.get([actor.start.remote(self.slots[node]) for actor, node in zip(self.actors, nodes)])
+        log.info("%d devices on %d Ray actors over %d node(s), %d training at once", config.clients,
+                 len(self.actors), len(self.slots), workers)
         return placed
+
+    @staticmethod
+    def _slots(ray: Any, node: str, slots: int) -> Any:
+        """The `ComputeSlots` actor of ``node`` (no CPU of its own, on that node where it can)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from coordinator.compute_slots import ComputeSlots
+
+        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        return ray.remote(ComputeSlots).options(num_cpus=0, scheduling_strategy=strategy).remote(slots)
 
     def stop(self, wait_s: float) -> None:
         """End every actor (after ``wait_s`` for its devices to finish) and, if this run
@@ -141,9 +170,14 @@ class RayDevices:
         except Exception as exc:  # an actor died or hung: it is killed below either way
             log.warning("Ray actors did not stop cleanly: %s", str(exc).splitlines()[0] if str(exc) else exc)
         finally:
-            for actor in self.actors:
+            try:
+                stats = ray.get([slots.stats.remote() for slots in self.slots.values()], timeout=30)
+                self.slot_stats = dict(zip(self.slots, stats))
+            except Exception as exc:
+                log.warning("the training slots did not answer: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            for actor in [*self.actors, *self.slots.values()]:
                 ray.kill(actor)
-            self.actors = []
+            self.actors, self.slots = [], {}
             self._shutdown()
 
     def _shutdown(self) -> None:

@@ -12,8 +12,9 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,11 +51,12 @@ def device_id(index: int) -> str:
 
 
 def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-                  indices: Sequence[int]) -> list[DeviceClient]:
+                  indices: Sequence[int], slot: AbstractContextManager[Any] | None = None) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
-    whichever process builds them (the split depends only on the config and the dataset)."""
+    whichever process builds them (the split depends only on the config and the dataset). They
+    share ``slot`` (default: `compute_slot()`, one training at a time in this process)."""
     shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
-    slot = compute_slot()
+    slot = compute_slot() if slot is None else slot
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
     for i in indices:
@@ -84,9 +86,9 @@ class DeviceHost:
 
     @classmethod
     def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-               indices: Sequence[int]) -> "DeviceHost":
-        """Devices ``indices`` of the job, sharing one compute slot."""
-        return cls(build_clients(config, url, dataset, private, indices))
+               indices: Sequence[int], slot: AbstractContextManager[Any] | None = None) -> "DeviceHost":
+        """Devices ``indices`` of the job, sharing one compute slot (``slot``, or a lock)."""
+        return cls(build_clients(config, url, dataset, private, indices, slot))
 
     @property
     def device_ids(self) -> list[str]:

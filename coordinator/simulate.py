@@ -78,8 +78,9 @@ class SimulationConfig:
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
     backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
-    ray_workers: int | None = None  # Ray actor processes (None: one per CPU of the cluster, at most clients)
-    ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each actor
+    ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
+    ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
+    ray_actors_per_worker: int = 2  # actor processes per worker: any free worker trains the next device
     checkpoint_dir: str | None = None  # save the job's state after every round; the same job resumes there
 
     def __post_init__(self) -> None:
@@ -104,6 +105,8 @@ class SimulationConfig:
             raise ValueError("ray_address and ray_workers need backend 'ray'")
         if self.ray_workers is not None and (type(self.ray_workers) is not int or self.ray_workers < 1):
             raise ValueError(f"ray_workers must be an integer >= 1, got {self.ray_workers!r}")
+        if type(self.ray_actors_per_worker) is not int or self.ray_actors_per_worker < 1:
+            raise ValueError(f"ray_actors_per_worker must be an integer >= 1, got {self.ray_actors_per_worker!r}")
         if not (isinstance(self.ray_cpus_per_worker, (int, float)) and 0 < self.ray_cpus_per_worker <= 1024):
             raise ValueError(f"ray_cpus_per_worker must be a number of CPUs > 0, got {self.ray_cpus_per_worker!r}")
         if self.throttle not in MODES:
@@ -206,6 +209,8 @@ def run_simulation(config: SimulationConfig,
         finally:
             if devices is not None:
                 devices.stop(wait_s=30.0 if finished else 0.0)
+                if isinstance(devices, RayDevices):
+                    report.config["ray"]["slots"] = devices.slot_stats
             transport.close()
     finally:
         if broker is not None:
@@ -217,7 +222,8 @@ def run_simulation(config: SimulationConfig,
 
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.
 RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "round_deadline_s", "sim_device", "backend",
-                     "ray_address", "ray_workers", "ray_cpus_per_worker", "checkpoint_dir", "job")
+                     "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker", "checkpoint_dir",
+                     "job")
 #: The job's settings, kept beside its checkpoint.
 JOB_FILE = "simulation.json"
 

@@ -6,13 +6,14 @@ tensors a method uploads. Its data stays in `LocalData`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class DeviceClient:
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
-                 compute_slot: threading.Lock | None = None) -> None:
+                 compute_slot: contextlib.AbstractContextManager[Any] | None = None) -> None:
         self.config = config
         self.torch_device = resolve_device(config.device)
         #: simulated devices of one process share it so that they train one at a time (DeviceContext)

@@ -86,6 +86,9 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
     assert len({h["node"] for h in hosts}) == 2  # both nodes host devices
     assert sorted(d for h in hosts for d in h["devices"]) == ["dev000", "dev001", "dev002", "dev003"]
     assert all(h["pid"] != os.getpid() for h in hosts)
+    assert len(hosts) == 4  # two actors per worker (one CPU each, one worker per node)
+    slots = report.config["ray"]["slots"]  # one slot per node, never more held at once
+    assert sorted(s["slots"] for s in slots.values()) == [1, 1] and all(s["peak"] == 1 for s in slots.values())
     assert [len(r.participants) for r in report.rounds] == [4, 4]  # every device reported over MQTT
     local = run_simulation(_config(tmp_path / "local", job="local2"))
     assert report.rounds[-1].accuracy["global"] == pytest.approx(local.rounds[-1].accuracy["global"], abs=0.02)

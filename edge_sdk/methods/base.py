@@ -52,7 +52,8 @@ class DeviceContext:
     device: torch.device | None = None
     #: held while training: simulated devices sharing one process train one at a time, each
     #: with all of torch's threads, instead of all at once with threads fighting over cores
-    compute_slot: threading.Lock | None = None
+    #: (a lock; on Ray also one of the node's training slots: coordinator/compute_slots.py)
+    compute_slot: contextlib.AbstractContextManager[Any] | None = None
     #: this device's state kept in memory between rounds (the client's own dict, one per device),
     #: for methods that keep something when there is no ``state_dir``; None: nothing is kept
     memory: dict[str, Any] | None = None

@@ -179,11 +179,11 @@ def scale(args: argparse.Namespace) -> str:
         finally:
             ray_devices.RayDevices.start = original
         wall = time.monotonic() - started
-    lines = [f"{args.devices} devices on {len(workers)} Ray workers ({os.cpu_count()} CPUs), {args.per_round} per round, "
+    lines = [f"{args.devices} devices on {len(workers)} Ray actor processes ({os.cpu_count()} CPUs), {args.per_round} per round, "
              f"{args.rounds} rounds, mlp on digits, 2 local steps; wall {wall:.0f} s; accuracy "
              f"{report.rounds[-1].accuracy['global']:.3f}; participants per round "
              f"{json.dumps([len(r.participants) for r in report.rounds])}", "",
-             "| after round | coordinator RSS MB | Ray workers RSS MB (all) |", "|---|---|---|"]
+             "| after round | coordinator RSS MB | Ray actors RSS MB (all) |", "|---|---|---|"]
     lines += [f"| {rnd} | {coord:.0f} | {actors:.0f} |" for rnd, coord, actors in samples]
     return "\n".join(lines)
 

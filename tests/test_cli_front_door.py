@@ -29,6 +29,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["--clients", "0"], "argument --clients: must be >= 1, got 0"),
     (["--lr", "nan"], "argument --lr: must be a finite number > 0"),
     (["--local-epochs", "two"], "argument --local-epochs: expected an integer, got 'two'"),
+    (["--backend", "ray", "--ray-actors-per-worker", "0"], "argument --ray-actors-per-worker: must be >= 1, got 0"),
 ])
 def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
     started = time.monotonic()

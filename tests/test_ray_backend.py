@@ -97,6 +97,7 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
 
 def test_the_settings_cross_to_an_actor_as_json_and_come_back_equal() -> None:
     config = SimulationConfig(method="flanc", clients=7, partition="shards:2", backend="ray", ray_workers=3,
+                              ray_actors_per_worker=3,
                               train=TrainConfig(epochs=2, lr=0.01), options={"sample": "any"})
     assert SimulationConfig.from_plain(json.loads(json.dumps(config.to_plain()))) == config
 
@@ -112,3 +113,9 @@ def test_ray_options_need_the_ray_backend() -> None:
         SimulationConfig(ray_workers=2)
     with pytest.raises(ValueError, match="backend must be one of local, ray"):
         SimulationConfig(backend="dask")
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2"])
+def test_actors_per_worker_must_be_a_positive_integer(value) -> None:
+    with pytest.raises(ValueError, match="ray_actors_per_worker must be an integer >= 1"):
+        SimulationConfig(backend="ray", ray_actors_per_worker=value)

@@ -40,7 +40,8 @@ def _canonical(pattern: str, upload: str, fraction: float) -> tuple[str, str, fl
 
 def _run(args: argparse.Namespace, url: str, pattern: str, upload: str, fraction: float, tmp: str) -> dict[str, Any]:
     options = {"pattern": pattern, "upload": upload, "big_fraction": str(fraction), "rank": str(args.rank),
-               "freeze": args.freeze, "both_weight": args.both_weight}
+               "freeze": args.freeze, "half_split": args.half_split,
+               "both_weight": args.both_weight}
     if args.server_opt != "none":
         options["server_opt"] = args.server_opt
     config = SimulationConfig(
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", default="both,bfirst,switch")
     parser.add_argument("--freeze", default="false", choices=["true", "false"],
                         help="half upload: freeze the factor a device does not upload")
+    parser.add_argument("--half-split", default="devices", choices=["devices", "rounds"],
+                        help="half upload: split A/B over a round's small devices or over rounds")
     parser.add_argument("--both-weight", default="equal", choices=["equal", "samples"],
                         help="BOTH: average dense and composed weights equally (the paper) or by group samples")
     parser.add_argument("--server-opt", default="none", choices=["none", "fedavgm", "fedadam", "fedyogi"],
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     patterns = args.patterns.split(",")
     print(f"FDNNC on {args.dataset} ({args.partition}), MLP 784-512-256-10, rank {args.rank}, {args.clients} devices, "
           f"{args.rounds} rounds, {args.epochs} local epoch(s), {args.optimizer} lr {args.lr}, seed {args.seed}, "
-          f"freeze {args.freeze}; --throttle off")
+          f"freeze {args.freeze}, half split {args.half_split}; --throttle off")
     print("accuracy = mean of the last 3 rounds on the 1,000 held-out digits; up = parameters uploaded in the run")
     print(f"{'pattern':8} {'upload':6} {'F':>4} {'big':>4} {'acc big':>7} {'acc small':>9} {'up params':>10} "
           f"{'small factor up':>15} {'MB up':>7} {'vs dense up':>11} {'s':>5}")

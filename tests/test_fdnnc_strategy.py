@@ -51,7 +51,8 @@ def test_options_are_parsed_and_checked() -> None:
     for bad, match in [({"patern": "both"}, "unknown option"), ({"pattern": "Both"}, "both|bfirst|switch"),
                        ({"upload": "quarter"}, "full|half"), ({"rank": "0"}, ">= 1"), ({"rank": "x"}, "integer"),
                        ({"big_fraction": "1.5"}, r"\[0, 1\]"), ({"big_fraction": "nan"}, r"\[0, 1\]"),
-                       ({"freeze": "maybe"}, "true|false"), ({"hidden": "64,-1"}, ">= 1")]:
+                       ({"freeze": "maybe"}, "true|false"), ({"hidden": "64,-1"}, ">= 1"),
+                       ({"half_split": "layers"}, "devices|rounds")]:
         with pytest.raises(ValueError, match=match):
             FdnncOptions.from_options(bad)
 
@@ -87,6 +88,11 @@ def test_half_upload_splits_small_devices_and_check_update_rejects_bad_updates(d
     assert modes == {"d0": "a", "d1": "b", "d2": "a", "d3": "b", "big": "full"}
     _plan_and_label(s, 1, devices)
     assert s.configure_train(1, devices[0]).train["upload"] == "b"  # devices alternate A/B per round
+    by_rounds = _strategy(digits, half_split="rounds")
+    for rnd, factor in ((0, "a"), (1, "b"), (2, "a")):  # every small device sends the same factor
+        _plan_and_label(by_rounds, rnd, devices)
+        assert {d.device_id: by_rounds.configure_train(rnd, d).train["upload"] for d in devices} == \
+            {**{f"d{i}": factor for i in range(4)}, "big": "full"}
     plan = s.configure_train(1, devices[0])
     assert plan.label == SMALL and set(plan.tensors) == set(s.small_tensors()) and plan.train["freeze"] is False
     good = {k: v for k, v in plan.tensors.items() if k not in s.a_names}

@@ -16,7 +16,8 @@ The training pattern decides who trains when: ``both`` (everyone, every round),
 and ``switch`` (each round two stages: big devices, then small devices from the
 decomposition). Under ``upload=half`` (CEFO) half of a round's small devices
 upload only their A factors and the other half only B (plus the shared tensors);
-each factor is averaged over the devices that sent it.
+each factor is averaged over the devices that sent it. With ``half_split=rounds``
+every small device sends A in even rounds and B in odd ones instead.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ from coordinator.server_opt import ServerOptConfig
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS"]
+__all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS", "HALF_SPLITS"]
 
 BIG, SMALL = "big", "small"
 PATTERNS = ("both", "bfirst", "switch")
 UPLOADS = ("full", "half")
+HALF_SPLITS = ("devices", "rounds")
 
 
 FDNNC_OPTIONS = Schema(
@@ -61,6 +63,8 @@ FDNNC_OPTIONS = Schema(
     Option("big_fraction", number(0.0, 1.0), None, "instead: the most capable round(F·N) devices are big"),
     Option("big_rounds", integer(0), None, "bfirst: rounds of big-only training; default: half the rounds"),
     Option("freeze", boolean, "false", "half upload: keep the factor not uploaded fixed while training"),
+    Option("half_split", choice(*HALF_SPLITS), "devices", "half upload: split a round's small devices between "
+                                                          "A and B (devices), or all send A, then all B (rounds)"),
     Option("both_weight", choice("equal", "samples"), "equal", "BOTH: W = (ABᵀ + W)/2 (the paper) or "
                                                                "weighted by each group's samples"),
     ROBUST_OPTIONS,
@@ -81,6 +85,7 @@ class FdnncOptions:
     big_fraction: float | None = None  # else: the most capable round(F * N) devices are big
     big_rounds: int | None = None  # bfirst: rounds of big pre-training (default: half)
     freeze: bool = False  # half upload: keep the factor not uploaded fixed while training
+    half_split: str = "devices"  # half upload: A/B split over a round's devices, or over rounds
     both_weight: str = "equal"  # BOTH: W+ = (ABᵀ + W)/2 (the paper), or "samples": weighted by group samples
     robust: RobustConfig = field(default_factory=RobustConfig)  # keys aggregate, trim, clip
 
@@ -224,7 +229,8 @@ class Fdnnc(Strategy):
         self._asked = {d: "full" for d in participants}
         if self.options.upload == "half":
             for k, device_id in enumerate(small):  # alternate A/B; a device switches every round
-                self._asked[device_id] = "a" if (k + rnd) % 2 == 0 else "b"
+                turn = rnd if self.options.half_split == "rounds" else k + rnd
+                self._asked[device_id] = "a" if turn % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:

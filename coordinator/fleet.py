@@ -218,7 +218,11 @@ class Fleet:
 
     def collect(self, rnd: int, participants: list[str], deadline_s: float,
                 check: Callable[[DeviceRecord, Update], None]) -> dict[str, ReceivedUpdate]:
-        """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline."""
+        """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline.
+
+        They come in the order of `participants`, not of arrival, so that floating-point sums over
+        them, and with them a seeded job, are the same from run to run.
+        """
         self._collecting = _Collection(rnd, set(participants), check)
         start = time.monotonic()
         end = start + deadline_s
@@ -243,7 +247,8 @@ class Fleet:
                 progress()
                 self.pump(0.1)
             progress()
-            return dict(self._collecting.accepted)
+            accepted = self._collecting.accepted
+            return {d: accepted[d] for d in participants if d in accepted}
         finally:
             self._collecting = None
             self._plans.clear()

@@ -1,0 +1,68 @@
+"""A round's updates reach the strategy in the order of its participants, not of their arrival,
+so that a seeded job sums them alike from run to run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from coordinator.fleet import Fleet
+from coordinator.strategies.fedavg import FedAvg
+from coordinator.strategy import FederationConfig
+from edge_sdk.link import MessageLink
+from edge_sdk.models.zoo import mlp
+from edge_sdk.profiling import load_profile
+from edge_sdk.protocol.messages import Ack, Envelope, Register, Update, decode_envelope, encode_envelope
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.transport import MqttTransport, TransportConfig
+
+JOB = "collect-order"
+
+
+def _device(url: str, topics: Topics, device: str) -> MqttTransport:
+    transport = MqttTransport(TransportConfig(url=url, client_id=f"peer-{device}"))
+    transport.connect()
+    transport.subscribe(topics.downlink(device))
+    return transport
+
+
+def _send(transport: MqttTransport, topics: Topics, device: str, body, rnd: int) -> None:
+    transport.publish(topics.uplink(device), encode_envelope(Envelope.of(body, device, round=rnd)))
+
+
+def _acked(transport: MqttTransport) -> None:
+    incoming = transport.receive(5.0)
+    assert incoming is not None, "no reply from the coordinator"
+    assert isinstance(decode_envelope(incoming.payload).body, Ack)
+
+
+def test_updates_come_in_participant_order_whatever_the_arrival(broker):
+    topics = Topics(job=JOB)
+    strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(8,)))
+    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id="collect-order-coordinator"))
+    coordinator.connect()
+    fleet = Fleet(MessageLink(coordinator), topics, on_register=strategy.on_register)
+    fleet.start()
+    names = ["zeta", "alpha", "mid"]
+    peers = {d: _device(broker.url, topics, d) for d in names}
+    try:
+        time.sleep(0.2)
+        for d, peer in peers.items():
+            _send(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
+        assert sorted(fleet.wait_for_devices(3, 5.0)) == sorted(names)
+        for peer in peers.values():
+            _acked(peer)
+        result: dict = {}
+        collector = threading.Thread(
+            target=lambda: result.update(fleet.collect(0, names, 20.0, strategy.check_update)))
+        collector.start()
+        time.sleep(0.2)
+        for d in ("mid", "alpha", "zeta"):  # arrival order: neither the participants' nor sorted
+            _send(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), 0)
+            _acked(peers[d])
+        collector.join(timeout=20)
+        assert list(result) == names
+    finally:
+        for peer in peers.values():
+            peer.close()
+        coordinator.close()

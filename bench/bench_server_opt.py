@@ -38,6 +38,7 @@ VARIANTS = {
     "fedavgm": {"server_opt": "fedavgm"},
     "fedavgm-eta0.1": {"server_opt": "fedavgm", "server_lr": "0.1"},  # η = 1 − β: no amplification
     "fedadam": {"server_opt": "fedadam"},
+    "fedadam-eta0.03": {"server_opt": "fedadam", "server_lr": "0.03"},  # Reddi et al. tune η on a grid
     "fedyogi": {"server_opt": "fedyogi"},
     "fedprox": {"prox_mu": "0.01"},
 }

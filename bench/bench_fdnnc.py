@@ -7,6 +7,11 @@ gives the best accuracy / upload trade-off. The all-big run (F = 1, the dense mo
 trained by FedAvg) is the baseline the ratios refer to.
 
     python bench/bench_fdnnc.py [--clients 10] [--rounds 10] [--json bench/results/fdnnc.json]
+
+HALF vs FULL over seeds (BENCHMARKS.md, issue 17): one ``--json`` per seed, then ``--summary``::
+
+    python bench/bench_fdnnc.py --partition shards:2 --fractions 0.5 --patterns switch --rounds 30 --seed S --json sS.json
+    python bench/bench_fdnnc.py --summary s0.json s1.json ...
 """
 
 from __future__ import annotations
@@ -113,6 +118,30 @@ def _targets(rows: dict[tuple[str, str, float], dict[str, Any]], fractions: list
     return lines
 
 
+def seed_summary(paths: list[str], lasts: tuple[int, ...] = (3, 10)) -> list[str]:
+    """HALF − FULL (small devices, points) per ``--json`` file, i.e. per seed, averaged over the last
+    3 and the last 10 rounds, then their mean ± standard error over the files."""
+    lines = [f"{'seed':>4} " + " ".join(f"{'HALF-FULL last ' + str(n):>17}" for n in lasts)]
+    gaps: dict[int, list[float]] = {n: [] for n in lasts}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            curves = {(r["pattern"], r["upload"], r["fraction"]): r["curve_small"] for r in data["runs"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}: not a bench_fdnnc --json file ({exc.__class__.__name__}: {exc})") from None
+        pairs = [(k, curves[(k[0], "half", k[2])]) for k in curves if k[1] == "full" and (k[0], "half", k[2]) in curves]
+        if len(pairs) != 1:
+            raise SystemExit(f"{path}: needs exactly one FULL/HALF pair (one pattern, one F), found {len(pairs)}")
+        (full_key, half) = pairs[0]
+        full = curves[full_key]
+        for n in lasts:
+            gaps[n].append(100 * (float(np.mean(half[-n:])) - float(np.mean(full[-n:]))))
+        lines.append(f"{data['args']['seed']:>4} " + " ".join(f"{gaps[n][-1]:>+17.1f}" for n in lasts))
+    lines.append("mean " + " ".join(f"{np.mean(g):>+11.1f} ± {np.std(g, ddof=1) / np.sqrt(len(g)) if len(g) > 1 else 0:.1f}"
+                                     for g in gaps.values()) + "   (± standard error over seeds)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=10)
@@ -135,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-opt", default="none", choices=["none", "fedavgm", "fedadam", "fedyogi"],
                         help="server optimizer on every aggregate (docs/server_optimizers.md)")
     parser.add_argument("--json", help="also write every run (with accuracy curves) to this file")
+    parser.add_argument("--summary", nargs="+", metavar="JSON",
+                        help="print HALF − FULL per --json file (one per seed) and over them, and exit")
     args = parser.parse_args(argv)
+    if args.summary:
+        print("\n".join(seed_summary(args.summary)))
+        return 0
     logging.basicConfig(level=logging.ERROR)
     fractions = [float(f) for f in args.fractions.split(",")]
     patterns = args.patterns.split(",")

@@ -14,6 +14,8 @@ at lr 0.05 its low-rank devices diverge on these shards).
     python bench/bench_server_opt.py --table [--method M] --out runs/sopt
 
 A finished run (its JSON in ``--out``) is skipped; a stopped one resumes from its checkpoint.
+``--method-option KEY=VALUE`` adds an option of the method to every variant (runs are named
+alike, so give them their own ``--out``), e.g. FLANC with ``norm=groupnorm``.
 ``--dataset digits --clients 10 --per-round 10 --model mlp --partition shards:2`` is the
 minutes-long toy version.
 """
@@ -56,7 +58,7 @@ def _name(method: str, variant: str, seed: int) -> str:
 
 
 def _config(args: argparse.Namespace, variant: str, seed: int, out: Path) -> SimulationConfig:
-    options = {**METHODS[args.method], **VARIANTS[variant]}
+    options = {**METHODS[args.method], **dict(o.split("=", 1) for o in args.method_option), **VARIANTS[variant]}
     return SimulationConfig(
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
         partition=args.partition, seed=seed, out=str(out), model=args.model, plots=False, options=dict(options),
@@ -116,6 +118,8 @@ def table(out: Path, target: float, last: int, method: str = "fedavg") -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="fedavg", choices=list(METHODS), help="the method the variants apply to")
+    p.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="another option of the method in every variant (e.g. norm=groupnorm); use its own --out")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--dataset", default="fashion-mnist")
@@ -135,6 +139,9 @@ def main() -> int:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    bad = [o for o in args.method_option if "=" not in o]
+    if bad:
+        p.error(f"--method-option takes KEY=VALUE, got {bad}")
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"FDNNC on {args.dataset} ({args.partition}), MLP 784-512-256-10, rank {args.rank}, {args.clients} devices, "
           f"{args.rounds} rounds, {args.epochs} local epoch(s), {args.optimizer} lr {args.lr}, seed {args.seed}, "
           f"freeze {args.freeze}, half split {args.half_split}; --throttle off")
-    print("accuracy = mean of the last 3 rounds on the 1,000 held-out digits; up = parameters uploaded in the run")
+    print("accuracy = mean of the last 3 rounds on the held-out test images; up = parameters uploaded in the run")
     print(f"{'pattern':8} {'upload':6} {'F':>4} {'big':>4} {'acc big':>7} {'acc small':>9} {'up params':>10} "
           f"{'small factor up':>15} {'MB up':>7} {'vs dense up':>11} {'s':>5}")
     rows: dict[tuple[str, str, float], dict[str, Any]] = {}

@@ -13,8 +13,8 @@ same torch threads. `edgefl simulate` adds what makes it a simulation: a broker,
 connection per device, encoding, chunking and validation of every plan and update. The ratio
 printed is baseline seconds per round / simulate's seconds per round (median over the rounds
 after the first, which pays for start-up); 1.0 means the simulation costs nothing extra.
-``--also-concurrent`` also times the simulation with every sampled device training at once in
-its own thread (no shared compute slot: how edgefl simulated before).
+``--also-concurrent`` also times the simulation with every sampled device training at once on
+its own thread (no shared training thread: how edgefl simulated at first).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sim-device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--also-concurrent", action="store_true",
-                        help="also time devices training all at once, each in its own thread (no compute slot)")
+                        help="also time devices training all at once, each on its own thread (no training queue)")
     parser.add_argument("--out", help="also write the result table (markdown) here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
                                      train, args.seed, args.sim_device)
     rows = [("`edgefl simulate` (broker, MQTT, codec, validation)", sim)]
     if args.also_concurrent:
-        with mock.patch.object(sim_devices, "compute_slot", lambda: None):
+        with mock.patch.object(sim_devices, "training_queue", lambda: None):
             rows.append(("`edgefl simulate`, devices training at once in their own threads", simulated_rounds(
                 args.dataset, args.data_root, args.devices, args.per_round, args.rounds, train, args.seed,
                 args.sim_device)[0]))

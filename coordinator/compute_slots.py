@@ -6,7 +6,8 @@ worker, a round lasts as long as the actor that drew the most participants (10 o
 over 4 actors: 2.44x the speed of one, not 4x; ``bench/bench_ray.py binding``). `--backend ray`
 therefore starts more actors than workers, each training one device at a time, and lets no
 more than the workers' count train at once on a node: an actor asks its node's `ComputeSlots`
-for a slot before training and gives it back after. Waiting actors are served by how many of
+for a slot before each round it trains (its training thread: coordinator/training_queue.py)
+and gives it back after. Waiting actors are served by how many of
 their devices wait (the longest queue first), which keeps the round short.
 """
 
@@ -15,11 +16,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import threading
-from collections.abc import Callable
-from types import TracebackType
 
-__all__ = ["ComputeSlots", "SharedSlot"]
+__all__ = ["ComputeSlots"]
 
 
 class ComputeSlots:
@@ -60,45 +58,3 @@ class ComputeSlots:
     def _take(self) -> None:
         self.in_use += 1
         self.peak = max(self.peak, self.in_use)
-
-
-class SharedSlot:
-    """The compute slot of the devices of one actor (`DeviceContext.compute_slot`): one trains at
-    a time in this process (a lock), and only while it holds one of the node's slots.
-
-    ``acquire(n)`` blocks until a slot is granted, ``n`` being how many of this actor's devices
-    are waiting or training; ``release()`` gives it back (Ray calls in `ray_devices`)."""
-
-    def __init__(self, acquire: Callable[[int], None], release: Callable[[], None]) -> None:
-        self._acquire = acquire
-        self._release = release
-        self._lock = threading.Lock()
-        self._count = threading.Lock()
-        self.waiting = 0
-
-    def __enter__(self) -> "SharedSlot":
-        with self._count:
-            self.waiting += 1
-        try:
-            self._lock.acquire()
-            try:
-                self._acquire(self.waiting)
-            except BaseException:
-                self._lock.release()
-                raise
-        except BaseException:
-            self._leave()
-            raise
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        try:
-            self._release()
-        finally:
-            self._lock.release()
-            self._leave()
-
-    def _leave(self) -> None:
-        with self._count:
-            self.waiting -= 1

@@ -80,6 +80,8 @@ PROGRESS_EVERY_S = 0.5
 #: blipped, or a broker that restarted, costs seconds, not the device's update. Above paho's
 #: longest pause between reconnect attempts (`TransportConfig.reconnect_max_delay`, 10 s).
 REJOIN_GRACE_S = 15.0
+#: How many messages already waiting `Fleet.pump` handles after its time is up.
+MAX_DRAIN = 1000
 
 
 @dataclass
@@ -121,6 +123,11 @@ class Fleet:
         self._connects_seen = 0  # our own connections the fleet has held a roll call for
         self._reconnected_at = 0.0  # time.monotonic() of our latest reconnect
         self.rejoin_grace_s = REJOIN_GRACE_S
+        #: work for the coordinator's thread while it waits for updates: given up to how many
+        #: seconds it may wait for some, it returns whether it did any. A simulation runs its
+        #: devices' training here, so that one thread of the process runs torch
+        #: (coordinator/training_queue.py); messages are then handled between two pieces of work.
+        self.while_waiting: Callable[[float], bool] | None = None
 
     def start(self) -> None:
         """Subscribe to every device's uplink and status."""
@@ -150,15 +157,19 @@ class Fleet:
 
     # -- receiving --------------------------------------------------------
     def pump(self, timeout: float) -> None:
-        """Handle every message that arrives within `timeout` seconds (at least one poll)."""
+        """Handle every message that arrives within `timeout` seconds, then up to
+        `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller)."""
         self._roll_call_if_reconnected()
         end = time.monotonic() + timeout
+        late = 0
         while True:
             item = self.link.poll(max(0.0, end - time.monotonic()))
             if item is not None:
                 self._dispatch(item)
             if time.monotonic() >= end:
-                break
+                late += 1
+                if item is None or late > MAX_DRAIN:
+                    break
         for sender, transfer_id, got, count in self.link.expire():
             self._reject(sender, "incomplete", f"transfer {transfer_id} timed out with {got}/{count} chunks")
 
@@ -245,7 +256,11 @@ class Fleet:
                     for device in waiting:
                         self._resend_plan(device)
                 progress()
-                self.pump(0.1)
+                if self.while_waiting is None:
+                    self.pump(0.1)
+                else:
+                    self.while_waiting(0.02)
+                    self.pump(0.0)
             progress()
             accepted = self._collecting.accepted
             return {d: accepted[d] for d in participants if d in accepted}

@@ -12,10 +12,12 @@ default backend would. Ray itself is an optional extra: ``pip install 'edgefl[ra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +44,22 @@ def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def node_slot(slots: Any) -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    """Hold one of the node's training slots (its `ComputeSlots` Ray actor) around a round,
+    asking with how many of this actor's devices wait (the longest queue is served first)."""
+    ray = _ray()
+
+    @contextlib.contextmanager
+    def held(waiting: int) -> Iterator[None]:
+        ray.get(slots.acquire.remote(waiting))
+        try:
+            yield
+        finally:
+            slots.release.remote()
+
+    return held
 
 
 class DeviceActor:
@@ -74,17 +92,17 @@ class DeviceActor:
         return "local"
 
     def start(self, slots: Any = None) -> dict[str, Any]:
-        """Start the devices, training only while holding one of ``slots`` (the node's
-        `ComputeSlots` actor; None: one at a time in this process, with no other limit); where
-        they run."""
-        from coordinator.compute_slots import SharedSlot
-        from coordinator.sim_devices import DeviceHost
+        """Start the devices, whose rounds this actor's training thread runs one at a time, each
+        while holding one of ``slots`` (the node's `ComputeSlots` actor; None: no other limit);
+        where they run."""
+        import threading
 
-        slot = None
-        if slots is not None:
-            ray = _ray()
-            slot = SharedSlot(lambda waiting: ray.get(slots.acquire.remote(waiting)), lambda: slots.release.remote())
-        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, slot)
+        from coordinator.sim_devices import DeviceHost
+        from coordinator.training_queue import TrainingQueue
+
+        queue = TrainingQueue(None if slots is None else node_slot(slots))
+        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue)
+        threading.Thread(target=queue.serve_until_closed, name="training", daemon=True).start()
         self.host.start()
         return {"node": self.node(), "pid": os.getpid(), "torch_threads": torch_threads(),
                 "devices": self.host.device_ids}

@@ -1,6 +1,6 @@
 """Simulated devices hosted by one process: a thread per `DeviceClient`, each with its own MQTT
-connection, private shard and profile; they train one at a time (a shared compute slot), each
-with all of the process' torch threads.
+connection, private shard and profile; the torch part of their rounds runs on one thread of the
+process (a `TrainingQueue`), one round at a time, with all of the process' torch threads.
 
 `edgefl simulate` runs one host in its own process (the default backend) or one per Ray actor
 (`coordinator/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
@@ -12,9 +12,8 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,10 +25,12 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
+from coordinator.training_queue import TrainingQueue
+
 if TYPE_CHECKING:
     from coordinator.simulate import SimulationConfig
 
-__all__ = ["DeviceHost", "MAX_DEVICES_PER_PROCESS", "compute_slot", "device_id", "build_clients"]
+__all__ = ["DeviceHost", "MAX_DEVICES_PER_PROCESS", "training_queue", "device_id", "build_clients"]
 
 #: paho-mqtt polls its socket with select(), which takes only file descriptors below 1024: past
 #: about 200 connected clients in one process, new connections never see their CONNACK
@@ -39,11 +40,11 @@ MAX_DEVICES_PER_PROCESS = 180
 log = logging.getLogger(__name__)
 
 
-def compute_slot() -> threading.Lock | None:
-    """What the simulated devices of one process share so that one trains at a time, with all
-    of torch's threads (DeviceContext.compute_slot); bench/bench_sim.py compares with None
-    (every device training at once in its own thread)."""
-    return threading.Lock()
+def training_queue() -> TrainingQueue | None:
+    """Where the simulated devices of one process run the torch part of their rounds: one
+    thread, one round at a time (coordinator/training_queue.py). bench/bench_sim.py compares with
+    None: every device training at once on its own thread."""
+    return TrainingQueue()
 
 
 def device_id(index: int) -> str:
@@ -51,12 +52,11 @@ def device_id(index: int) -> str:
 
 
 def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-                  indices: Sequence[int], slot: AbstractContextManager[Any] | None = None) -> list[DeviceClient]:
+                  indices: Sequence[int], queue: TrainingQueue | None) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
     whichever process builds them (the split depends only on the config and the dataset). They
-    share ``slot`` (default: `compute_slot()`, one training at a time in this process)."""
+    train on ``queue``'s thread (None: each on its own)."""
     shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
-    slot = compute_slot() if slot is None else slot
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
     for i in indices:
@@ -71,24 +71,27 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
             profile,
             Throttle(profile, mode=config.throttle),
-            compute_slot=slot,
+            run_compute=None if queue is None else queue.run,
         ))
     return clients
 
 
 class DeviceHost:
-    """Runs its devices in threads until the coordinator says stop or `stop` is called."""
+    """Runs its devices in threads until the coordinator says stop or `stop` is called; their
+    rounds wait in ``queue`` for the thread that serves it (None: each trains on its own)."""
 
-    def __init__(self, clients: list[DeviceClient]) -> None:
+    def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None) -> None:
         self.clients = clients
+        self.queue = queue
         self.threads = [threading.Thread(target=self._serve, args=(c,), name=c.config.device_id, daemon=True)
                         for c in clients]
 
     @classmethod
     def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-               indices: Sequence[int], slot: AbstractContextManager[Any] | None = None) -> "DeviceHost":
-        """Devices ``indices`` of the job, sharing one compute slot (``slot``, or a lock)."""
-        return cls(build_clients(config, url, dataset, private, indices, slot))
+               indices: Sequence[int], queue: TrainingQueue | None = None) -> "DeviceHost":
+        """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`)."""
+        queue = training_queue() if queue is None else queue
+        return cls(build_clients(config, url, dataset, private, indices, queue), queue)
 
     @property
     def device_ids(self) -> list[str]:
@@ -108,8 +111,10 @@ class DeviceHost:
 
     def stop(self, wait_s: float) -> list[str]:
         """Give the devices ``wait_s`` to end by themselves, then stop the rest (training stops
-        after its current step, so no thread is left inside torch). Returns those that did
-        not stop in time."""
+        after its current step, so no thread is left inside torch; rounds still queued are
+        dropped, since nobody serves the queue any more). Returns those that did not stop in time."""
+        if self.queue is not None:
+            self.queue.close()
         end = time.monotonic() + wait_s
         for client, thread in zip(self.clients, self.threads):
             thread.join(timeout=max(0.0, end - time.monotonic()))

@@ -202,6 +202,8 @@ def run_simulation(config: SimulationConfig,
                 report.config["ray"] = {"hosts": devices.start()}
             else:
                 devices = DeviceHost.create(config, url, dataset, private, range(config.clients))
+                if devices.queue is not None:  # the devices train on this thread while it waits for them
+                    fleet.while_waiting = devices.queue.serve
                 devices.start()
             strategy.run(fleet, report, on_round=on_round)
             transport.wait_published(10.0)

@@ -6,14 +6,13 @@ tensors a method uploads. Its data stays in `LocalData`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -89,11 +88,12 @@ class DeviceClient:
     def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
-                 compute_slot: contextlib.AbstractContextManager[Any] | None = None) -> None:
+                 run_compute: Callable[[Callable[[], Update]], Update] | None = None) -> None:
         self.config = config
         self.torch_device = resolve_device(config.device)
-        #: simulated devices of one process share it so that they train one at a time (DeviceContext)
-        self.compute_slot = compute_slot
+        #: where the torch part of a round runs (None: on this device's own thread); simulated
+        #: devices of one process hand it to one shared thread (coordinator/training_queue.py)
+        self.run_compute = run_compute
         self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data
         self.profile = profile
@@ -277,15 +277,21 @@ class DeviceClient:
         self._status("training")
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in plan.tensors.values()), "down")
+        # on a shared compute thread the throttle only counts: this device sleeps its share afterwards
+        deferred = self.run_compute is not None and self.throttle is not None and self.throttle.mode == "sleep"
         ctx = DeviceContext(
             device_id=self.config.device_id, round=rnd, seed=self.config.seed,
             state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
-            throttle=self.throttle, stop=self._stop, device=self.torch_device, compute_slot=self.compute_slot,
-            memory=self._memory,
+            throttle=replace(self.throttle, mode="virtual") if deferred else self.throttle,
+            stop=self._stop, device=self.torch_device, memory=self._memory,
         )
         started = time.monotonic()
         try:
-            update = device_method(plan.method)(plan, self.data, ctx)
+            method = device_method(plan.method)
+            if self.run_compute is None:
+                update = method(plan, self.data, ctx)
+            else:
+                update = self.run_compute(lambda: method(plan, self.data, ctx))
         except TrainingStopped:
             log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
             return None
@@ -294,6 +300,10 @@ class DeviceClient:
             self._send(Error("train_failed", str(exc)[:1000]), rnd)
             self._status("idle", f"round {rnd} failed: {exc}"[:200])
             return None
+        if deferred:
+            assert self.throttle is not None
+            self.throttle.settle(float(update.metrics.get("compute_s", 0.0)),
+                                 float(update.metrics.get("train_seconds", 0.0)))
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
         self.rounds_trained.append(rnd)  # before sending: whoever sees the update sees it counted

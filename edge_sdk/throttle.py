@@ -85,9 +85,15 @@ class Throttle:
         simulated = self.compute_seconds(flops)
         if self.mode == "off":
             return host_seconds
-        if self.mode == "sleep":
-            self._sleep(simulated - host_seconds)
+        self.settle(simulated, host_seconds)
         return simulated
+
+    def settle(self, simulated_seconds: float, host_seconds: float) -> None:
+        """In "sleep" mode sleep what work of ``simulated_seconds`` that took ``host_seconds``
+        here still owes (capped); nothing otherwise. A simulated device whose compute ran on a
+        shared thread with a "virtual" throttle settles here afterwards, on its own thread."""
+        if self.mode == "sleep":
+            self._sleep(simulated_seconds - host_seconds)
 
     def apply_transfer(self, nbytes: int, direction: str) -> float:
         """Simulated link seconds; in "sleep" mode sleep that long (capped).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +49,6 @@ class DeviceContext:
     stop: threading.Event | None = None
     #: where training runs (model, batches, optimizer state); None: the CPU
     device: torch.device | None = None
-    #: held while training: simulated devices sharing one process train one at a time, each
-    #: with all of torch's threads, instead of all at once with threads fighting over cores
-    #: (a lock; on Ray also one of the node's training slots: coordinator/compute_slots.py)
-    compute_slot: contextlib.AbstractContextManager[Any] | None = None
     #: this device's state kept in memory between rounds (the client's own dict, one per device),
     #: for methods that keep something when there is no ``state_dir``; None: nothing is kept
     memory: dict[str, Any] | None = None
@@ -62,9 +57,8 @@ class DeviceContext:
               regularizer: Callable[[torch.nn.Module], torch.Tensor] | None = None) -> TrainResult:
         """:func:`train_local` on this device's torch device, seeded by this device and round;
         raises TrainingStopped when `stop` is set. The model is back on the CPU afterwards."""
-        with self.compute_slot or contextlib.nullcontext():
-            return train_local(model, x, y, config, seed=self.seed * 100_003 + self.round,
-                               regularizer=regularizer, on_step=self._check_stop, device=self.device)
+        return train_local(model, x, y, config, seed=self.seed * 100_003 + self.round,
+                           regularizer=regularizer, on_step=self._check_stop, device=self.device)
 
     def _check_stop(self, step: int) -> None:
         if self.stop is not None and self.stop.is_set():

@@ -180,8 +180,8 @@ def part_pfedpara(args: argparse.Namespace, url: str, tmp: str) -> dict[str, Any
         row, captured, config = _run(args, url, tmp, method, "shards:2", lr, options, f"2class-{method}-{lr}")
         strategy, last = captured["strategy"], captured["last"]
         after, start = [], []  # after this device's last local training; with the final global tensors
-        for i, c in enumerate(classes):
-            device = f"dev{i:03d}"
+        trained = [(f"dev{i:03d}", c) for i, c in enumerate(classes) if f"dev{i:03d}" in last]
+        for device, c in trained:  # with --per-round some devices may never have been sampled
             if method == "fedavg":
                 model = strategy.model
                 load_numpy_state(model, strategy.weights)
@@ -196,10 +196,12 @@ def part_pfedpara(args: argparse.Namespace, url: str, tmp: str) -> dict[str, Any
             start += _local_accuracy(model, x, y, [c])
             load_numpy_state(model, last[device], strict=False)  # the W1 it trained last, with its W2
             after += _local_accuracy(model, x, y, [c])
+        row["devices_measured"] = len(trained)
         row["local_global_model"] = float(np.mean(start))
         row["local_after_training"] = float(np.mean(after))
         row["local_per_device"] = {"global": [round(a, 3) for a in start], "after": [round(a, 3) for a in after]}
-        print(f"{'':>16} local accuracy on the test images of each device's classes: with the final "
+        print(f"{'':>16} {len(trained)} of {len(classes)} devices trained at least once; their "
+              f"local accuracy on the test images of their classes: with the final "
               f"global tensors {row['local_global_model']:.4f}, after the device's last local training "
               f"{row['local_after_training']:.4f}" + (f"; held-out 20 % of shards: {row['local_holdout']:.4f}"
                                                       if "local_holdout" in row else ""), flush=True)

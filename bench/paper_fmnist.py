@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +44,9 @@ STATIC_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "jetson-orin-nano", "lapto
 WIDTHS = ("0.25", "0.5", "0.75", "1.0")
 
 
-def run_name(method: str, partition: str, widths: str, seed: int) -> str:
-    return f"{method}-{partition.replace(':', '')}-{widths}-s{seed}"
+def run_name(method: str, partition: str, widths: str, seed: int, options: Sequence[str] = ()) -> str:
+    """``flanc-shards3-dynamic-s0``; extra ``--option``s join the name (``...-s0-coeff_init=torch``)."""
+    return "-".join([f"{method}-{partition.replace(':', '')}-{widths}-s{seed}", *options])
 
 
 def simulation(args: argparse.Namespace, method: str, partition: str, widths: str, seed: int,
@@ -59,6 +61,7 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
         options["sample"] = "every"
     else:
         options["assign"] = "cluster"
+    options.update(dict(o.split("=", 1) for o in args.option))
     return SimulationConfig(
         method=method, clients=args.clients, rounds=args.rounds, dataset="fashion-mnist",
         data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
@@ -71,7 +74,7 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
 
 
 def run_one(args: argparse.Namespace, method: str, partition: str, widths: str, seed: int) -> None:
-    name = run_name(method, partition, widths, seed)
+    name = run_name(method, partition, widths, seed, args.option)
     result_path = Path(args.out) / f"{name}.json"
     if result_path.exists():
         print(f"{name}: done already ({result_path})")
@@ -90,6 +93,7 @@ def run_one(args: argparse.Namespace, method: str, partition: str, widths: str, 
     rounds = [r for r in report.rounds_as_dicts() if r["accuracy"]]
     final = rounds[-1]["accuracy"]
     result = {"run": name, "method": method, "partition": partition, "widths": widths, "seed": seed,
+              "options": args.option,
               "rounds": args.rounds, "final_accuracy": final, "mean_accuracy": float(np.mean(list(final.values()))),
               "curve": [{"round": r["round"] + 1, "accuracy": r["accuracy"]} for r in rounds],
               "wall_s": round(time.monotonic() - started, 1), "threads": args.threads}
@@ -102,7 +106,8 @@ def table(out: Path) -> str:
     results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["partition"], r["widths"], r["method"], r["rounds"]), []).append(r)
+        method = " ".join([r["method"], *r.get("options", [])])
+        groups.setdefault((r["partition"], r["widths"], method, r["rounds"]), []).append(r)
     lines = ["| data | widths | method | rounds | seeds | " + " | ".join(f"p={w}" for w in WIDTHS)
              + " | mean | paper |", "|" + "---|" * (len(WIDTHS) + 7)]
     for (partition, widths, method, rounds), runs in sorted(groups.items()):
@@ -112,7 +117,7 @@ def table(out: Path) -> str:
             cells.append(f"{100 * np.mean(values):.1f}" if values else "")
         means = [100 * r["mean_accuracy"] for r in runs]
         spread = f" ± {np.std(means):.1f}" if len(means) > 1 else ""
-        paper = PAPER.get((method, partition))
+        paper = PAPER.get((method.split()[0], partition))
         lines.append(f"| {partition} | {widths} | {method} | {rounds} | {len(runs)} | " + " | ".join(cells)
                      + f" | {np.mean(means):.1f}{spread} | {paper if paper is not None else ''} |")
     return "\n".join(lines)
@@ -147,11 +152,16 @@ def main() -> int:
     p.add_argument("--eval-samples", type=int, default=2000)
     p.add_argument("--threads", type=int, default=None, help="torch threads of each device's training")
     p.add_argument("--data-root", default=None)
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="another method option for every run (e.g. coeff_init=torch); it joins the run's name")
     p.add_argument("--out", default="bench/results/paper_fmnist")
     p.add_argument("--table", action="store_true", help="print the table of the finished runs and exit")
     p.add_argument("--progress", action="store_true",
                    help="print every run's interim mean accuracy per 10 rounds (finished or not) and exit")
     args = p.parse_args()
+    bad = [o for o in args.option if "=" not in o or not o.split("=", 1)[0]]
+    if bad:
+        p.error(f"--option takes KEY=VALUE, got {bad[0]!r}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.table:

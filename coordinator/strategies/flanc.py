@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.batchnorm import STAT_SUFFIXES
-from edge_sdk.models.flanc import basis_names, to_dense
+from edge_sdk.models.flanc import COEFF_INITS, basis_names, init_coefficients, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -31,7 +31,7 @@ from coordinator.aggregation import mean_train_loss
 from coordinator.state import flat_groups, restore_groups
 from coordinator.fleet import ReceivedUpdate
 from coordinator.width_slicing import pool_bn_stats
-from coordinator.options import Option, Schema, boolean, number
+from coordinator.options import Option, Schema, boolean, choice, number
 from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
@@ -53,6 +53,8 @@ FLANC_OPTIONS = Schema(
     Option("orth_lambda", number(0.0, 1e4), "0.01", "λ of the device's orthogonality penalty λ·Σ‖V Vᵀ − I‖²"),
     Option("precompose", _precompose, "auto", "compose weights before the forward pass: true, false, auto (cheaper)"),
     Option("static_bn", boolean, "true", "with BatchNorm: devices re-measure exact statistics after training"),
+    Option("coeff_init", choice(*COEFF_INITS), "he", "initial coefficients: he, or torch (PyTorch's default for a "
+                                                     "1x1 conv, as the paper's code: sqrt(6)x smaller)"),
 )
 
 
@@ -66,6 +68,7 @@ class FlancOptions:
     orth_lambda: float = 0.01  # λ of λ·Σ‖V Vᵀ − I‖²_F on the device
     precompose: bool | None = None  # None: the cheaper forward per batch
     static_bn: bool = True  # with BatchNorm: devices re-measure exact statistics after training
+    coeff_init: str = "he"  # initial coefficients: he, or torch (the official code's)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "FlancOptions":
@@ -93,6 +96,9 @@ class Flanc(WidthStrategy):
         self.export_dir = options.width.export
         torch.manual_seed(config.seed)
         self.models = {label: build_model(spec) for label, spec in specs.items()}
+        if options.coeff_init != "he":  # `build_model` drew He coefficients
+            for model in self.models.values():
+                init_coefficients(model, options.coeff_init)
         top = self.models[self.labels[-1]]
         self.basis_keys = basis_names(top)
         top_state = state_to_numpy(top, copy=True)

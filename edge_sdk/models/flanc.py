@@ -33,8 +33,8 @@ from edge_sdk.models.layers import (MAX_CHANNELS, Field, Shape, SpecError, bool_
                                     register_layer)
 from edge_sdk.models.spec import SpecModel, build_model
 
-__all__ = ["FlancConv2d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "prefer_composed",
-           "flanc_modules", "basis_names", "orthogonality_penalty", "dense_spec", "to_dense"]
+__all__ = ["FlancConv2d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "COEFF_INITS", "prefer_composed",
+           "flanc_modules", "basis_names", "init_coefficients", "orthogonality_penalty", "dense_spec", "to_dense"]
 
 
 #: Auto mode runs the two-stage forward only when it needs this many times fewer multiply-adds:
@@ -175,6 +175,25 @@ def flanc_modules(model: nn.Module) -> Iterator[tuple[str, _Composed]]:
 def basis_names(model: nn.Module) -> list[str]:
     """State names of the shared bases (everything else is width-specific)."""
     return [f"{name}.basis" for name, _ in flanc_modules(model)]
+
+
+#: How coefficients start: ``he`` (edgefl's, :func:`_init_coeff`) or ``torch`` (PyTorch's default
+#: for the 1×1 conv, ``kaiming_uniform_(a=√5)``: U(±1/√(G·R2)), √6× smaller; the official code's).
+COEFF_INITS = ("he", "torch")
+
+
+def init_coefficients(model: nn.Module, scheme: str) -> None:
+    """Draw every composed layer's coefficients (and zero its bias) anew by ``scheme``."""
+    if scheme not in COEFF_INITS:
+        raise ValueError(f"coefficient init must be one of {', '.join(COEFF_INITS)}, got {scheme!r}")
+    with torch.no_grad():
+        for _, module in flanc_modules(model):
+            if scheme == "he":
+                _init_coeff(module.coeff, module.bias)
+            else:
+                nn.init.kaiming_uniform_(module.coeff, a=5 ** 0.5)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
 
 def orthogonality_penalty(model: nn.Module) -> torch.Tensor:

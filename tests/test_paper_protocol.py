@@ -180,16 +180,35 @@ def test_a_simulation_resumes_from_its_checkpoint(tmp_path, broker) -> None:
                                         **{**base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)}))
 
 
-def test_the_static_fleet_of_the_paper_bench_puts_a_quarter_of_the_devices_on_each_width() -> None:
+def _paper_bench():
     import importlib.util
     from pathlib import Path
-
-    from coordinator.assignment import assign_levels
 
     spec = importlib.util.spec_from_file_location("paper_fmnist", Path(__file__).parents[1] / "bench" / "paper_fmnist.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_static_fleet_of_the_paper_bench_puts_a_quarter_of_the_devices_on_each_width() -> None:
+    from coordinator.assignment import assign_levels
+
+    bench = _paper_bench()
     fleet = bench.STATIC_FLEET
     gflops = {f"dev{i:03d}": load_profile(fleet[i % len(fleet)]).gflops for i in range(100)}
     labels = assign_levels(gflops, LEVELS, mode="cluster")
     assert sorted(np.unique(list(labels.values()), return_counts=True)[1].tolist()) == [25, 25, 25, 25]
+
+
+def test_the_paper_bench_can_normalise_images_as_the_official_code() -> None:
+    from edge_sdk.data import ImageDataset
+
+    raw = np.array([0.0, 51.0, 255.0], dtype=np.float64)  # pixels
+    mean, std = 72.9, 90.0
+    x = ((raw - mean) / std).astype(np.float32).reshape(3, 1, 1, 1)
+    y = np.zeros(3, dtype=np.int64)
+    data = ImageDataset("toy", x, y, x.copy(), y, 1, mean=(mean,), std=(std,))
+    official = _paper_bench().normalise_as_official(lambda *a, **k: data)("toy")
+    expected = (raw / 255.0 - 0.1307) / 0.3081
+    assert official.x_train.ravel() == pytest.approx(expected, abs=1e-5)
+    assert official.x_test.dtype == np.float32 and official.y_train is data.y_train

@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace, url: str, pattern: str, upload: str, fraction
     config = SimulationConfig(
         method="fdnnc", clients=args.clients, rounds=args.rounds, dataset=args.dataset, partition=args.partition,
         seed=args.seed, out=str(Path(tmp) / f"{pattern}-{upload}-{fraction}"), broker_url=url, model="mlp",
-        throttle="off", plots=False, job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}",
+        throttle="off", plots=False, sim_device=args.sim_device, job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}",
         train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr, optimizer=args.optimizer),
         options=options,
     )
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizer", default="adam")
     parser.add_argument("--rank", type=int, default=32)
     parser.add_argument("--dataset", default="mnist-sample")
+    parser.add_argument("--sim-device", default="cpu",
+                        help="where the simulated devices train and the model is evaluated: cpu, cuda, cuda:N, auto")
     parser.add_argument("--partition", default="iid")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fractions", default="0,0.2,0.5,0.7,1.0")

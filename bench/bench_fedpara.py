@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace, url: str, tmp: str, method: str, partition_sp
         method=method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
         model=args.model, devices_per_round=args.per_round,
         partition=partition_spec, seed=args.seed, out=str(Path(tmp) / tag), broker_url=url, throttle="off",
-        plots=False, job=f"bench-fedpara-{tag}", round_deadline_s=300,
+        plots=False, job=f"bench-fedpara-{tag}", round_deadline_s=300, sim_device=args.sim_device,
         train=TrainConfig(epochs=args.epochs, batch_size=32, lr=lr, optimizer="adam", threads=1),
         options=options)
     started = time.monotonic()
@@ -261,6 +261,8 @@ def main() -> None:
     p.add_argument("--dataset", default="mnist-sample",
                    help="e.g. fashion-mnist (apt-get install dataset-fashion-mnist) for the paper-scale table")
     p.add_argument("--data-root", default=None)
+    p.add_argument("--sim-device", default="cpu",
+                   help="where the simulated devices train and the model is evaluated: cpu, cuda, cuda:N, auto")
     p.add_argument("--model", default="cnn4", help="model family, e.g. flanc_cnn")
     p.add_argument("--per-round", type=int, default=None, help="devices per round (default: all)")
     p.add_argument("--lrs", default=",".join(map(str, LRS)), help="Adam learning rates of the factorised runs")

@@ -131,6 +131,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fedavg-rounds", type=int, default=15)
     parser.add_argument("--static-rounds", type=int, default=10)
+    parser.add_argument("--fed-lr", type=float, default=0.05,
+                        help="SGD lr of FedAvg's rounds (flanc_cnn, without norm layers, diverges at 0.05: use 0.02)")
     parser.add_argument("--reft-epochs", type=int, default=20, help="local epochs of the one REFT round")
     parser.add_argument("--reft-rounds", type=int, default=2,
                         help="also run REFT with oneshot=false for this many rounds (1: skip)")
@@ -149,7 +151,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         profiles = fleet_profiles(Path(tmp))
-        fed_train = TrainConfig(epochs=2, batch_size=32, lr=0.05)
+        fed_train = TrainConfig(epochs=2, batch_size=32, lr=args.fed_lr)
         reft_train = TrainConfig(epochs=args.reft_epochs, batch_size=32)
         opts = {"f_lambda": str(F_LAMBDA)}
         runs = {
@@ -161,19 +163,20 @@ def main() -> int:
         if args.reft_rounds > 1:
             runs["reft-iter"] = run("reft-iter", "reft", args.reft_rounds, profiles, Path(tmp), reft_train,
                                     {**opts, "oneshot": "false"})
-    summary = summarise(runs, figures["levels"]["cnn4"])
+    summary = summarise(runs, figures["levels"]["cnn4"], args.fed_lr)
     figures["runs"] = summary
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
 
 
-def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]], fed_lr: float) -> dict[str, Any]:
     fed = runs["fedavg"]
     fed_acc = [r["accuracy"]["global"] for r in fed["rounds"]]
     best = int(np.argmax(fed_acc))
     fed_bytes = per_round_device_bytes(fed)
-    print(f"\n## FedAvg, dense cnn4, {len(fed_acc)} rounds x 2 local epochs (SGD lr 0.05), 5 devices")
+    print(f"\n## FedAvg, dense {fed['config']['model']}, {len(fed_acc)} rounds x 2 local epochs (SGD lr {fed_lr}), "
+          "5 devices")
     print("accuracy per round: " + " ".join(f"{a:.3f}" for a in fed_acc))
     print(f"best {fed_acc[best]:.3f} at round {best} (of 0..{len(fed_acc) - 1}); "
           f"bytes per device until then {fed_bytes[best] / 1e6:.2f} MB")

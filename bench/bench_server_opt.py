@@ -63,7 +63,7 @@ def _config(args: argparse.Namespace, variant: str, seed: int, out: Path) -> Sim
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
         partition=args.partition, seed=seed, out=str(out), model=args.model, plots=False, options=dict(options),
         devices_per_round=args.per_round, eval_samples=args.eval_samples, checkpoint_dir=str(out / "checkpoint"),
-        train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads))
+        sim_device=args.sim_device, train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads))
 
 
 def _run(args: argparse.Namespace, variant: str, seed: int) -> None:
@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace, variant: str, seed: int) -> None:
     report = run_simulation(_config(args, variant, seed, Path(args.out) / name))
     curve = [float(np.mean(list(r.accuracy.values()))) for r in report.rounds if r.accuracy]
     path.write_text(json.dumps({"method": args.method, "variant": variant, "seed": seed, "curve": curve,
-                                "wall_s": round(time.monotonic() - started, 1)}))
+                                "wall_s": round(time.monotonic() - started, 1), "sim_device": args.sim_device}))
     print(f"{name}: final {curve[-1]:.4f} in {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -124,6 +124,8 @@ def main() -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--data-root")
+    p.add_argument("--sim-device", default="cpu",
+                   help="where the simulated devices train and the model is evaluated: cpu, cuda, cuda:N, auto")
     p.add_argument("--model", default="cnn4")
     p.add_argument("--partition", default="shards:3")
     p.add_argument("--clients", type=int, default=100)

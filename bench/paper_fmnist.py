@@ -74,7 +74,7 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
         data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
         profiles=STATIC_FLEET, plots=False, options=options, devices_per_round=args.per_round,
         checkpoint_dir=str(out / "checkpoint"),  # a run stopped half-way resumes where it was
-        eval_every=args.eval_every, eval_samples=args.eval_samples,
+        eval_every=args.eval_every, eval_samples=args.eval_samples, sim_device=args.sim_device,
         lr_decay=((args.decay_round, 0.1),) if args.decay_round < args.rounds else (),
         train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, momentum=0.9, weight_decay=1e-4,
                           augment="hflip", threads=args.threads))
@@ -128,7 +128,8 @@ def run_one(args: argparse.Namespace, method: str, partition: str, widths: str, 
               "options": variant(args),
               "rounds": args.rounds, "final_accuracy": final, "mean_accuracy": float(np.mean(list(final.values()))),
               "curve": [{"round": r["round"] + 1, "accuracy": r["accuracy"]} for r in rounds],
-              "wall_s": round(time.monotonic() - started, 1), "threads": args.threads}
+              "wall_s": round(time.monotonic() - started, 1), "threads": args.threads,
+              "sim_device": args.sim_device}
     result_path.write_text(json.dumps(result, indent=1))
     print(f"{name}: mean {result['mean_accuracy']:.4f} {final} in {result['wall_s']} s")
 
@@ -184,6 +185,8 @@ def main() -> int:
     p.add_argument("--eval-samples", type=int, default=2000)
     p.add_argument("--threads", type=int, default=None, help="torch threads of each device's training")
     p.add_argument("--data-root", default=None)
+    p.add_argument("--sim-device", default="cpu",
+                   help="where the simulated devices train and the model is evaluated: cpu, cuda, cuda:N, auto")
     p.add_argument("--mnist-norm", action="store_true",
                    help="normalise the images with MNIST's mean/std (0.1307, 0.3081) as the official code does")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -75,6 +75,22 @@ def test_training_on_cuda_matches_the_cpu_and_comes_back_to_the_cpu() -> None:
     assert evaluate(on_gpu, x, y, device="cuda") == pytest.approx(evaluate(on_cpu, x, y), abs=1e-4)
 
 
+@needs_cuda
+def test_flanc_with_its_orthogonality_penalty_trains_on_cuda() -> None:
+    from edge_sdk.models.flanc import orthogonality_penalty
+    from edge_sdk.models.flanc_zoo import flanc_specs
+
+    torch.manual_seed(0)
+    model = build_model(flanc_specs("flanc_cnn", (1, 28, 28), 10)["0.5"])
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 64)
+    before = [p.detach().clone() for p in model.parameters()]
+    train_local(model, x, y, TrainConfig(epochs=1, batch_size=16, lr=0.05), device="cuda",
+                regularizer=lambda m: 0.1 * orthogonality_penalty(m))
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 def test_simulated_devices_of_a_process_train_one_at_a_time(tmp_path, broker, monkeypatch) -> None:
     from coordinator.simulate import SimulationConfig, run_simulation
     from edge_sdk.methods import base

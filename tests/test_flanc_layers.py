@@ -131,6 +131,14 @@ def test_orthogonality_penalty_starts_near_zero_and_is_differentiable():
         assert float(orthogonality_penalty(model)) < float(penalty.detach())
 
 
+def test_orthogonality_penalty_lives_on_the_bases_device():
+    # a device training on cuda computes the penalty there: a tensor made on the CPU stopped
+    # every FLANC round on the GPU ("Expected all tensors to be on the same device"). The meta
+    # device stands in for cuda here: mixing it with CPU tensors fails the same way.
+    model = build_model(flanc_specs("flanc_cnn", (1, 28, 28), 10)["0.5"]).to("meta")
+    assert orthogonality_penalty(model).device.type == "meta"
+
+
 def test_coefficient_inits_have_he_and_torch_default_scales():
     from coordinator.strategies.flanc import Flanc, FlancOptions
     from coordinator.strategy import FederationConfig

@@ -202,12 +202,12 @@ def orthogonality_penalty(model: nn.Module) -> torch.Tensor:
     A basis with more filters than dimensions (``R2 > R1·k·k``) cannot have orthonormal
     rows; it is pushed towards orthonormal columns (``‖Vᵀ V − I‖²``) instead.
     """
-    total = torch.zeros(())
-    for _, module in flanc_modules(model):
+    terms = []
+    for _, module in flanc_modules(model):  # on the bases' device: a model trained on cuda stays there
         v = module.basis.reshape(module.basis_out, -1)
         gram = v @ v.t() if v.shape[0] <= v.shape[1] else v.t() @ v
-        total = total + ((gram - torch.eye(gram.shape[0], dtype=gram.dtype)) ** 2).sum()
-    return total
+        terms.append(((gram - torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)) ** 2).sum())
+    return torch.stack(terms).sum() if terms else torch.zeros(())
 
 
 def _dense_layer(layer: dict) -> dict:

@@ -133,6 +133,8 @@ def _flag_options(args: argparse.Namespace) -> dict[str, str]:
 def _simulate(args: argparse.Namespace) -> int:
     from coordinator.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
     from coordinator.strategies import strategy_class
+    from coordinator.strategy import TrainingFailed
+    from rich.markup import escape
 
     if "help" in args.option:
         print(strategy_class(args.method).options_help())
@@ -167,6 +169,10 @@ def _simulate(args: argparse.Namespace) -> int:
                               + ("; run the same command again to resume" if config.checkpoint_dir else ""),
                               soft_wrap=True)
         return EXIT_INTERRUPTED
+    except TrainingFailed as exc:
+        display.console.print(f"[red]error[/red]: {escape(str(exc))}; the report of those rounds is in "
+                              f"{config.out}/report.json", soft_wrap=True)
+        return 2
     display.final(report, config.out)
     return 0
 

@@ -91,6 +91,7 @@ class _Collection:
     check: Callable[[DeviceRecord, Update], None]
     accepted: dict[str, ReceivedUpdate] = field(default_factory=dict)
     declined: set[str] = field(default_factory=set)  # said "not_training" for this round
+    failed: dict[str, str] = field(default_factory=dict)  # reported "train_failed": its message
 
 
 class Fleet:
@@ -116,6 +117,8 @@ class Fleet:
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
         self._collecting: _Collection | None = None
+        #: the last collected round's devices that reported ``train_failed``, with their messages
+        self.round_failures: dict[str, str] = {}
         self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
         #: per device, the (device connection, coordinator connection) its plan was last sent
         #: over: a plan is sent again only when one side has reconnected since
@@ -263,6 +266,7 @@ class Fleet:
                     self.pump(0.0)
             progress()
             accepted = self._collecting.accepted
+            self.round_failures = dict(self._collecting.failed)
             return {d: accepted[d] for d in participants if d in accepted}
         finally:
             self._collecting = None
@@ -296,6 +300,8 @@ class Fleet:
             if (env.body.code in ("not_training", "train_failed") and col is not None
                     and env.round == col.round and device in col.participants):
                 col.declined.add(device)  # the round need not wait for it
+                if env.body.code == "train_failed":
+                    col.failed[device] = env.body.message
             elif env.body.code == "incomplete":  # a message to it lost a chunk: its plan again
                 self._resend_plan(device, lost=True)
         elif isinstance(env.body, Ack):  # e.g. a published model installed

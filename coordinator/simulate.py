@@ -131,6 +131,11 @@ class SimulationConfig:
                       "lr_decay": tuple((int(r), float(f)) for r, f in data.get("lr_decay", ()))})
 
 
+#: a simulated fleet fails alike every round (same code, same data): after this many rounds in
+#: which every device failed its training, the job stops with the devices' error
+STOP_AFTER_FAILED_ROUNDS = 3
+
+
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
                    checkpoint_dir: str | None = None) -> Strategy:
     """The coordinator strategy `config.method` names, with its model, eval and public data."""
@@ -140,6 +145,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
         checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
         devices_per_round=config.devices_per_round, eval_every=config.eval_every, lr_decay=config.lr_decay,
         eval_samples=config.eval_samples, eval_device=config.sim_device,
+        stop_after_failed_rounds=STOP_AFTER_FAILED_ROUNDS,
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,

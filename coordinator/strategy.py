@@ -28,7 +28,7 @@ from coordinator.robust import RobustConfig, robust_aggregate
 from coordinator.server_opt import ServerOptimizer
 from coordinator.state import load_checkpoint, save_checkpoint
 
-__all__ = ["FederationConfig", "Strategy", "StrategyContext", "EvalData"]
+__all__ = ["FederationConfig", "Strategy", "StrategyContext", "EvalData", "TrainingFailed"]
 
 log = logging.getLogger(__name__)
 _SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's moments
@@ -61,11 +61,15 @@ class FederationConfig:
     eval_samples: int | None = None
     #: where the coordinator evaluates: cpu, cuda, cuda:N or auto (a GPU when torch sees one)
     eval_device: str = "cpu"
+    #: stop the job (`TrainingFailed`) when every device asked reports a failed local training
+    #: this many rounds in a row (0: never; a simulation uses 3: its devices fail alike every round)
+    stop_after_failed_rounds: int = 0
 
     def __post_init__(self) -> None:
         decay = self.lr_decay
         object.__setattr__(self, "lr_decay", parse_lr_decay(decay) if isinstance(decay, str) else check_lr_decay(decay))
-        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1)):
+        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
+                          ("stop_after_failed_rounds", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -83,6 +87,11 @@ class FederationConfig:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         if type(self.seed) is not int:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+
+class TrainingFailed(RuntimeError):
+    """Every device asked failed its local training in `FederationConfig.stop_after_failed_rounds`
+    rounds in a row (e.g. a model that cannot train where the devices train): the job stops."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,8 @@ class Strategy(ABC):
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what publish_models sent the last time
         self.server_opt = ServerOptimizer()  # the moments of --option server_opt (none: unused)
+        self._failed_in_a_row = 0  # rounds (stages) in a row in which every device asked failed
+        self._last_failure = ""
 
     # -- hooks --------------------------------------------------------------
     @abstractmethod
@@ -238,6 +249,7 @@ class Strategy(ABC):
                 self._checkpoint(rnd, report)
                 if on_round is not None:
                     on_round(record)
+                self._stop_if_training_fails(rnd)
                 if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < self.config.rounds:
                     self._publish(fleet, rnd)  # an interim model
         except BaseException:  # Ctrl-C or an error: the report of the finished rounds names the devices
@@ -247,6 +259,12 @@ class Strategy(ABC):
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.model_params(), self.payload_bytes)
         return report
+
+    def _stop_if_training_fails(self, rnd: int) -> None:
+        limit = self.config.stop_after_failed_rounds
+        if limit and self._failed_in_a_row >= limit:
+            raise TrainingFailed(f"every device failed its training in the last {self._failed_in_a_row} rounds "
+                                 f"(to round {rnd + 1}): {self._last_failure}")
 
     def _publish(self, fleet: Fleet, rnd: int) -> None:
         """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
@@ -312,6 +330,12 @@ class Strategy(ABC):
             self.payload_bytes.setdefault(plan.label, sent[device_id])
         updates = fleet.collect(rnd, participants, self.config.round_deadline_s,
                                 lambda record, update: self.check_update(record, update))
+        failed = fleet.round_failures
+        if participants and set(failed) >= set(participants):
+            self._failed_in_a_row += 1
+            self._last_failure = next(iter(failed.values()))
+        else:
+            self._failed_in_a_row = 0
         needed = max(1, int(np.ceil(self.config.quorum * len(participants))))
         metrics: dict[str, float] = {}
         if len(updates) >= needed:

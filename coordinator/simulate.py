@@ -232,6 +232,8 @@ def run_simulation(config: SimulationConfig,
 RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "round_deadline_s", "sim_device", "backend",
                      "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker", "checkpoint_dir",
                      "job")
+#: ...and in its training settings, how many torch threads train (where, not what).
+RESUMABLE_TRAIN_CHANGES = ("threads",)
 #: The job's settings, kept beside its checkpoint.
 JOB_FILE = "simulation.json"
 
@@ -248,6 +250,9 @@ def check_same_job(config: SimulationConfig) -> None:
             stored = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable ({exc}); remove the folder to start a new job") from None
+        for settings in (stored, mine):
+            for key in RESUMABLE_TRAIN_CHANGES:
+                settings.get("train", {}).pop(key, None)
         for key in sorted(set(stored) | set(mine)):
             if key not in RESUMABLE_CHANGES and stored.get(key) != mine.get(key):
                 raise ValueError(f"the checkpoint in {folder} is of another job ({key} was {stored.get(key)!r}, "

@@ -178,6 +178,10 @@ def test_a_simulation_resumes_from_its_checkpoint(tmp_path, broker) -> None:
     with pytest.raises(ValueError, match=r"another job \(train was .* use another --checkpoint-dir"):
         run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "c"), job="resume-c",
                                         **{**base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)}))
+    # how many torch threads train is where the job runs, not what it is: a resume may change it
+    threads = run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "d"), job="resume-d", **{
+        **base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.05, threads=1)}))
+    assert len(threads.rounds) == 4 and threads.rounds[2].accuracy == longer.rounds[2].accuracy
 
 
 def _paper_bench():

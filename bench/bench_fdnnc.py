@@ -52,7 +52,8 @@ def _run(args: argparse.Namespace, url: str, pattern: str, upload: str, fraction
     config = SimulationConfig(
         method="fdnnc", clients=args.clients, rounds=args.rounds, dataset=args.dataset, partition=args.partition,
         seed=args.seed, out=str(Path(tmp) / f"{pattern}-{upload}-{fraction}"), broker_url=url, model="mlp",
-        throttle="off", plots=False, sim_device=args.sim_device, job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}",
+        throttle="off", plots=False, sim_device=args.sim_device,
+        job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}",
         train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr, optimizer=args.optimizer),
         options=options,
     )

@@ -169,19 +169,19 @@ def main() -> int:
         if args.reft_rounds > 1:
             runs["reft-iter"] = run("reft-iter", "reft", args.reft_rounds, profiles, Path(tmp), reft_train,
                                     {**opts, "oneshot": "false"})
-    summary = summarise(runs, figures["levels"]["cnn4"], args.fed_lr)
+    summary = summarise(runs, figures["levels"]["cnn4"])
     figures["runs"] = summary
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
 
 
-def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]], fed_lr: float) -> dict[str, Any]:
+def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> dict[str, Any]:
     fed = runs["fedavg"]
     fed_acc = [r["accuracy"]["global"] for r in fed["rounds"]]
     best = int(np.argmax(fed_acc))
     fed_bytes = per_round_device_bytes(fed)
-    print(f"\n## FedAvg, dense {fed['config']['model']}, {len(fed_acc)} rounds x 2 local epochs (SGD lr {fed_lr}), "
+    print(f"\n## FedAvg, dense {fed['config']['model']}, {len(fed_acc)} rounds x 2 local epochs (SGD lr {fed['config']['train']['lr']}), "
           "5 devices")
     print("accuracy per round: " + " ".join(f"{a:.3f}" for a in fed_acc))
     print(f"best {fed_acc[best]:.3f} at round {best} (of 0..{len(fed_acc) - 1}); "

@@ -131,6 +131,17 @@ def per_round_device_bytes(report: dict[str, Any]) -> list[float]:
     return out
 
 
+def parse_options(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a dict; a pair without ``=`` is a one-line error."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option wants KEY=VALUE, got {pair!r}")
+        options[key.strip()] = value.strip()
+    return options
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fedavg-rounds", type=int, default=15)
@@ -146,29 +157,40 @@ def main() -> int:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--model", default="cnn4", help="model family of the runs, e.g. flanc_cnn")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads of the simulated devices' training (the latency tables use 1)")
+                        help="torch threads of the devices' training and the coordinator's distillation "
+                             "(the latency tables use 1)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a REFT option for the REFT runs, e.g. distill_epochs=30 (repeatable)")
+    parser.add_argument("--no-device-eval", action="store_true",
+                        help="skip the second one-shot REFT run (device_eval=true, whose devices also upload "
+                             "weights) that measures each device's pruned model: halves REFT's time")
     args = parser.parse_args()
+    reft_options = parse_options(args.option)
     DATA.update(dataset=args.dataset, data_root=args.data_root, model=args.model)
     torch.set_num_threads(1)  # a shared 2-core machine: OpenMP spin-waiting distorts everything else
     figures: dict[str, Any] = {"levels": {}}
     print(f"# REFT benchmark ({time.strftime('%Y-%m-%d %H:%M')}, torch {torch.__version__}, 1 thread)")
     level_table("cnn4", cnn4(), [i / 10 for i in range(10)], figures["levels"])
     level_table("resnet_small", resnet_small(in_channels=1, image_size=28), [0.0, 0.5, 0.9], figures["levels"])
+    torch.set_num_threads(args.threads)  # the coordinator's distillation runs in this process
 
     with tempfile.TemporaryDirectory() as tmp:
         profiles = fleet_profiles(Path(tmp))
         fed_train = TrainConfig(epochs=2, batch_size=32, lr=args.fed_lr, threads=args.threads)
         reft_train = TrainConfig(epochs=args.reft_epochs, batch_size=32, threads=args.threads)
         opts = {"f_lambda": str(F_LAMBDA)}
+        reft_opts = {**opts, **reft_options}
         runs = {
             "fedavg": run("fedavg", "fedavg", args.fedavg_rounds, profiles, Path(tmp), fed_train),
             "static-prune": run("static", "static-prune", args.static_rounds, profiles, Path(tmp), fed_train, opts),
-            "reft": run("reft", "reft", 1, profiles, Path(tmp), reft_train, opts),
-            "reft-eval": run("reft-eval", "reft", 1, profiles, Path(tmp), reft_train, {**opts, "device_eval": "true"}),
+            "reft": run("reft", "reft", 1, profiles, Path(tmp), reft_train, reft_opts),
         }
+        if not args.no_device_eval:
+            runs["reft-eval"] = run("reft-eval", "reft", 1, profiles, Path(tmp), reft_train,
+                                    {**reft_opts, "device_eval": "true"})
         if args.reft_rounds > 1:
             runs["reft-iter"] = run("reft-iter", "reft", args.reft_rounds, profiles, Path(tmp), reft_train,
-                                    {**opts, "oneshot": "false"})
+                                    {**reft_opts, "oneshot": "false"})
     summary = summarise(runs, figures["levels"]["cnn4"])
     figures["runs"] = summary
     if args.json:
@@ -195,7 +217,8 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
     print("accuracy per round: " + " ".join(f"{a:.3f}" for a in stat_acc))
     print(f"best {max(stat_acc):.3f}; bytes per device over {len(stat_acc)} rounds {stat_bytes[-1] / 1e6:.2f} MB")
 
-    reft, reft_eval = runs["reft"], runs["reft-eval"]
+    reft = runs["reft"]
+    reft_eval = runs.get("reft-eval")
     mc = reft["config"]["method_config"]
     global_acc = reft["final"]["accuracy"]["global"]
     print(f"\n## REFT one-shot ({reft['config']['train']['epochs']} local epochs, Adam lr "
@@ -205,7 +228,7 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
           f"{mc['public_bytes']:,} bytes as {mc['public_dtype']}, sent once per device")
     print(f"{'device':>8} {'GFLOPS':>7} {'level':>6} {'params':>8} {'down B':>9} {'up B':>7} {'total B':>9} "
           f"{'vs FedAvg':>9} {'device acc':>10}")
-    eval_acc = reft_eval["final"]["accuracy"]
+    eval_acc = reft_eval["final"]["accuracy"] if reft_eval else {}  # --no-device-eval: not measured
     totals = []
     for d in reft["devices"]:
         total = d["bytes_down"] + d["bytes_up"]
@@ -215,7 +238,7 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
               f"{eval_acc.get(d['assignment'], float('nan')):>10.3f}")
     mean_total = float(np.mean(totals))
     print(f"global (distilled, dense) accuracy {global_acc:.3f}  (device_eval run: "
-          f"{eval_acc['global']:.3f}); metrics {json.dumps({k: round(v, 4) for k, v in reft['rounds'][0]['metrics'].items()})}")
+          f"{eval_acc.get('global', float('nan')):.3f}); metrics {json.dumps({k: round(v, 4) for k, v in reft['rounds'][0]['metrics'].items()})}")
 
     iterative = runs.get("reft-iter")
     iter_summary: dict[str, Any] = {}

@@ -11,6 +11,13 @@
    MNIST digits. FedAvg (dense) and static pruning run R rounds; REFT runs one shot (and once more
    with device_eval=true to measure every device model, and with oneshot=false for a second
    round). Bytes are MQTT payload bytes really sent.
+
+On the full Fashion-MNIST (issue 15; ``apt-get install dataset-fashion-mnist``), with fewer
+distillation epochs than the default 150 so that it fits a 2-core machine::
+
+    python bench/bench_reft.py --dataset fashion-mnist --model flanc_cnn --fed-lr 0.02 --threads 2 \
+        --fedavg-rounds 3 --static-rounds 4 --reft-epochs 2 --reft-rounds 1 --no-device-eval \
+        --option distill_epochs=30 --json bench/results/fmnist/reft.json
 """
 
 from __future__ import annotations

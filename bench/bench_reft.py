@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coordinator.options import option_pairs
 from coordinator.pruning import prune_spec
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.models.spec import build_model, count_flops, count_params
@@ -138,17 +139,6 @@ def per_round_device_bytes(report: dict[str, Any]) -> list[float]:
     return out
 
 
-def parse_options(pairs: list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` strings as a dict; a pair without ``=`` is a one-line error."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--option wants KEY=VALUE, got {pair!r}")
-        options[key.strip()] = value.strip()
-    return options
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--fedavg-rounds", type=int, default=15)
@@ -172,7 +162,10 @@ def main() -> int:
                         help="skip the second one-shot REFT run (device_eval=true, whose devices also upload "
                              "weights) that measures each device's pruned model: halves REFT's time")
     args = parser.parse_args()
-    reft_options = parse_options(args.option)
+    try:
+        reft_options = option_pairs(args.option)
+    except ValueError as exc:
+        parser.error(str(exc))
     DATA.update(dataset=args.dataset, data_root=args.data_root, model=args.model)
     torch.set_num_threads(1)  # a shared 2-core machine: OpenMP spin-waiting distorts everything else
     figures: dict[str, Any] = {"levels": {}}

@@ -6,6 +6,7 @@ import argparse
 import time
 from typing import Any, Callable
 
+from coordinator.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.link import LinkConfig
 from edge_sdk.training import AUGMENTATIONS, TrainConfig
@@ -108,19 +109,9 @@ class Display:
             f"report in {out}/report.json", soft_wrap=True)
 
 
-def _options(pairs: list[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option takes KEY=VALUE, got {pair!r}")
-        options[key.strip()] = value.strip()
-    return options
-
-
 def _flag_options(args: argparse.Namespace) -> dict[str, str]:
     """`--option` pairs plus the dedicated method flags (fdnnc: --pattern, --upload, --big-fraction)."""
-    options = _options(args.option)
+    options = option_pairs(args.option)
     for key, value in (("pattern", args.pattern), ("upload", args.upload), ("big_fraction", args.big_fraction)):
         if value is None:
             continue

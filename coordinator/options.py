@@ -16,13 +16,24 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-__all__ = ["Parser", "Option", "Schema", "boolean", "number", "integer", "choice", "int_list", "unknown_keys"]
+__all__ = ["Parser", "Option", "Schema", "boolean", "number", "integer", "choice", "int_list", "unknown_keys", "option_pairs"]
 
 #: ``(key, text) -> value``; ValueError names the key.
 Parser = Callable[[str, str], Any]
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
+
+
+def option_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` (repeated ``--option`` flags) as a dict; ValueError on a pair without a key or ``=``."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option takes KEY=VALUE, got {pair!r}")
+        options[key.strip()] = value.strip()
+    return options
 
 
 def boolean(key: str, text: str) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.options import Option, Schema, boolean, choice, integer, number
+from coordinator.options import Option, Schema, boolean, choice, integer, number, option_pairs
 from coordinator.robust import RobustConfig
 from coordinator.strategies import STRATEGIES, create_strategy
 from coordinator.strategies.fdnnc import FdnncOptions
@@ -23,6 +23,14 @@ from coordinator.strategy import FederationConfig, StrategyContext
                                          ("false", False), ("no", False), ("Off", False), ("0", False)])
 def test_booleans_read_alike(text, value) -> None:
     assert boolean("k", text) is value
+
+
+def test_option_pairs_split_at_the_first_equals_sign_and_reject_pairs_without_a_key() -> None:
+    assert option_pairs([" mu = 0.1", "levels=0.9,0.5", "note=a=b", "empty="]) == {
+        "mu": "0.1", "levels": "0.9,0.5", "note": "a=b", "empty": ""}
+    for bad in ("mu", "=0.1", " =1"):
+        with pytest.raises(ValueError, match=re.escape(f"--option takes KEY=VALUE, got {bad!r}")):
+            option_pairs([bad])
 
 
 def test_bad_values_are_one_line_errors_that_name_the_option() -> None:

@@ -224,7 +224,7 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
     print(f"\n## REFT one-shot ({reft['config']['train']['epochs']} local epochs, Adam lr "
           f"{mc['local_lr']}; distillation T={mc['temperature']}, {mc['distill_epochs']} epochs, Adam lr "
           f"{mc['distill_lr']}); pruning backend: {mc['pruning_backend']}")
-    print(f"public set: {mc['public_samples']} unlabeled digits held out of training (no device holds them), "
+    print(f"public set: {mc['public_samples']} unlabeled images held out of training (no device holds them), "
           f"{mc['public_bytes']:,} bytes as {mc['public_dtype']}, sent once per device")
     print(f"{'device':>8} {'GFLOPS':>7} {'level':>6} {'params':>8} {'down B':>9} {'up B':>7} {'total B':>9} "
           f"{'vs FedAvg':>9} {'device acc':>10}")

@@ -464,9 +464,13 @@ def test_broker_restarted_mid_round(kind, mnist, shards, cleanup):
     assert [r.round for r in report.rounds] == [0, 1, 2]
     assert participants(report) == [["d0", "d1", "d2"]] * 3 and all(r.aggregated for r in report.rounds)
     assert coordinator.transport.connect_count == 2
+    # amqtt's broker can drop a session it has just accepted (RuntimeError "dictionary changed size
+    # during iteration" in its _handle_client_session, seen on a loaded machine): the device then
+    # connects once more, which must lose nothing either
+    reconnects = {2} if kind == "mosquitto" else {2, 3}
     for device in devices:
         assert device.join() == "training finished"
-        assert device.transport.connect_count == 2
+        assert device.transport.connect_count in reconnects
         assert device.client.rounds_trained == [0, 1, 2]  # round 1 trained once, whatever was re-sent
     # the rounds after the restart took seconds (training included), not the deadline
     assert time.monotonic() - back < 60, time.monotonic() - back

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from coordinator.options import option_pairs
 from coordinator.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
 from edge_sdk.models.flanc import flanc_modules
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs, width_label
@@ -50,14 +51,14 @@ def accuracy_runs(args: argparse.Namespace, out: Path) -> dict[str, dict]:
                   train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr))
     norm = {"norm": args.norm}
     runs = {
-        "flanc": {**norm, "export": str(out / "onnx"), **dict(kv.split("=", 1) for kv in args.flanc_option)},
-        "heterofl": {**norm, **dict(kv.split("=", 1) for kv in args.heterofl_option)},
+        "flanc": {**norm, "export": str(out / "onnx"), **option_pairs(args.flanc_option)},
+        "heterofl": {**norm, **option_pairs(args.heterofl_option)},
         "fedavg": {**norm, "width": str(WIDTHS[0])},
     }
     runs = {name: (name, options) for name, options in runs.items()}
     for variant in args.variant:  # NAME,METHOD,KEY=VALUE,...
         name, method, *pairs = variant.split(",")
-        runs[name] = (method, {**norm, **dict(kv.split("=", 1) for kv in pairs)})
+        runs[name] = (method, {**norm, **option_pairs(pairs)})
     reports = {}
     for name, (method, options) in runs.items():
         start = time.perf_counter()

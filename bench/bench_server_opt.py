@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coordinator.options import option_pairs
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
@@ -58,7 +59,7 @@ def _name(method: str, variant: str, seed: int) -> str:
 
 
 def _config(args: argparse.Namespace, variant: str, seed: int, out: Path) -> SimulationConfig:
-    options = {**METHODS[args.method], **dict(o.split("=", 1) for o in args.method_option), **VARIANTS[variant]}
+    options = {**METHODS[args.method], **option_pairs(args.method_option), **VARIANTS[variant]}
     return SimulationConfig(
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
         partition=args.partition, seed=seed, out=str(out), model=args.model, plots=False, options=dict(options),

@@ -37,6 +37,7 @@ from unittest import mock
 import numpy as np
 
 import coordinator.simulate as simulate
+from coordinator.options import option_pairs
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import ImageDataset
 from edge_sdk.training import TrainConfig
@@ -68,7 +69,7 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
         options["sample"] = "every"
     else:
         options["assign"] = "cluster"
-    options.update(dict(o.split("=", 1) for o in args.option))
+    options.update(option_pairs(args.option))
     return SimulationConfig(
         method=method, clients=args.clients, rounds=args.rounds, dataset="fashion-mnist",
         data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
@@ -196,9 +197,10 @@ def main() -> int:
     p.add_argument("--progress", action="store_true",
                    help="print every run's interim mean accuracy per 10 rounds (finished or not) and exit")
     args = p.parse_args()
-    bad = [o for o in args.option if "=" not in o or not o.split("=", 1)[0]]
-    if bad:
-        p.error(f"--option takes KEY=VALUE, got {bad[0]!r}")
+    try:
+        option_pairs(args.option)
+    except ValueError as exc:
+        p.error(str(exc))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.table:

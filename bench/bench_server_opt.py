@@ -80,7 +80,8 @@ def _run(args: argparse.Namespace, variant: str, seed: int) -> None:
     print(f"{name}: final {curve[-1]:.4f} in {time.monotonic() - started:.0f} s", flush=True)
 
 
-def _rounds_to(curve: list[float], target: float) -> int | None:
+def rounds_to(curve: list[float], target: float) -> int | None:
+    """The first round (1-based) whose accuracy reaches ``target``, or None."""
     return next((i + 1 for i, a in enumerate(curve) if a >= target), None)
 
 
@@ -96,7 +97,7 @@ def table(out: Path, target: float, last: int, method: str = "fedavg") -> str:
     rows, base = [], {}
     for variant in [v for v in VARIANTS if v in runs]:
         curves = runs[variant]
-        reach = [_rounds_to(c, target) for c in curves]
+        reach = [rounds_to(c, target) for c in curves]
         finals = [100 * c[-1] for c in curves]
         swing = [100 * float(np.mean(np.abs(np.diff(c[-last:])))) for c in curves]
         reached = [r for r in reach if r is not None]

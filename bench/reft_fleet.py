@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from bench_reft import F_LAMBDA, fleet_profiles  # bench/bench_reft.py (scripts run from bench/)
+from bench_server_opt import rounds_to
 from coordinator.options import option_pairs
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
@@ -87,10 +88,6 @@ def _run(args: argparse.Namespace, job: str, options: dict[str, str], out: Path)
           f"{result['wall_s']:.0f} s", flush=True)
 
 
-def _first_reaching(curve: list[float], target: float) -> int | None:
-    return next((i for i, a in enumerate(curve) if a >= target), None)
-
-
 def table(out: Path) -> str:
     """Markdown: every REFT job in ``out`` against the FedAvg job of the same seed."""
     jobs = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
@@ -107,8 +104,8 @@ def table(out: Path) -> str:
             rows.append(f"| REFT {job['name']} | {100 * acc:.1f} | {mb / 1e6:.2f} | (no FedAvg job) | | |")
             continue
         fed_acc, fed_mb = fed["accuracy"], fed["bytes_per_device"]
-        at = _first_reaching(fed_acc, acc)
-        same = (f"round {at + 1}: {fed_mb[at] / 1e6:.2f} MB = {fed_mb[at] / mb:.1f}× REFT's" if at is not None
+        at = rounds_to(fed_acc, acc)
+        same = (f"round {at}: {fed_mb[at - 1] / 1e6:.2f} MB = {fed_mb[at - 1] / mb:.1f}× REFT's" if at is not None
                 else "never")
         rows.append(f"| REFT {job['name']} | {100 * acc:.1f} ({100 * (acc - fed_acc[-1]):+.1f}) | {mb / 1e6:.2f} "
                     f"(worst device {worst / 1e6:.2f}) | 1/{fed_mb[-1] / mb:.1f} (worst 1/{fed_mb[-1] / worst:.1f}) "

@@ -3,7 +3,11 @@
 The fleet receives registrations, status and updates on one thread (the
 caller's), replies with acks and errors, and hands valid updates to the round
 loop. Every rejection is logged and reported to the sender; none reaches
-aggregation.
+aggregation. A device is known by the topic the broker let it publish on, never
+by a name inside a message, and what it may cost is bounded by its budgets
+(`coordinator.device_budgets.FleetLimits`): error replies per second (the rest
+are counted and named in the next reply), plan re-sends per round, bytes in
+flight, and how fast its sample count may grow.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 
+from coordinator.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.validation import MAX_SAMPLES, UpdateRejected
+from edge_sdk.token_bucket import TokenBucket
 
 __all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
@@ -49,6 +55,8 @@ class DeviceRecord:
     #: will of an older connection is stale and ignored
     connection: int = 0
     offline_since: float = 0.0  # time.monotonic() when it went offline
+    #: `Fleet.rounds_collected` when ``num_samples`` was last raised (its growth is counted from there)
+    samples_since: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,9 @@ class _Collection:
     accepted: dict[str, ReceivedUpdate] = field(default_factory=dict)
     declined: set[str] = field(default_factory=set)  # said "not_training" for this round
     failed: dict[str, str] = field(default_factory=dict)  # reported "train_failed": its message
+    lost: set[str] = field(default_factory=set)  # said a message to it stalled: wants its plan again
+    resent: dict[str, int] = field(default_factory=dict)  # plan re-sends per device this round
+    resent_at: dict[str, float] = field(default_factory=dict)  # time.monotonic() of the last one
 
 
 class Fleet:
@@ -100,9 +111,14 @@ class Fleet:
     def __init__(self, link: MessageLink, topics: Topics,
                  on_register: Callable[[DeviceRecord], None] | None = None,
                  on_progress: Callable[[FleetProgress], None] | None = None,
-                 method: str | None = None) -> None:
+                 method: str | None = None, limits: FleetLimits = FleetLimits()) -> None:
         self.link = link
         self.topics = topics
+        self.limits = limits
+        self._reply_budget: dict[str, TokenBucket] = {}
+        self._suppressed: dict[str, int] = {}  # error replies not sent, per device, since its last one
+        #: rounds collected so far (a device's sample count may grow per round: `FleetLimits`)
+        self.rounds_collected = 0
         self.on_register = on_register
         #: the device part this job's plans name: a device whose registration lists the methods it
         #: supports without this one is rejected (an SDK that lists none is taken at its word)
@@ -133,7 +149,9 @@ class Fleet:
         self.while_waiting: Callable[[float], bool] | None = None
 
     def start(self) -> None:
-        """Subscribe to every device's uplink and status."""
+        """Subscribe to every device's uplink and status; a device not asked for an update may
+        have `FleetLimits.idle_upload_bytes` in flight."""
+        self.link.set_sender_budget(None, self.limits.idle_upload_bytes)
         self.link.transport.subscribe(self.topics.all_uplinks())
         self.link.transport.subscribe(self.topics.all_status())
 
@@ -146,6 +164,7 @@ class Fleet:
         if isinstance(body, Plan):
             self._plans[device_id] = (rnd, body)
             self._plan_sent_over[device_id] = self._connections(device_id)
+            self.link.set_sender_budget(self.topics.uplink(device_id), self.limits.upload_budget(nbytes))
         if device_id in self.devices:
             self.devices[device_id].bytes_down += nbytes
         return nbytes
@@ -161,7 +180,9 @@ class Fleet:
     # -- receiving --------------------------------------------------------
     def pump(self, timeout: float) -> None:
         """Handle every message that arrives within `timeout` seconds, then up to
-        `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller)."""
+        `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller).
+        Messages the receive queue dropped over a device's budget, and its transfers that
+        stalled or were evicted, are counted as that device's rejections."""
         self._roll_call_if_reconnected()
         end = time.monotonic() + timeout
         late = 0
@@ -173,8 +194,14 @@ class Fleet:
                 late += 1
                 if item is None or late > MAX_DRAIN:
                     break
-        for sender, transfer_id, got, count in self.link.expire():
-            self._reject(sender, "incomplete", f"transfer {transfer_id} timed out with {got}/{count} chunks")
+        for topic, transfer_id, got, count in self.link.expire():
+            if (device := self.topics.device_from_topic(topic)) is not None:
+                self._reject(device, "incomplete", f"transfer {transfer_id} timed out or was dropped with "
+                             f"{got}/{count} chunks")
+        for topic, dropped in self.link.transport.take_dropped().items():
+            if (device := self.topics.device_from_topic(topic)) is not None:
+                self._reject(device, "flood", f"{dropped} messages dropped: over this device's receive budget",
+                             count=dropped)
 
     def _roll_call_if_reconnected(self) -> None:
         """After each connection of our own (the first one too), ask every device for its
@@ -270,8 +297,11 @@ class Fleet:
             return {d: accepted[d] for d in participants if d in accepted}
         finally:
             self._collecting = None
+            for device in self._plans:  # back to the budget of a device not asked for an update
+                self.link.set_sender_budget(self.topics.uplink(device), None)
             self._plans.clear()
             self._plan_sent_over.clear()
+            self.rounds_collected += 1
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -329,16 +359,30 @@ class Fleet:
             return
         record = self.devices.get(device)
         if record is None:
-            record = DeviceRecord(device, profile, body.num_samples)
+            record = DeviceRecord(device, profile, body.num_samples, samples_since=self.rounds_collected)
             self.devices[device] = record
         else:
-            record.profile, record.num_samples, record.online = profile, body.num_samples, True
+            record.profile, record.online = profile, True
+            self._accept_samples(record, body.num_samples)
         record.connection = max(record.connection, body.connection)
         if self.on_register is not None:
             self.on_register(record)
         log.info("registered %s (%s, %.1f GFLOPS, %d samples) as %s", device, profile.name,
-                 profile.gflops, body.num_samples, record.label)
-        self.send(device, Ack(f"registered as {record.label}"), reply_to=env.msg_id)
+                 profile.gflops, record.num_samples, record.label)
+        self._reply(device, Ack(f"registered as {record.label}"), reply_to=env.msg_id)
+
+    def _accept_samples(self, record: DeviceRecord, claimed: int) -> None:
+        """A registered device's new sample count: lower at once, higher by at most the growth
+        `FleetLimits` allows per round since its count last rose (the rest is not believed)."""
+        limit = grown_sample_limit(record.num_samples, self.rounds_collected - record.samples_since, self.limits)
+        if claimed > limit:
+            log.warning("device %s claims %d samples; its count may rise to %d by now (%d before, +%g/round): "
+                        "taking %d", record.device_id, claimed, limit, record.num_samples,
+                        self.limits.sample_growth, limit)
+            claimed = limit
+        if claimed > record.num_samples:
+            record.samples_since = self.rounds_collected
+        record.num_samples = claimed
 
     def _on_status(self, device: str, env: Envelope) -> None:
         if not isinstance(env.body, Status):
@@ -348,7 +392,7 @@ class Fleet:
             if env.body.state not in ("online", "offline"):  # a device this coordinator has not
                 # met (e.g. it restarted): ask it to register; a fresh device registers anyway
                 log.info("status %r from unregistered device %s: asking it to register", env.body.state, device)
-                self.send(device, Error("unknown_device", "register with this coordinator"))
+                self._reject(device, "unknown_device", "register with this coordinator")
             return
         stamp = env.body.connection
         if env.body.state == "offline":
@@ -359,28 +403,46 @@ class Fleet:
             record.state, record.reason, record.connection = "offline", env.body.reason, stamp
             if record.online:
                 record.online, record.offline_since = False, time.monotonic()
-                dropped = self.link.discard_sender(device)
+                dropped = self.link.discard_topic(self.topics.uplink(device))
                 log.warning("device %s went offline (%s); dropped %d partial transfers",
                             device, env.body.reason, dropped)
             return
         # any other status is the word of a connected device
-        record.state, record.reason, record.online = env.body.state, env.body.reason, True
+        record.state, record.reason, record.online = env.body.state, env.body.reason[:200], True
         record.connection = max(record.connection, stamp)
         self._resend_plan(device)  # if it, or we, reconnected since its plan was sent
 
     def _resend_plan(self, device: str, lost: bool = False) -> None:
         """A participant that (re)connected may have missed its plan (sessions are clean) or
         lost part of its upload, or it says a message to it stalled (`lost`): send it the
-        round's plan again; one update still counts."""
+        round's plan again; one update still counts. At most `FleetLimits.plan_resends_per_round`
+        times a round and one every `plan_resend_interval_s` (a wish that has to wait is kept,
+        and met by `collect` once the interval has passed)."""
         col = self._collecting
         rnd, plan = self._plans.get(device, (None, None))
         if (col is None or plan is None or rnd != col.round or device not in col.participants
-                or device in col.accepted or device in col.declined
-                or not (lost or self._reconnected_since_plan(device))):
+                or device in col.accepted or device in col.declined):
             return
-        why = "a message to it stalled" if lost else "it, or this coordinator, reconnected"
+        if lost:
+            col.lost.add(device)
+        if not (device in col.lost or self._reconnected_since_plan(device)):
+            return
+        done = col.resent.get(device, 0)
+        if done >= self.limits.plan_resends_per_round:
+            if lost:
+                self._reject(device, "resend_budget", f"its plan was sent {done + 1} times in round {rnd}: "
+                             "no more re-sends this round")
+            return
+        if time.monotonic() - col.resent_at.get(device, -1e9) < self.limits.plan_resend_interval_s:
+            return
+        why = "a message to it stalled" if device in col.lost else "it, or this coordinator, reconnected"
         log.info("device %s: %s during round %d: sending its plan again", device, why, rnd)
-        self.send(device, plan, rnd)
+        col.resent[device], col.resent_at[device] = done + 1, time.monotonic()
+        col.lost.discard(device)
+        try:
+            self.send(device, plan, rnd)
+        except ConnectionError as exc:  # the next pass of `collect` tries again
+            log.warning("could not re-send the plan of %s: %s", device, exc)
 
     def _reconnected_since_plan(self, device: str) -> bool:
         """Has the device or the coordinator reconnected since the device's plan was sent? (A
@@ -413,17 +475,41 @@ class Fleet:
             self._reject(device, exc.code, exc.message, env.msg_id)
             return
         col.accepted[device] = ReceivedUpdate(device, env.round, env.body, nbytes)
-        self.send(device, Ack(f"update for round {env.round} accepted"), rnd=env.round, reply_to=env.msg_id)
+        self._reply(device, Ack(f"update for round {env.round} accepted"), rnd=env.round, reply_to=env.msg_id)
 
     def _count_up(self, device: str, nbytes: int) -> None:
         if device in self.devices:
             self.devices[device].bytes_up += nbytes
 
-    def _reject(self, device: str, code: str, message: str, reply_to: str | None = None) -> None:
-        log.warning("rejected input from %s: %s: %s", device, code, message)
-        self.rejections.append((device, code, message[:1000]))
-        self.rejection_count += 1
+    def _reply(self, device: str, body: object, rnd: int = -1, reply_to: str | None = None) -> bool:
+        """Send a reply; a failure (the outgoing queue full, the connection gone) is logged, never raised."""
         try:
-            self.send(device, Error(code, message[:1000]), reply_to=reply_to)
+            self.send(device, body, rnd, reply_to=reply_to)
+            return True
         except (ValueError, ConnectionError) as exc:  # e.g. a device id that is not a valid topic
-            log.warning("could not report %s to %s: %s", code, device, exc)
+            log.warning("could not send %s to %s: %s", type(body).__name__, device, exc)
+            return False
+
+    def _reject(self, device: str, code: str, message: str, reply_to: str | None = None, count: int = 1) -> None:
+        """Record ``count`` rejections of ``device``'s input and tell it — within its error-reply
+        budget: a rejection over it is counted, and the next reply sent names how many were."""
+        self.rejections.append((device, code, message[:1000]))
+        self.rejection_count += count
+        bucket = self._reply_budget.get(device)
+        if bucket is None:
+            if len(self._reply_budget) >= 100_000:  # bounded: forget the buckets of the oldest devices
+                for old in list(self._reply_budget)[:1000]:
+                    del self._reply_budget[old]
+            bucket = self._reply_budget[device] = TokenBucket(self.limits.error_replies_per_s,
+                                                              max(1, self.limits.error_reply_burst))
+        if not bucket.take():
+            suppressed = self._suppressed.get(device, 0)
+            self._suppressed[device] = suppressed + count
+            if suppressed == 0:
+                log.warning("rejected input from %s: %s: %s (more of its rejections are only counted, "
+                            "at most %g replies/s)", device, code, message[:300], self.limits.error_replies_per_s)
+            return
+        log.warning("rejected input from %s: %s: %s", device, code, message[:300])
+        if suppressed := self._suppressed.pop(device, 0):
+            message = f"{message} ({suppressed} more rejections since the last reply were not answered)"
+        self._reply(device, Error(code, message[:1000]), reply_to=reply_to)

@@ -114,10 +114,11 @@ class MessageLink:
                 return None
 
     def expire(self) -> list[tuple[str, str, int, int]]:
-        """Drop chunked transfers that stalled; returns (sender, id, got, count) for each."""
+        """Drop chunked transfers that stalled or were evicted; returns (topic, id, got, count)
+        for each: the topic they arrived on names who sent them."""
         expired = self._reassembler.expire()
-        for sender, transfer_id, _, _ in expired:
-            self._partial_bytes.pop((sender, transfer_id), None)
+        for topic, transfer_id, _, _ in expired:
+            self._partial_bytes.pop((topic, transfer_id), None)
         return expired
 
     @property
@@ -126,14 +127,29 @@ class MessageLink:
         return self._reassembler.duplicates
 
     def pending_transfers(self) -> list[tuple[str, str]]:
-        """``(sender, transfer_id)`` of the chunked messages still being reassembled."""
+        """``(topic, transfer_id)`` of the chunked messages still being reassembled."""
         return self._reassembler.pending_transfers()
 
-    def discard_sender(self, sender: str) -> int:
-        """Forget the partial transfers of a sender (e.g. its last will fired)."""
-        for key in [k for k in self._partial_bytes if k[0] == sender]:
+    def set_sender_budget(self, topic: str | None, max_bytes: int | None) -> None:
+        """Bytes that messages arriving on ``topic`` may hold here at once — waiting in the receive
+        queue, and in chunked transfers being reassembled (a transfer larger than that is refused).
+        ``topic`` None sets the default of every topic without its own; ``max_bytes`` None (for a
+        topic) goes back to the default. Capped at the codec's ``max_message_bytes``."""
+        cap = self.config.limits.max_message_bytes
+        if topic is None:
+            budget = min(int(max_bytes if max_bytes is not None else cap), cap)
+            self.transport.set_topic_budget(None, max(budget, 1))
+            self._reassembler.set_default_source_limit(budget)
+        else:
+            budget = None if max_bytes is None else min(int(max_bytes), cap)
+            self.transport.set_topic_budget(topic, None if budget is None else max(budget, 1))
+            self._reassembler.set_source_limit(topic, budget)
+
+    def discard_topic(self, topic: str) -> int:
+        """Forget the partial transfers that arrived on ``topic`` (e.g. its device's last will fired)."""
+        for key in [k for k in self._partial_bytes if k[0] == topic]:
             del self._partial_bytes[key]
-        return self._reassembler.discard_sender(sender)
+        return self._reassembler.discard_source(topic)
 
     def _handle(self, topic: str, payload: bytes) -> Received | Rejected | None:
         size = len(payload)
@@ -149,19 +165,21 @@ class MessageLink:
             return Rejected(topic, error, sender, msg_id, size)
 
     def _add_chunk(self, topic: str, envelope: Envelope, size: int) -> Received | None:
+        """Chunks are reassembled per topic: the broker's ACL says who may publish there, while
+        the sender written in a chunk is only the chunk's own claim."""
         chunk: Chunk = envelope.body
-        key = (envelope.sender, chunk.transfer_id)
+        key = (topic, chunk.transfer_id)
         self._partial_bytes[key] = self._partial_bytes.get(key, 0) + size
         duplicates = self._reassembler.duplicates
         try:
-            whole = self._reassembler.add(envelope.sender, chunk)
+            whole = self._reassembler.add(topic, chunk, frame_bytes=size)
         except ProtocolError:
             self._partial_bytes.pop(key, None)
             raise
         if whole is None:
             if self._reassembler.duplicates != duplicates:  # not part of the message's bytes
-                log.debug("ignored chunk %d of %s from %s: already received", chunk.index,
-                          chunk.transfer_id, envelope.sender)
+                log.debug("ignored chunk %d of %s on %s: already received", chunk.index,
+                          chunk.transfer_id, topic)
                 if (left := self._partial_bytes[key] - size) > 0:
                     self._partial_bytes[key] = left
                 else:  # a straggler of a finished or dropped transfer

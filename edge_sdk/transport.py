@@ -20,24 +20,31 @@ paho's network thread runs our callbacks, which never block. Observed paho 2.2:
 * paho neither enforces the broker's Maximum Packet Size nor handles
   mosquitto's PUBACK 0x95 for oversize publishes, so publish() refuses them.
   Under 3.1.1 no limit is announced: set max_packet_size, or paho resends forever.
+* Received messages wait in a `FairInbox` keyed by topic: a topic that floods
+  fills (and loses) only its own share, and topics are served in turn.
+* paho keeps every unacknowledged qos >= 1 publish and fails once its 65,535
+  message ids are all in use ("Message queue full"). publish() waits (backs
+  off) while more than ``max_outgoing`` are unacknowledged, up to
+  ``outgoing_wait_s``, and then raises TransportError: it never lets paho fail.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import socket
 import ssl
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+from edge_sdk.fair_inbox import FairInbox, InboxLimits
 
 __all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "WillSource",
            "publish_packet_size"]
@@ -105,15 +112,22 @@ class TransportConfig:
     connect_timeout: float = 10.0
     reconnect_min_delay: float = 0.5
     reconnect_max_delay: float = 10.0
-    max_queue: int = 10_000
+    #: budgets of the receive queue (per topic and overall; see `FairInbox`)
+    inbox: InboxLimits = field(default_factory=InboxLimits)
     max_packet_size: int | None = None
+    #: unacknowledged publishes above which publish() waits for acknowledgements (paho fails at 65,535)
+    max_outgoing: int = 20_000
+    #: how long publish() waits for room before it raises TransportError
+    outgoing_wait_s: float = 30.0
 
     def __post_init__(self) -> None:
         self.endpoint()  # validates the URL
         if self.protocol not in ("auto", "5", "3.1.1"):
             raise ValueError(f"protocol must be 'auto', '5' or '3.1.1', not {self.protocol!r}")
-        if self.max_queue < 1 or self.connect_timeout <= 0 or self.keepalive < 0:
-            raise ValueError("need max_queue >= 1, connect_timeout > 0 and keepalive >= 0")
+        if self.connect_timeout <= 0 or self.keepalive < 0:
+            raise ValueError("need connect_timeout > 0 and keepalive >= 0")
+        if type(self.max_outgoing) is not int or not 1 <= self.max_outgoing <= 60_000 or not self.outgoing_wait_s >= 0:
+            raise ValueError("need max_outgoing in [1, 60000] and outgoing_wait_s >= 0")
         if not 0 < self.reconnect_min_delay <= self.reconnect_max_delay:
             raise ValueError("need 0 < reconnect_min_delay <= reconnect_max_delay")
 
@@ -155,7 +169,7 @@ class MqttTransport:
         self._username = config.username if config.username is not None else url_user
         self._password = config.password if config.password is not None else url_pw
         self._client_id = config.client_id or f"edgefl-{uuid.uuid4().hex[:16]}"
-        self._inbox: queue.Queue[IncomingMessage | None] = queue.Queue(maxsize=config.max_queue)
+        self._inbox: FairInbox[IncomingMessage] = FairInbox(config.inbox)
         self._lock = threading.Lock()
         self._pub_cond = threading.Condition()
         self._pending: dict[int, mqtt.MQTTMessageInfo] = {}
@@ -169,7 +183,7 @@ class MqttTransport:
         self._version = "3.1.1" if config.protocol == "3.1.1" else "5"
         self._connected = self._closed = False
         self._max_packet: int | None = None
-        self._connect_count = self._dropped = self._failed = 0
+        self._connect_count = self._failed = 0
         self._stamp = 0
         self._next_stamp()
 
@@ -205,8 +219,27 @@ class MqttTransport:
 
     @property
     def dropped(self) -> int:
-        """Incoming messages dropped because the receive queue was full."""
-        return self._dropped
+        """Incoming messages dropped over the receive queue's budgets (all topics)."""
+        return self._inbox.dropped
+
+    def take_dropped(self) -> dict[str, int]:
+        """Incoming messages dropped per topic since the last call (see `FairInbox`)."""
+        return self._inbox.take_dropped()
+
+    def set_topic_budget(self, topic: str | None, max_bytes: int | None) -> None:
+        """Bytes that messages of ``topic`` may take in the receive queue (None: the default);
+        ``topic`` None sets the default of every topic without its own."""
+        if topic is None:
+            self._inbox.set_default_source_bytes(min(int(max_bytes or self.config.inbox.per_source_bytes),
+                                                     self.config.inbox.max_bytes))
+        else:
+            self._inbox.set_source_bytes(topic, None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
+
+    @property
+    def outgoing(self) -> int:
+        """Publishes handed to paho and not yet acknowledged."""
+        with self._pub_cond:
+            return len(self._pending)
 
     @property
     def failed(self) -> int:
@@ -373,11 +406,12 @@ class MqttTransport:
 
     def _on_message(self, _client: mqtt.Client, _ud: object, msg: mqtt.MQTTMessage) -> None:
         try:
-            self._inbox.put_nowait(IncomingMessage(msg.topic, bytes(msg.payload), bool(msg.retain)))
-        except Exception as exc:  # queue full or undecodable topic: drop and count
-            self._dropped += 1
-            if not isinstance(exc, queue.Full):
-                log.warning("dropping undecodable message: %r", exc)
+            topic = msg.topic
+        except UnicodeDecodeError as exc:  # a topic that is not UTF-8: drop it
+            log.warning("dropping a message with an undecodable topic: %r", exc)
+            return
+        payload = bytes(msg.payload)
+        self._inbox.put(topic, IncomingMessage(topic, payload, bool(msg.retain)), len(payload))
 
     def _on_publish(self, _client: mqtt.Client, _ud: object, mid: int,
                     reason: object, _props: object) -> None:
@@ -417,6 +451,9 @@ class MqttTransport:
             who = "broker's" if limit == self._max_packet else "configured"
             raise TransportError(f"payload of {len(data)} bytes exceeds the {who} maximum packet "
                                  f"size {limit} (packet would be {size} bytes)")
+        if qos and not self._room_to_publish():
+            raise TransportError(f"publish to {topic!r} not sent: {len(self._pending)} earlier messages are still "
+                                 f"unacknowledged after {self.config.outgoing_wait_s:g} s")
         info = client.publish(topic, data, qos=qos, retain=retain)
         if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos == 0:
             raise TransportError("not connected: qos 0 message dropped")
@@ -427,6 +464,16 @@ class MqttTransport:
                 self._early_acks.discard(info.mid)
             else:
                 self._pending[info.mid] = info
+
+    def _room_to_publish(self) -> bool:
+        """Wait (up to ``outgoing_wait_s``) until fewer than ``max_outgoing`` publishes are unacknowledged."""
+        deadline = time.monotonic() + self.config.outgoing_wait_s
+        with self._pub_cond:
+            while len(self._pending) >= self.config.max_outgoing:
+                if (remaining := deadline - time.monotonic()) <= 0:
+                    return False
+                self._pub_cond.wait(min(remaining, 0.5))
+        return True
 
     def wait_published(self, timeout: float) -> bool:
         """True once every publish so far is acknowledged (qos 0: written)."""
@@ -444,11 +491,8 @@ class MqttTransport:
                 self._pub_cond.wait(min(remaining, 0.5))
 
     def receive(self, timeout: float | None = None) -> IncomingMessage | None:
-        """Next incoming message, or None on timeout (or after close())."""
-        try:
-            return self._inbox.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        """Next incoming message (topics in turn), or None on timeout (or after close())."""
+        return self._inbox.get(timeout=timeout)
 
     def close(self, _clean: bool = True) -> None:
         """Clean DISCONNECT (the will is not published) and stop the loop."""
@@ -459,8 +503,7 @@ class MqttTransport:
             client, self._client = self._client, None
         if client is not None:
             self._discard(client, clean=_clean)
-        with contextlib.suppress(queue.Full):
-            self._inbox.put_nowait(None)  # wake a receive(None) blocked in another thread
+        self._inbox.close()  # wakes a receive(None) blocked in another thread
 
     def _simulate_crash(self) -> None:
         """Test hook: drop the TCP connection without DISCONNECT, as if the

@@ -172,15 +172,15 @@ def test_size_and_count_limits() -> None:
     assert re.pending == 0 and re.buffered_bytes == 0
 
 
-def test_discard_sender() -> None:
+def test_discard_source() -> None:
     re = Reassembler()
     a, b = chunks_of(big_payload(), "a"), chunks_of(big_payload(), "b")
     re.add("a", a[0])
     re.add("a", chunks_of(big_payload(), "a")[0])
     re.add("b", b[0])
     assert re.pending == 3
-    assert re.discard_sender("a") == 2
-    assert re.discard_sender("a") == 0
+    assert re.discard_source("a") == 2
+    assert re.discard_source("a") == 0
     assert re.pending == 1
     out = [re.add("b", c) for c in b[1:]]
     assert out[-1] is not None and re.pending == 0

@@ -605,7 +605,7 @@ def test_stragglers_of_a_discarded_transfer_are_ignored():
     cut, fresh = chunks(1.0), chunks(2.0)
     assert [reassembler.add("d2", c) for c in cut[:3]] == [None] * 3
     assert reassembler.pending_transfers() == [("d2", cut[0].transfer_id)]
-    assert reassembler.discard_sender("d2") == 1
+    assert reassembler.discard_source("d2") == 1
     assert [reassembler.add("d2", c) for c in cut] == [None] * len(cut)
     assert reassembler.pending_transfers() == [] and reassembler.expire() == []
     assert reassembler.duplicates == len(cut)

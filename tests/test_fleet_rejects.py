@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from coordinator.device_budgets import FleetLimits
 from coordinator.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategy import FederationConfig
@@ -51,7 +52,9 @@ def setup(broker):
     strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(8,)))
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="rejects-coordinator"))
     transport.connect()
-    fleet = Fleet(MessageLink(transport), Topics(job=JOB), on_register=strategy.on_register)
+    # every rejection answered here (the error-reply budget is tested in tests/test_hostile_device.py)
+    fleet = Fleet(MessageLink(transport), Topics(job=JOB), on_register=strategy.on_register,
+                  limits=FleetLimits(error_reply_burst=100))
     fleet.start()
     peer = Peer(broker.url)
     time.sleep(0.2)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from edge_sdk.fair_inbox import InboxLimits
 from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
 from tests.faultproxy import FaultProxy
 
@@ -51,8 +52,8 @@ def test_config_validation_and_url_parsing() -> None:
         TransportConfig(url="http://127.0.0.1:1883")
     with pytest.raises(ValueError, match="protocol"):
         TransportConfig(protocol="4")
-    with pytest.raises(ValueError, match="max_queue >= 1"):
-        TransportConfig(max_queue=0)
+    with pytest.raises(ValueError, match="max_outgoing"):
+        TransportConfig(max_outgoing=0)
     assert TransportConfig(url="mqtts://broker.local").endpoint()[:3] == ("broker.local", 8883, True)
     assert TransportConfig(url="mqtt://u%40x:p%3A1@h").endpoint() == ("h", 1883, False, "u@x", "p:1")
 
@@ -264,7 +265,7 @@ def test_wrong_credentials_give_clear_error(tmp_path: pytest.TempPathFactory) ->
 
 
 def test_bounded_queue_counts_drops(broker: EmbeddedBroker, topic_prefix: str) -> None:
-    with _transport(broker.url) as producer, _transport(broker.url, max_queue=3) as consumer:
+    with _transport(broker.url) as producer, _transport(broker.url, inbox=InboxLimits(max_messages=3, per_source_messages=3)) as consumer:
         _subscribed(consumer, f"{topic_prefix}/n")
         for i in range(10):
             producer.publish(f"{topic_prefix}/n", bytes([i]))

@@ -3,7 +3,12 @@
 Every chunk carries the whole manifest (transfer_id, count, total_bytes, sha256 of the full
 payload), so chunks may arrive in any order, duplicated, or interleaved with other transfers.
 A chunk's slice is its frame's data region: it is copied once when the chunk frame is built,
-kept as a view onto the received frame until the transfer completes, and joined once.
+copied out of the received frame (so a frame padded with fields the decoder ignores is never
+kept) and joined once.
+
+Transfers are keyed by their *source*: the identity the broker authenticated (the link passes
+the topic a frame arrived on), never a name written inside the message. Every source has its own
+budget of open transfers and buffered bytes, so one device cannot evict another's transfers.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 MIN_CHUNK_SIZE = 1024
 #: Upper bound on the bytes a chunk frame adds to its data slice (= its msgpack header, as the
 #: slice is the frame's data region). The worst case is 384 bytes (128-char sender, int64
-#: round/index/count/total, uint32 nbytes); see docs/protocol.md. 512 leaves headroom.
+#: round/index/count/total, uint32 nbytes); see docs/protocol.md. 512 leaves headroom; a received
+#: chunk frame larger than its data plus this is rejected (padding).
 CHUNK_OVERHEAD = 512
-_REMEMBER_DONE = 1024  # finished transfer ids remembered per sender
-_REMEMBER_SENDERS = 4096  # senders whose finished ids are remembered (LRU)
+_REMEMBER_DONE = 1024  # finished transfer ids remembered per source
+_REMEMBER_SENDERS = 4096  # sources whose finished ids are remembered (LRU)
 
 
 def split_envelope_payload(payload: bytes, sender: str, round: int,
@@ -54,54 +60,66 @@ def split_envelope_payload(payload: bytes, sender: str, round: int,
     return out
 
 
-def _immutable(data: bytes | memoryview) -> bytes | memoryview:
-    """``data`` itself when it cannot change under us (bytes or a view of bytes), else a copy."""
-    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
-        return data
-    return bytes(data)
-
-
 @dataclass
 class _Transfer:
-    sender: str
+    source: str
     transfer_id: str
     count: int
     total_bytes: int
     sha256: bytes
     last_seen: float
-    parts: dict[int, bytes | memoryview] = field(default_factory=dict)
+    parts: dict[int, bytes] = field(default_factory=dict)
     nbytes: int = 0
 
     def report(self) -> tuple[str, str, int, int]:
-        return (self.sender, self.transfer_id, len(self.parts), self.count)
+        return (self.source, self.transfer_id, len(self.parts), self.count)
 
 
 class Reassembler:
-    """Collect chunks per ``(sender, transfer_id)``; thread-safe.
+    """Collect chunks per ``(source, transfer_id)``; thread-safe.
 
-    Memory is bounded by ``max_pending`` transfers of at most ``max_total_bytes`` each and
-    ``max_buffered_bytes`` overall (default ``max(1 GiB, max_total_bytes)``; oldest transfers
-    are dropped first). Transfers dropped for lack of room are reported by the next
+    Memory is bounded per source — at most ``max_pending_per_source`` open transfers holding at
+    most ``max_buffered_per_source`` bytes (default ``max_total_bytes``, one maximal message; set
+    per source with :meth:`set_source_limit`, e.g. to what that device was asked to send) — and
+    overall: ``max_pending`` transfers and ``max_buffered_bytes`` (default ``max(1 GiB,
+    max_total_bytes)``). A transfer larger than its source's byte budget is refused; a source over
+    its own budget loses its own oldest transfer; when the overall budget is full, the source
+    holding the most loses its oldest. Transfers dropped for lack of room are reported by the next
     :meth:`expire` call, like timed-out ones.
     """
 
     def __init__(self, timeout_s: float = 30.0, max_total_bytes: int = 256 << 20, max_pending: int = 256,
-                 clock: Callable[[], float] = time.monotonic, max_buffered_bytes: int | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_buffered_bytes: int | None = None,
+                 max_pending_per_source: int = 8, max_buffered_per_source: int | None = None) -> None:
         if max_buffered_bytes is None:  # default: 1 GiB, but always room for one maximal transfer
             max_buffered_bytes = max(1 << 30, max_total_bytes)
-        if timeout_s <= 0 or max_total_bytes < 0 or max_pending < 1 or max_buffered_bytes < max_total_bytes:
-            raise ValueError("invalid Reassembler limits (need timeout_s > 0, max_pending >= 1, "
-                             "0 <= max_total_bytes <= max_buffered_bytes)")
+        if max_buffered_per_source is None:
+            max_buffered_per_source = max_total_bytes
+        if not timeout_s > 0:
+            raise ValueError(f"Reassembler: timeout_s must be > 0, got {timeout_s!r}")
+        if max_total_bytes < 0:
+            raise ValueError(f"Reassembler: max_total_bytes must be >= 0, got {max_total_bytes!r}")
+        if max_pending < 1 or max_pending_per_source < 1:
+            raise ValueError(f"Reassembler: max_pending ({max_pending!r}) and max_pending_per_source "
+                             f"({max_pending_per_source!r}) must be >= 1")
+        if not 0 <= max_buffered_per_source <= max_buffered_bytes or max_total_bytes > max_buffered_bytes:
+            raise ValueError("Reassembler: need 0 <= max_buffered_per_source <= max_buffered_bytes and "
+                             f"max_total_bytes <= max_buffered_bytes, got {max_buffered_per_source}, "
+                             f"{max_buffered_bytes}, {max_total_bytes}")
         self.timeout_s = timeout_s
         self.max_total_bytes = max_total_bytes
         self.max_pending = max_pending
         self.max_buffered_bytes = max_buffered_bytes
+        self.max_pending_per_source = max_pending_per_source
+        self.max_buffered_per_source = max_buffered_per_source
         self._clock = clock
         self._lock = threading.RLock()
         self._pending: OrderedDict[tuple[str, str], _Transfer] = OrderedDict()  # oldest first
         self._done: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
         self._evicted: deque[tuple[str, str, int, int]] = deque(maxlen=1024)
         self._buffered = 0
+        self._by_source: dict[str, list[int]] = {}  # source -> [open transfers, buffered bytes]
+        self._source_limits: dict[str, int] = {}  # per-source byte budgets other than the default
         #: Chunks ignored as duplicates: an index already held, or a chunk of a transfer
         #: finished or dropped recently (e.g. re-sent by MQTT after a reconnect).
         self.duplicates = 0
@@ -114,27 +132,64 @@ class Reassembler:
 
     @property
     def buffered_bytes(self) -> int:
+        """Chunk data bytes held by incomplete transfers."""
         with self._lock:
             return self._buffered
 
+    def buffered_by(self, source: str) -> int:
+        """Chunk data bytes held for ``source``."""
+        with self._lock:
+            return self._by_source.get(source, [0, 0])[1]
+
+    def set_default_source_limit(self, max_bytes: int) -> None:
+        """The byte budget of every source without its own (`set_source_limit`)."""
+        if type(max_bytes) is not int or not 0 <= max_bytes <= self.max_buffered_bytes:
+            raise ValueError(f"source limit must be an int in [0, {self.max_buffered_bytes}], got {max_bytes!r}")
+        with self._lock:
+            self.max_buffered_per_source = max_bytes
+
+    def set_source_limit(self, source: str, max_bytes: int | None) -> None:
+        """The byte budget of ``source`` (None: back to ``max_buffered_per_source``); applies to
+        the transfers it starts from now on and to the room its open ones may take."""
+        with self._lock:
+            if max_bytes is None:
+                self._source_limits.pop(source, None)
+            elif type(max_bytes) is not int or not 0 <= max_bytes <= self.max_buffered_bytes:
+                raise ValueError(f"source limit must be an int in [0, {self.max_buffered_bytes}], got {max_bytes!r}")
+            else:
+                self._source_limits[source] = max_bytes
+
+    def source_limit(self, source: str) -> int:
+        """The byte budget of ``source``."""
+        with self._lock:
+            return self._source_limits.get(source, self.max_buffered_per_source)
+
     def pending_transfers(self) -> list[tuple[str, str]]:
-        """``(sender, transfer_id)`` of every incomplete transfer held, oldest first."""
+        """``(source, transfer_id)`` of every incomplete transfer held, oldest first."""
         with self._lock:
             return list(self._pending)
 
-    def add(self, sender: str, chunk: Chunk) -> bytes | None:
-        """Store ``chunk``; return the full payload once complete and verified, else None."""
-        key = (sender, chunk.transfer_id)
+    def add(self, source: str, chunk: Chunk, frame_bytes: int | None = None) -> bytes | None:
+        """Store ``chunk`` from ``source``; return the full payload once complete and verified, else None.
+
+        ``frame_bytes``: the size of the frame the chunk arrived in; a frame carrying more than
+        ``CHUNK_OVERHEAD`` bytes beyond its data is rejected (it was padded).
+        """
+        key = (source, chunk.transfer_id)
         if type(chunk.index) is not int or type(chunk.count) is not int or not 0 <= chunk.index < chunk.count:
             raise ProtocolError("malformed", f"chunk index {chunk.index!r} outside 0..count-1")
+        size = memoryview(chunk.data).nbytes
+        if frame_bytes is not None and frame_bytes - size > CHUNK_OVERHEAD:
+            raise ProtocolError("malformed", f"chunk frame of {frame_bytes} bytes carries {size} bytes of data: "
+                                f"more than {CHUNK_OVERHEAD} bytes of header")
         with self._lock:
-            done = self._done.get(sender)
+            done = self._done.get(source)
             if done is not None and chunk.transfer_id in done:
                 self.duplicates += 1
                 return None  # straggler or duplicate of a finished transfer
             t = self._pending.get(key)
             if t is None:
-                t = self._start(sender, chunk)
+                t = self._start(source, chunk)
             elif (chunk.count, chunk.total_bytes, chunk.sha256) != (t.count, t.total_bytes, t.sha256):
                 raise ProtocolError("malformed", f"chunk manifest of transfer {chunk.transfer_id!r} "
                                     "disagrees with its first chunk")
@@ -142,28 +197,28 @@ class Reassembler:
             if chunk.index in t.parts:
                 self.duplicates += 1
                 return None  # duplicate
-            size = memoryview(chunk.data).nbytes
             if t.nbytes + size > t.total_bytes:
-                self._drop(key, remember=True)
+                self._drop(key)
                 raise ProtocolError("malformed", f"transfer {chunk.transfer_id!r} holds more than its "
                                     f"declared {t.total_bytes} bytes")
             self._make_room(size, keep=key)
-            t.parts[chunk.index] = _immutable(chunk.data)
+            t.parts[chunk.index] = bytes(chunk.data)  # a copy: the frame itself is not kept
             t.nbytes += size
             self._buffered += size
+            self._by_source[source][1] += size
             if len(t.parts) < t.count:
                 return None
-            self._drop(key, remember=True)
+            self._drop(key)
             payload = b"".join(t.parts[i] for i in range(t.count))
             if len(payload) != t.total_bytes or hashlib.sha256(payload).digest() != t.sha256:
-                raise ProtocolError("checksum", f"transfer {chunk.transfer_id!r} from {sender!r} "
+                raise ProtocolError("checksum", f"transfer {chunk.transfer_id!r} from {source!r} "
                                     "failed its sha256/size check")
             return payload
 
     def expire(self) -> list[tuple[str, str, int, int]]:
         """Drop transfers idle for longer than ``timeout_s``.
 
-        Returns ``(sender, transfer_id, received_chunks, count)`` for each, plus any transfer
+        Returns ``(source, transfer_id, received_chunks, count)`` for each, plus any transfer
         evicted for lack of room since the last call.
         """
         with self._lock:
@@ -173,60 +228,77 @@ class Reassembler:
             for key, t in list(self._pending.items()):
                 if now - t.last_seen > self.timeout_s:
                     out.append(t.report())
-                    self._drop(key, remember=True)
+                    self._drop(key)
             return out
 
-    def discard_sender(self, sender: str) -> int:
-        """Drop all partial transfers of ``sender`` (e.g. its last will fired); return how many.
+    def discard_source(self, source: str) -> int:
+        """Drop all partial transfers of ``source`` (e.g. its last will fired); return how many.
 
         Their ids are remembered, so chunks of them that still arrive (MQTT re-sends unacked
         ones after a reconnect) are ignored instead of starting a transfer that cannot finish.
         """
         with self._lock:
-            keys = [k for k in self._pending if k[0] == sender]
+            keys = [k for k in self._pending if k[0] == source]
             for k in keys:
-                self._drop(k, remember=True)
+                self._drop(k)
             return len(keys)
 
     # ----------------------------------------------------------------- internals
 
-    def _start(self, sender: str, chunk: Chunk) -> _Transfer:
+    def _start(self, source: str, chunk: Chunk) -> _Transfer:
         if chunk.total_bytes > self.max_total_bytes:
             raise ProtocolError("oversize", f"transfer of {chunk.total_bytes} bytes > limit {self.max_total_bytes}")
+        if chunk.total_bytes > (limit := self.source_limit(source)):
+            raise ProtocolError("oversize", f"transfer of {chunk.total_bytes} bytes > this sender's budget of {limit}")
         if chunk.count > max(1, chunk.total_bytes):
             raise ProtocolError("malformed", f"{chunk.count} chunks cannot carry {chunk.total_bytes} bytes")
+        while self._by_source.get(source, [0, 0])[0] >= self.max_pending_per_source:
+            self._evict_oldest_of(source)
         while len(self._pending) >= self.max_pending:
-            self._evict_oldest()
-        t = _Transfer(sender, chunk.transfer_id, chunk.count, chunk.total_bytes, bytes(chunk.sha256),
-                      self._clock())
-        self._pending[(sender, chunk.transfer_id)] = t
+            self._evict_oldest_of(self._heaviest(lambda s: s[0]))
+        t = _Transfer(source, chunk.transfer_id, chunk.count, chunk.total_bytes, bytes(chunk.sha256), self._clock())
+        self._pending[(source, chunk.transfer_id)] = t
+        self._by_source.setdefault(source, [0, 0])[0] += 1
         return t
 
+    def _heaviest(self, measure: Callable[[list[int]], int], exclude: tuple[str, str] | None = None) -> str:
+        """The source that holds the most (by ``measure``) among those with a transfer other than ``exclude``."""
+        candidates = {t.source for k, t in self._pending.items() if k != exclude}
+        return max(candidates, key=lambda s: (measure(self._by_source[s]), s))
+
     def _make_room(self, size: int, keep: tuple[str, str]) -> None:
-        while self._buffered + size > self.max_buffered_bytes:
-            if next(iter(self._pending)) == keep and len(self._pending) == 1:
-                break  # a single transfer is bounded by max_total_bytes <= max_buffered_bytes
-            oldest = next(iter(self._pending))
-            if oldest == keep:
-                self._pending.move_to_end(keep)
-                continue
-            self._evict_oldest()
+        """Evict transfers other than ``keep`` until ``size`` more bytes fit both budgets."""
+        source = keep[0]
+        while self._by_source[source][1] + size > self.source_limit(source):
+            if not self._evict_oldest_of(source, keep):
+                break  # only `keep` is left: its total_bytes was within the budget when it started
+        while self._buffered + size > self.max_buffered_bytes and len(self._pending) > 1:
+            self._evict_oldest_of(self._heaviest(lambda s: s[1], exclude=keep), keep)
 
-    def _evict_oldest(self) -> None:
-        key, t = next(iter(self._pending.items()))
-        self._evicted.append(t.report())
-        self._drop(key, remember=True)
+    def _evict_oldest_of(self, source: str, keep: tuple[str, str] | None = None) -> bool:
+        """Drop the oldest transfer of ``source`` other than ``keep``; False when it has none."""
+        for key, t in self._pending.items():
+            if key[0] == source and key != keep:
+                self._evicted.append(t.report())
+                self._drop(key)
+                return True
+        return False
 
-    def _drop(self, key: tuple[str, str], remember: bool) -> None:
+    def _drop(self, key: tuple[str, str]) -> None:
+        """Forget an open transfer, remembering its id so that late chunks of it are ignored."""
         t = self._pending.pop(key)
         self._buffered -= t.nbytes
-        if remember:
-            done = self._done.get(key[0])
-            if done is None:
-                done = self._done[key[0]] = OrderedDict()
-                if len(self._done) > _REMEMBER_SENDERS:
-                    self._done.popitem(last=False)
-            self._done.move_to_end(key[0])
-            done[key[1]] = None
-            if len(done) > _REMEMBER_DONE:
-                done.popitem(last=False)
+        held = self._by_source[key[0]]
+        held[0] -= 1
+        held[1] -= t.nbytes
+        if held[0] == 0:
+            del self._by_source[key[0]]
+        done = self._done.get(key[0])
+        if done is None:
+            done = self._done[key[0]] = OrderedDict()
+            if len(self._done) > _REMEMBER_SENDERS:
+                self._done.popitem(last=False)
+        self._done.move_to_end(key[0])
+        done[key[1]] = None
+        if len(done) > _REMEMBER_DONE:
+            done.popitem(last=False)

@@ -1,0 +1,60 @@
+"""What one device may cost the coordinator: the fleet's per-device budgets.
+
+A device with valid credentials may still be hostile (docs/protocol.md, "Threat model"). Each
+device therefore has budgets the coordinator enforces on its own side — error replies per
+second, plan re-sends per round, bytes it may have in flight, how fast its claimed sample count
+may grow — so that what one device does costs the fleet a bounded, small amount.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from edge_sdk.token_bucket import TokenBucket
+
+__all__ = ["FleetLimits", "TokenBucket", "grown_sample_limit"]
+
+
+@dataclass(frozen=True)
+class FleetLimits:
+    """Per-device budgets of a `coordinator.fleet.Fleet`."""
+
+    #: error replies a device gets: a token bucket (sustained per second, burst); the rejections
+    #: over it are counted and named in the next reply that goes out
+    error_replies_per_s: float = 1.0
+    error_reply_burst: int = 10
+    #: plan re-sends a participant can ask for (``error{incomplete}``, a reconnect) per round,
+    #: at most one every ``plan_resend_interval_s``
+    plan_resends_per_round: int = 5
+    plan_resend_interval_s: float = 2.0
+    #: bytes a device may have in flight (receive queue and reassembly) when it was not asked for
+    #: an update; a participant may have ``upload_allowance`` times its plan's bytes on top
+    idle_upload_bytes: int = 4 << 20
+    upload_allowance: float = 2.0
+    #: how far a device's registered sample count may rise per round: by ``sample_growth`` of it,
+    #: and at least ``sample_growth_min`` samples (a re-registration cannot jump past that)
+    sample_growth: float = 0.1
+    sample_growth_min: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("error_replies_per_s", "plan_resend_interval_s", "upload_allowance", "sample_growth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"fleet limit {name} must be a finite number >= 0, got {value!r}")
+        for name in ("error_reply_burst", "plan_resends_per_round", "idle_upload_bytes", "sample_growth_min"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"fleet limit {name} must be an integer >= 0, got {value!r}")
+
+    def upload_budget(self, plan_bytes: int) -> int:
+        """Bytes a participant sent a plan of ``plan_bytes`` may have in flight."""
+        return self.idle_upload_bytes + int(self.upload_allowance * plan_bytes)
+
+
+def grown_sample_limit(accepted: int, rounds: int, limits: FleetLimits) -> int:
+    """The largest sample count a device with ``accepted`` samples may claim ``rounds`` rounds later."""
+    if rounds <= 0:
+        return accepted
+    step = max(limits.sample_growth_min, math.floor(limits.sample_growth * accepted))
+    return accepted + rounds * step

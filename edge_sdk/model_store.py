@@ -1,9 +1,10 @@
 """Where a device keeps the inference model the coordinator published for it.
 
 ``<state_dir>/model.onnx`` holds the ONNX bytes, ``<state_dir>/model.json`` what they
-are (label, round, sha256, input shape). Both are replaced atomically (write to a
-temporary file, then rename), so `edgefl predict` never reads half a model. The bytes
-are checked against their SHA-256 before anything is written.
+are (label, round, sha256, input shape; when signed, issue time and key id). Both are
+replaced atomically (write to a temporary file, then rename), so `edgefl predict` never
+reads half a model. The bytes are checked against their SHA-256 before anything is written
+(who signed them is the client's check: edge_sdk/signing.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from edge_sdk.inference import MODEL_FILENAME
 from edge_sdk.protocol.messages import Model
 
 __all__ = ["MODEL_INFO_FILENAME", "MAX_MODEL_BYTES", "ModelRejected", "save_model", "read_model_info",
-           "installed_sha256"]
+           "installed_sha256", "installed_issued_ms"]
 
 MODEL_INFO_FILENAME = "model.json"
 MAX_MODEL_BYTES = 64 * 2**20
@@ -53,7 +54,8 @@ def save_model(state_dir: str | Path, model: Model) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / MODEL_FILENAME
     info = {"label": model.label, "round": model.round, "format": model.format,
-            "sha256": bytes(model.sha256).hex(), "input_shape": list(model.input_shape), "bytes": len(data)}
+            "sha256": bytes(model.sha256).hex(), "input_shape": list(model.input_shape), "bytes": len(data),
+            "issued_ms": model.issued_ms, "key_id": model.key_id}
     _atomic_write(path, data)
     _atomic_write(folder / MODEL_INFO_FILENAME, json.dumps(info, indent=1).encode())
     return path
@@ -78,3 +80,14 @@ def installed_sha256(state_dir: str | Path) -> str | None:
     if info is None or hashlib.sha256(data).hexdigest() != info.get("sha256"):
         return None
     return info["sha256"]
+
+
+def installed_issued_ms(state_dir: str | Path) -> int:
+    """When the installed model was signed (``issued_ms``; 0 when there is none, it was unsigned,
+    or ``model.json`` cannot be read)."""
+    try:
+        info = read_model_info(state_dir)
+    except (OSError, ValueError):
+        return 0
+    issued = info.get("issued_ms", 0) if info is not None else 0
+    return issued if type(issued) is int and issued >= 0 else 0

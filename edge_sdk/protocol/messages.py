@@ -21,7 +21,7 @@ from .errors import ProtocolError
 from .topics import is_valid_id
 
 __all__ = [
-    "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH",
+    "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
     "Model", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
 ]
@@ -29,6 +29,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 MAX_ID_LEN = 64  # msg_id, reply_to, transfer_id
 MAX_PLAIN_DEPTH = 16  # nesting of model_spec / train
+MAX_SIGNATURE_LEN = 1024  # a model's signature (Ed25519: 64 bytes)
 _MISSING = object()
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -314,10 +315,15 @@ class Model(Message):
     data: bytes  # the ONNX file
     input_shape: tuple[int, ...]  # one sample, without the batch axis
     format: str = "onnx"
+    #: when the coordinator signed it (ms since the epoch; 0: unsigned); a device refuses older than its own
+    issued_ms: int = 0
+    key_id: str = ""  # which coordinator key signed it (edge_sdk/signing.py); "" unsigned
+    signature: bytes = b""  # Ed25519 over the manifest of edge_sdk/signing.py; b"" unsigned
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
         return {"label": self.label, "round": self.round, "format": self.format, "sha256": self.sha256,
-                "input_shape": list(self.input_shape), "data": Blob(self.data)}
+                "input_shape": list(self.input_shape), "data": Blob(self.data), "issued_ms": self.issued_ms,
+                "key_id": self.key_id, "signature": self.signature}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Model:
@@ -331,8 +337,12 @@ class Model(Message):
         if not isinstance(shape, list) or not 1 <= len(shape) <= 3 or not all(
                 type(n) is int and 1 <= n <= 65536 for n in shape):
             raise _bad("input_shape must be 1-3 ints in [1, 65536]")
+        signature = _get(body, "signature", b"")  # its length is the verifier's to judge (signing.py)
+        if not isinstance(signature, bytes) or len(signature) > MAX_SIGNATURE_LEN:
+            raise _bad(f"signature must be at most {MAX_SIGNATURE_LEN} bytes of bin")
         return cls(label, rnd, sha, data.take(_get(body, "data", _MISSING), "model data"),  # type: ignore[arg-type]
-                   tuple(shape), fmt)
+                   tuple(shape), fmt, _int(body, "issued_ms", 0, lo=0), _str(body, "key_id", "", max_len=MAX_ID_LEN),
+                   signature)
 
 
 AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model]

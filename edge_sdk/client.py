@@ -18,7 +18,7 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
-from edge_sdk.model_store import ModelRejected, installed_sha256, save_model
+from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.codec import packb
@@ -28,6 +28,7 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
+from edge_sdk.signing import SignatureRejected, verify_model
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, Will
@@ -56,6 +57,10 @@ class ClientConfig:
     #: keep retrying a failed first connection to the broker this long (0: fail at once, with
     #: the reason), e.g. while a simulation's hundreds of devices connect at the same time
     connect_retry_s: float = 0.0
+    #: raw Ed25519 public keys of the coordinator (edge_sdk/signing.py): with any, only models signed
+    #: by one of them for this device and job, and not older than the installed one, are installed;
+    #: with none, published models are installed unchecked (as before signing), with a warning
+    trusted_keys: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class DeviceClient:
         self._last_update: tuple[int, str, Update] | None = None
         self.resent_updates: list[int] = []  # rounds whose update was sent again instead of retraining
         self._next_check = 0.0
+        self._warned_unsigned = False  # said once that models are installed without checking who signed them
 
     # -- public -----------------------------------------------------------
     def stop(self) -> None:
@@ -250,28 +256,54 @@ class DeviceClient:
         return None
 
     def _on_model(self, env: Envelope) -> None:
-        """Install the inference model the coordinator published (see edge_sdk/model_store.py)."""
+        """Install the inference model the coordinator published (see edge_sdk/model_store.py), if
+        its signature checks out (edge_sdk/signing.py); a refusal is answered `error{bad_model}`."""
         model: Model = env.body
+        state_dir = self.config.state_dir
+        claimed = bytes(model.sha256)
+        if (state_dir is not None and claimed.hex() == installed_sha256(state_dir)
+                and hashlib.sha256(model.data).digest() == claimed):
+            # an intact copy of the installed model, e.g. the retained one the broker hands out on every connect
+            self.published_model = model
+            self._send_reply(Ack(f"model for round {model.round} already installed"), env)
+            return
+        try:
+            self._check_origin(model)
+        except SignatureRejected as exc:
+            log.error("%s: published model of round %d refused: %s", self.config.device_id, model.round, exc)
+            self._send_reply(Error("bad_model", f"refused: {exc}"[:1000]), env)
+            return
         self.published_model = model
-        if self.config.state_dir is None:
+        if state_dir is None:
             log.info("%s: model for %s (round %d) kept in memory: no state_dir to save it in",
                      self.config.device_id, model.label, model.round)
             self._send_reply(Ack(f"model for round {model.round} kept in memory"), env)
             return
-        claimed = bytes(model.sha256)
-        if claimed.hex() == installed_sha256(self.config.state_dir) and hashlib.sha256(model.data).digest() == claimed:
-            # an intact copy of the installed model, e.g. the retained one the broker hands out on every connect
-            self._send_reply(Ack(f"model for round {model.round} already installed"), env)
-            return
         try:
-            path = save_model(self.config.state_dir, model)
+            path = save_model(state_dir, model)
         except (ModelRejected, OSError) as exc:
             log.error("%s: published model refused: %s", self.config.device_id, exc)
             self._send_reply(Error("bad_model", str(exc)[:1000]), env)
             return
-        log.info("%s: installed the %s model of round %d at %s", self.config.device_id, model.label,
-                 model.round, path)
+        log.info("%s: installed the %s model of round %d (%s) at %s", self.config.device_id, model.label,
+                 model.round, f"signed by key {model.key_id}" if self.config.trusted_keys else "unchecked", path)
         self._send_reply(Ack(f"model for round {model.round} installed"), env)
+
+    def _check_origin(self, model: Model) -> None:
+        """Raise `SignatureRejected` unless a trusted key signed ``model`` for this device and job,
+        no earlier than the model it has; without trusted keys, warn once and let it through."""
+        if not self.config.trusted_keys:
+            if not self._warned_unsigned:
+                self._warned_unsigned = True
+                log.warning("%s: installing published models without checking who signed them: no trusted "
+                            "coordinator key; add its model-signing.pub as [security] trusted_keys in the "
+                            "client config (docs/deploy.md, \"Signed models\")", self.config.device_id)
+            return
+        if self.config.state_dir is not None:
+            not_before = installed_issued_ms(self.config.state_dir)
+        else:
+            not_before = self.published_model.issued_ms if self.published_model is not None else 0
+        verify_model(model, self.config.trusted_keys, self.config.job, self.config.device_id, not_before)
 
     def _train(self, rnd: int, plan: Plan) -> Update | None:
         self._status("training")

@@ -14,11 +14,12 @@ from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
+from edge_sdk.signing import load_public_key
 
-__all__ = ["client_from_toml", "local_data_from_toml", "training_device"]
+__all__ = ["client_from_toml", "local_data_from_toml", "training_device", "trusted_keys"]
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
-             "schedule"}
+             "schedule", "security"}
 _DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
 _DEVICE_KEYS = {"profile", "measure_seconds", "device"}
 
@@ -50,6 +51,16 @@ def training_device(config: dict) -> str:
     return name
 
 
+def trusted_keys(config: dict) -> tuple[bytes, ...]:
+    """`[security] trusted_keys`: PEM files of the coordinator public keys whose signed models this
+    device installs (several while a key is rotated); none: models are installed unchecked."""
+    paths = section(config, "security", {"trusted_keys"}).get("trusted_keys", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise ValueError('[security] trusted_keys must be a list of PEM file paths, e.g. '
+                         '["/etc/edgefl/model-signing.pub"]')
+    return tuple(load_public_key(p) for p in paths)
+
+
 def _profile(config: dict, device_id: str) -> DeviceProfile:
     device = section(config, "device", _DEVICE_KEYS)
     choice = device.get("profile", "measure")
@@ -78,5 +89,6 @@ def client_from_toml(path: str | Path) -> DeviceClient:
         seed=int(config.get("seed", 0)),
         schedule=SchedulePolicy.from_dict(section(config, "schedule", set(SchedulePolicy.KEYS))),
         device=training_device(config),
+        trusted_keys=trusted_keys(config),
     )
     return DeviceClient(client_config, local_data_from_toml(config), _profile(config, device_id))

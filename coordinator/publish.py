@@ -4,9 +4,11 @@ After the last round the coordinator asks the strategy for the inference network
 every label an online device holds (:meth:`Strategy.inference_model`: pre-composed,
 pruned or sliced to what that device can run), exports it once per label to ONNX,
 checks onnxruntime against torch, and sends it to those devices as a `Model` message
-(chunked like any large payload). The device verifies the SHA-256 and installs it
-at ``<state_dir>/model.onnx`` for `edgefl predict`; the coordinator waits (up to a
-timeout) for every online device's acknowledgement before it says goodbye.
+(chunked like any large payload), signed for that device and job with the coordinator's
+key when the fleet has one (`attach_signer`; edge_sdk/signing.py). The device verifies the
+signature and the SHA-256 and installs it at ``<state_dir>/model.onnx`` for `edgefl predict`;
+the coordinator waits (up to a timeout) for every online device's acknowledgement before it
+says goodbye.
 
 With ``retain`` (the default) each model is a *retained* message on the device's downlink:
 the broker keeps it, so a registered device that is offline when the job ends installs it
@@ -29,13 +31,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edge_sdk.protocol.messages import Model
+from edge_sdk.signing import ModelSigner
 
 from coordinator.fleet import Fleet
 
 if TYPE_CHECKING:
     from coordinator.strategy import Strategy
 
-__all__ = ["PublishedModel", "publish_models"]
+__all__ = ["PublishedModel", "publish_models", "attach_signer"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,12 @@ def _largest_output(model, inputs: np.ndarray) -> float:
         model.train(was_training)
 
 
+def attach_signer(fleet: Fleet, signer: ModelSigner) -> None:
+    """Sign every model published to ``fleet`` with ``signer`` (the round loop calls
+    `publish_models` with the fleet it runs on, so the key travels with the fleet)."""
+    fleet.model_signer = signer  # type: ignore[attr-defined]
+
+
 def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> str | None:
     """Send ``message`` to one device, retained when asked and possible; returns why it could
     not be retained (None when it was, or was not asked to be)."""
@@ -97,9 +106,12 @@ def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) 
 
 
 def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0,
-                   retain: bool = True) -> list[PublishedModel]:
+                   retain: bool = True, signer: ModelSigner | None = None) -> list[PublishedModel]:
     """Send every registered device the ONNX network of its label (offline ones only when
-    ``retain``); returns what was sent to whom."""
+    ``retain``), signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
+    returns what was sent to whom."""
+    signer = signer if signer is not None else getattr(fleet, "model_signer", None)
+    issued_ms = time.time_ns() // 1_000_000
     try:
         import onnx  # noqa: F401  (the exporter needs it)
         import onnxruntime  # noqa: F401
@@ -128,7 +140,8 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
         reached, unretained, reason = [], [], ""
         for device_id in devices:
             fleet.devices[device_id].last_ack = ""
-            why = _send(fleet, device_id, message, rnd, retain)
+            signed = message if signer is None else signer.sign(message, fleet.topics.job, device_id, issued_ms)
+            why = _send(fleet, device_id, signed, rnd, retain)
             if why is not None:
                 unretained.append(device_id)
                 reason = why
@@ -143,7 +156,8 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
                     ", ".join(unretained), ", ".join(missed) or "none", reason)
         sent[label] = (len(data), diff, reached)
         log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d online devices, "
-                 "retained=%s", label, len(data), diff, len(reached), retain)
+                 "retained=%s, %s", label, len(data), diff, len(reached), retain,
+                 f"signed with key {signer.key_id}" if signer is not None else "unsigned")
     waiting = {d for _, _, devices in sent.values() for d in devices}
     end = time.monotonic() + wait_s
     while waiting and time.monotonic() < end:

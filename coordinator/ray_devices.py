@@ -5,9 +5,9 @@ Each actor is a process on some node of a Ray cluster that hosts many simulated 
 a fraction of a GPU. The coordinator stays in this process, and every device still talks to it
 only through the MQTT broker, so bytes, faults and validation are those of a real fleet.
 
-What crosses Ray is plain data: the job's settings as JSON and, back, lists of names. Each
-actor loads the dataset itself (it must be on every node) and cuts the same shards as the
-default backend would. Ray itself is an optional extra: ``pip install 'edgefl[ray]'``.
+What crosses Ray is plain data: the job's settings as JSON, the public key the devices trust
+as hex and, back, lists of names. Each actor loads the dataset itself (it must be on every
+node) and cuts the same shards as the default backend would. Ray itself is an optional extra: ``pip install 'edgefl[ray]'``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class DeviceActor:
     """One Ray actor: a process hosting some of the simulated devices (made a Ray actor class
     by `RayDevices`; plain Python otherwise, so it can be tested without a cluster)."""
 
-    def __init__(self, config_json: str, url: str, indices: list[int], threads: int) -> None:
+    def __init__(self, config_json: str, url: str, indices: list[int], threads: int,
+                 trusted_keys: tuple[str, ...] = ()) -> None:
         import torch
 
         from edge_sdk.data import load_dataset
@@ -77,6 +78,7 @@ class DeviceActor:
         self.config = SimulationConfig.from_plain(json.loads(config_json))
         self.url = url
         self.indices = indices
+        self.trusted_keys = tuple(bytes.fromhex(k) for k in trusted_keys)  # the job's public key(s), as hex
         self.dataset = load_dataset(self.config.dataset, root=self.config.data_root, seed=self.config.seed)
         self.private, _ = split_public(self.config, self.dataset)
         self.host: Any = None
@@ -101,7 +103,8 @@ class DeviceActor:
         from coordinator.training_queue import TrainingQueue
 
         queue = TrainingQueue(None if slots is None else node_slot(slots))
-        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue)
+        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue,
+                                      self.trusted_keys)
         threading.Thread(target=queue.serve_until_closed, name="training", daemon=True).start()
         self.host.start()
         return {"node": self.node(), "pid": os.getpid(), "torch_threads": torch_threads(),
@@ -115,9 +118,10 @@ class DeviceActor:
 class RayDevices:
     """The simulated devices of a job on Ray actors; `start` places them, `stop` ends them."""
 
-    def __init__(self, config: "SimulationConfig", url: str) -> None:
+    def __init__(self, config: "SimulationConfig", url: str, trusted_keys: tuple[bytes, ...] = ()) -> None:
         self.config = config
         self.url = url
+        self.trusted_keys = trusted_keys  # raw public keys whose signed models the devices install
         self.actors: list[Any] = []
         self.slots: dict[str, Any] = {}  # node id -> its ComputeSlots actor
         #: per node, its slots and the most held at once (filled by `stop`)
@@ -155,7 +159,9 @@ class RayDevices:
         text = json.dumps(config.to_plain())
         threads = max(1, int(share))
         shards = [part.tolist() for part in np.array_split(np.arange(config.clients), count)]
-        self.actors = [actor_class.options(**options).remote(text, self.url, part, threads) for part in shards]
+        keys = tuple(k.hex() for k in self.trusted_keys)
+        self.actors = [actor_class.options(**options).remote(text, self.url, part, threads, keys)
+                       for part in shards]
         nodes = ray.get([actor.node.remote() for actor in self.actors])
         self.slots = {node: self._slots(ray, node, max(1, round(workers * nodes.count(node) / count)))
                       for node in sorted(set(nodes))}

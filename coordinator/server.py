@@ -12,10 +12,12 @@ from edge_sdk.config import link_from_toml, read_toml, section, transport_from_t
 from edge_sdk.data import load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.protocol.topics import Topics
+from edge_sdk.signing import ModelSigner
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.fleet import Fleet, FleetProgress
+from coordinator.publish import attach_signer
 from coordinator.report import RoundRecord, RunReport
 from coordinator.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
@@ -26,7 +28,7 @@ __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator
 log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
-             "train", "link", "options"}
+             "train", "link", "options", "security"}
 _FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
                     "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
                     "publish_every", "eval_every", "lr_decay", "eval_samples", "eval_device"}
@@ -48,6 +50,8 @@ class CoordinatorConfig:
     transport: TransportConfig = field(default_factory=lambda: TransportConfig(client_id="edgefl-coordinator"))
     federation: FederationConfig = field(default_factory=FederationConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
+    #: PEM (PKCS8) Ed25519 private key that signs published models (None: they go out unsigned)
+    signing_key: str | None = None
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -59,6 +63,9 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
     federation = section(config, "federation", _FEDERATION_KEYS)
     train = TrainConfig.from_dict(section(config, "train", _TRAIN_KEYS))
     job = str(config.get("job", "default"))
+    signing_key = section(config, "security", {"signing_key"}).get("signing_key")
+    if signing_key is not None and not (isinstance(signing_key, str) and signing_key):
+        raise ValueError(f"{path}: [security] signing_key must be the path of a PEM private key file")
     return CoordinatorConfig(
         method=str(config.get("method", "fedavg")), job=job, out=str(config.get("out", "runs/coordinator")),
         model=str(config.get("model", "cnn4")), dataset=str(config.get("dataset", "mnist-sample")),
@@ -67,6 +74,7 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
         federation=FederationConfig(train=train, **federation),
         link=link_from_toml(config),
+        signing_key=signing_key,
     )
 
 
@@ -85,6 +93,7 @@ def run_coordinator(config: CoordinatorConfig,
         log.info("job %r finished its %d rounds already (checkpoint in %s)", config.job, checkpoint.round + 1,
                  checkpoint_dir)
         return None
+    signer = _signer(config)
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
     public = None
     if strategy_class(config.method).needs_public_data:
@@ -108,6 +117,8 @@ def run_coordinator(config: CoordinatorConfig,
     try:
         fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
                           method=strategy.device_part())
+        if signer is not None:
+            attach_signer(fleet, signer)
         fleet.start()
         strategy.run(fleet, report, on_round=on_round)
         transport.wait_published(10.0)
@@ -116,6 +127,21 @@ def run_coordinator(config: CoordinatorConfig,
         transport.close()
         report.write_outcome(out, finished, describe=strategy.describe_label)
     return report
+
+
+def _signer(config: CoordinatorConfig) -> ModelSigner | None:
+    """The key that signs published models, loaded before anything else (ValueError: one line)."""
+    if config.signing_key is None:
+        if config.federation.publish:
+            log.warning("published models go out unsigned: devices that trust a coordinator key refuse them; "
+                        "set [security] signing_key (docs/deploy.md, \"Signed models\")")
+        return None
+    signer = ModelSigner.from_pem_file(config.signing_key)
+    if Path(config.signing_key).stat().st_mode & 0o004:
+        log.warning("signing key %s is readable by every user of this machine: chmod 0600 (or 0640 with the "
+                    "coordinator's group)", config.signing_key)
+    log.info("published models are signed with key %s (%s)", signer.key_id, config.signing_key)
+    return signer
 
 
 def _keep_previous_report(out: Path) -> None:

@@ -52,10 +52,12 @@ def device_id(index: int) -> str:
 
 
 def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-                  indices: Sequence[int], queue: TrainingQueue | None) -> list[DeviceClient]:
+                  indices: Sequence[int], queue: TrainingQueue | None,
+                  trusted_keys: tuple[bytes, ...] = ()) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
     whichever process builds them (the split depends only on the config and the dataset). They
-    train on ``queue``'s thread (None: each on its own)."""
+    train on ``queue``'s thread (None: each on its own) and install only models signed by one of
+    ``trusted_keys`` (raw Ed25519 public keys; none: any model)."""
     shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
@@ -67,7 +69,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
             ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),
                          job=config.job, link=config.link, register_retry_s=2.0, seed=config.seed + i,
                          state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device,
-                         connect_retry_s=30.0),
+                         connect_retry_s=30.0, trusted_keys=trusted_keys),
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),
             profile,
             Throttle(profile, mode=config.throttle),
@@ -88,10 +90,12 @@ class DeviceHost:
 
     @classmethod
     def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
-               indices: Sequence[int], queue: TrainingQueue | None = None) -> "DeviceHost":
-        """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`)."""
+               indices: Sequence[int], queue: TrainingQueue | None = None,
+               trusted_keys: tuple[bytes, ...] = ()) -> "DeviceHost":
+        """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`),
+        trusting models signed by ``trusted_keys``."""
         queue = training_queue() if queue is None else queue
-        return cls(build_clients(config, url, dataset, private, indices, queue), queue)
+        return cls(build_clients(config, url, dataset, private, indices, queue, trusted_keys), queue)
 
     @property
     def device_ids(self) -> list[str]:

@@ -1,7 +1,8 @@
 """A whole federated job on one machine: broker, coordinator and N devices.
 
 Every device is a thread (in this process, or in Ray actor processes with `backend="ray"`)
-with its own MQTT connection, its own private shard of a real dataset and a device profile;
+with its own MQTT connection, its own private shard of a real dataset and a device profile,
+and trusts only the models signed by the job's ephemeral key;
 its compute (the FLOPs of its training) and
 transfers (the bytes it really sent) are timed at that profile's speed, so the report's
 `seconds` are those of the profiled fleet, whatever this machine's speed or load.
@@ -22,6 +23,7 @@ from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
+from edge_sdk.signing import ModelSigner
 from edge_sdk.throttle import MODES
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
@@ -29,6 +31,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 from coordinator.broker import EmbeddedBroker
 from coordinator.fleet import Fleet, FleetProgress
 from coordinator.lr_schedule import check_lr_decay
+from coordinator.publish import attach_signer
 from coordinator.ray_devices import RayDevices
 from coordinator.report import RoundRecord, RunReport
 from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS, DeviceHost
@@ -199,15 +202,18 @@ def run_simulation(config: SimulationConfig,
         report = RunReport(method=config.method, config=_config_dict(config, strategy, url))
         transport = MqttTransport(TransportConfig(url=url, client_id=f"{config.job}-coordinator"))
         transport.connect()
+        signer = ModelSigner.generate()  # an ephemeral key: the simulated devices trust only it
         try:
             fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
                           method=strategy.device_part())
+            attach_signer(fleet, signer)
             fleet.start()
             if config.backend == "ray":
-                devices = RayDevices(config, url)
+                devices = RayDevices(config, url, trusted_keys=(signer.public_key,))
                 report.config["ray"] = {"hosts": devices.start()}
             else:
-                devices = DeviceHost.create(config, url, dataset, private, range(config.clients))
+                devices = DeviceHost.create(config, url, dataset, private, range(config.clients),
+                                            trusted_keys=(signer.public_key,))
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
                 devices.start()

@@ -10,6 +10,12 @@ inputs alone with ``T^2 KL(softmax(teacher / T) || softmax(student / T))`` and A
 ``rule="median"`` (robust against a device sending poisoned logits): each device's logits are
 first centred per sample (softmax ignores a per-sample shift), then the teacher logit is the
 ``I_c^t``-weighted median over devices instead of the weighted sum.
+
+Against one hostile device the teacher also takes the defences of weight averaging
+(`coordinator.robust`): once three or more devices hold a class, none keeps more than
+``max_share`` of that class's importance; and with ``clip_factor`` K every device's centred logits
+(the whole ``(N, classes)`` matrix) longer than K times the reference norm — the median over the
+devices, or with fewer than three the smallest — are scaled back to it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["DistillConfig", "DistillResult", "class_importance", "ensemble_logits", "distill"]
+from coordinator.aggregation import capped_shares
+from coordinator.robust import reference_norm
+
+__all__ = ["DistillConfig", "DistillResult", "class_importance", "capped_importance", "ensemble_logits", "distill"]
 
 
 @dataclass(frozen=True)
@@ -82,9 +91,25 @@ def _weighted_median(stack: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.take_along_axis(values, first[None], 0)[0]
 
 
-def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str = "mean") -> np.ndarray:
+def capped_importance(counts: np.ndarray, max_share: float) -> np.ndarray:
+    """:func:`class_importance` with every class held by three or more devices capped so that no
+    device keeps more than ``max_share`` of it (`coordinator.aggregation.capped_shares`)."""
+    weights = class_importance(counts)
+    n = np.asarray(counts, dtype=np.float64)
+    for c in range(weights.shape[1]):
+        holders = n[:, c] > 0
+        if holders.sum() >= 3 and max_share < 1.0:
+            column = np.zeros(len(n))
+            column[holders] = capped_shares(n[holders, c], max_share)
+            weights[:, c] = column / column.sum()
+    return weights
+
+
+def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str = "mean",
+                    clip_factor: float | None = None, max_share: float = 1.0) -> np.ndarray:
     """Teacher logits: per class, the importance-weighted sum (``mean``) or weighted median
-    (``median``, of per-sample centred logits) of the devices' logits."""
+    (``median``, of per-sample centred logits) of the devices' logits; ``clip_factor`` and
+    ``max_share``: the norm screen and importance cap of the module doc."""
     if rule not in ("mean", "median"):
         raise ValueError(f"teacher rule must be mean or median, got {rule!r}")
     if len(logits) == 0 or len(logits) != len(counts):
@@ -92,9 +117,16 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
     stack = np.stack([np.asarray(z, dtype=np.float64) for z in logits])  # (devices, N, classes)
     if stack.ndim != 3 or stack.shape[2] != np.shape(counts)[1]:
         raise ValueError(f"logits of shape {stack.shape[1:]} do not match {np.shape(counts)[1]} classes")
-    weights = class_importance(counts)  # (devices, classes)
+    weights = capped_importance(counts, max_share)  # (devices, classes)
+    centred = stack - stack.mean(axis=2, keepdims=True)
+    if clip_factor is not None:
+        norms = np.sqrt(np.einsum("tnc,tnc->t", centred, centred))
+        ref = reference_norm(norms)
+        if ref is not None:
+            scales = np.minimum(1.0, clip_factor * ref / np.maximum(norms, 1e-300))
+            centred = centred * scales[:, None, None]
+            stack = centred  # softmax ignores the per-sample shift that centring removed
     if rule == "median":
-        centred = stack - stack.mean(axis=2, keepdims=True)
         return _weighted_median(centred, weights).astype(np.float32)
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)
 

@@ -1,83 +1,140 @@
-"""Robust aggregation: update-norm clipping, coordinate-wise median, trimmed mean.
+"""Robust aggregation: sample-weight bounds, update-norm clipping, coordinate-wise median, trimmed mean.
 
-A device's *update* is its tensors minus the current global tensors. Clipping
-scales every update whose L2 norm (over all its float tensors jointly) exceeds a
-bound back to that bound — a fixed number, or ``auto``: the median norm of the
-round, so one device can move the model at most as far as a typical one. Then the
-rule folds the (clipped) tensors: ``mean`` is the sample-weighted mean (plain
-FedAvg); ``median`` and ``trimmed`` are coordinate-wise and *unweighted* — a
-device cannot buy influence by claiming more samples. ``trimmed`` drops the
-``trim`` fraction of the largest and of the smallest values of every coordinate.
+A device's *update* is its tensors minus the current global tensors. Three defences apply to
+every method that averages weights, in this order:
+
+1. **Weight shares.** A device's weight is its sample count (bounded by what it registered and
+   how fast the fleet lets that grow: `coordinator.device_budgets`); once three or more devices
+   report, no device keeps more than ``max_share`` (default half) of the round's weight — the
+   largest weights are lowered to a common cap until none is above it.
+2. **Norm screening** (``clip``, on by default: ``3x``). Every update whose L2 norm (over all
+   its float tensors jointly) exceeds a bound is scaled back to it, never dropped, so an honest
+   but unusual device loses nothing. The bound is a number, or ``Kx``: K times a reference norm —
+   the round's median norm when three or more devices report (``auto`` = ``1x``); with one or two,
+   the smaller of their smallest norm and the group's last trusted reference (`Strategy.fold`
+   keeps one per group), so a single device cannot set its own bound.
+3. **The rule.** ``mean`` is the weighted mean; ``median`` and ``trimmed`` are coordinate-wise and
+   *unweighted* — a device cannot buy influence by claiming more samples. ``trimmed`` drops the
+   ``trim`` fraction of the largest and of the smallest values of every coordinate, and at least
+   one at each end once three or more devices hold it.
+
 Integer tensors (e.g. BatchNorm's batch counters) always take the weighted mean.
 
-A device may send a *leading block* of a tensor (HeteroFL's and FedPara's narrow
-widths hold the first rows/channels): its update covers that block only, each
-coordinate is combined over the devices that hold it, and a coordinate nobody
-holds keeps its current value. Every method that averages weights takes these
-options (FedAvg, FLANC, HeteroFL, FedPara, pFedPara, low-rank, FDNNC, static pruning).
+A device may send a *leading block* of a tensor (HeteroFL's and FedPara's narrow widths hold the
+first rows/channels): its update covers that block only, each coordinate is combined over the
+devices that hold it, and a coordinate nobody holds keeps its current value. Every method that
+averages weights takes these options (FedAvg, FLANC, HeteroFL, FedPara, pFedPara, low-rank, FDNNC,
+static pruning). Deltas are made one tensor at a time (memory: that tensor once per device, never
+every device's whole update at once).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from coordinator.aggregation import weighted_average
+from coordinator.aggregation import capped_shares, weighted_average
 from coordinator.options import Option, Schema, choice, number
 from coordinator.server_opt import SERVER_OPT_OPTIONS, ServerOptConfig
 from coordinator.width_slicing import leading_block
 
-__all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "RobustConfig", "robust_aggregate"]
+__all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "DEFAULT_CLIP", "RobustConfig", "robust_aggregate",
+           "reference_norm"]
 
 RULES = ("mean", "median", "trimmed")
+#: The default norm screen: updates longer than 3x the reference norm are scaled back to it.
+DEFAULT_CLIP = "3x"
+_FACTOR = re.compile(r"(\d+(?:\.\d*)?|\.\d+)x")
 
 
-def _clip(key: str, text: str) -> float | str:
-    return "auto" if text == "auto" else number(1e-12, 1e300)(key, text)
+def _clip_factor(clip: float | str | None) -> float | None:
+    """K of a relative clip (``auto``: 1), None for none or an absolute bound."""
+    if clip == "auto":
+        return 1.0
+    if isinstance(clip, str) and (m := _FACTOR.fullmatch(clip)):
+        return float(m.group(1))
+    return None
+
+
+def _valid_clip(clip: object) -> bool:
+    if clip is None or clip == "auto":
+        return True
+    if isinstance(clip, str):
+        factor = _clip_factor(clip)
+        return factor is not None and 1.0 <= factor < 1e6
+    return isinstance(clip, (int, float)) and not isinstance(clip, bool) and math.isfinite(clip) and clip > 0
+
+
+def _clip(key: str, text: str) -> float | str | None:
+    if text in ("none", "off"):
+        return None
+    if text == "auto" or _FACTOR.fullmatch(text):
+        if not _valid_clip(text):
+            raise ValueError(f"option {key}: a multiple Kx needs 1 <= K < 1e6, got {text!r}")
+        return text
+    try:
+        return number(1e-12, 1e300)(key, text)
+    except ValueError:
+        raise ValueError(f"option {key}: expected none, auto, a multiple such as 3x, or a number > 0, "
+                         f"got {text!r}") from None
 
 
 #: The ``--option`` keys of :class:`RobustConfig`: the rule, then the server optimizer applied to
 #: what it returns (:mod:`coordinator.server_opt`).
 ROBUST_OPTIONS = Schema(
     Option("aggregate", choice(*RULES), "mean", "how updates are combined: mean (sample-weighted), median, trimmed"),
-    Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5)"),
-    Option("clip", _clip, None, "clip update norms to this bound or auto (the round's median); default: no clip"),
+    Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5) "
+                                                          "(at least one from 3 holders)"),
+    Option("clip", _clip, DEFAULT_CLIP, "scale back updates longer than Kx the round's median norm (auto: 1x), "
+                                        "or than a number; none: off"),
+    Option("max_share", number(0.0, 1.0), "0.5", "most of a round's weight one device keeps once 3+ report "
+                                                 "(1: no cap)"),
     SERVER_OPT_OPTIONS,
 )
 ROBUST_KEYS = ROBUST_OPTIONS.keys
-_RULE_KEYS = ("aggregate", "trim", "clip")
+_RULE_KEYS = ("aggregate", "trim", "clip", "max_share")
 
 
 @dataclass(frozen=True)
 class RobustConfig:
-    """How updates are combined (``--option aggregate=... trim=... clip=...``)."""
+    """How updates are combined (``--option aggregate=... trim=... clip=... max_share=...``)."""
 
     rule: str = "mean"
     trim: float = 0.1  # per side, for ``trimmed``
-    clip: float | str | None = None  # None, a bound > 0, or "auto" (the round's median norm)
+    #: None, a bound > 0, ``auto`` (the reference norm) or ``Kx`` (K times it)
+    clip: float | str | None = DEFAULT_CLIP
+    max_share: float = 0.5  # of the round's weight, per device, once 3 or more report
     server: ServerOptConfig = field(default_factory=ServerOptConfig)  # applied to the rule's result
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"option aggregate: must be one of {'|'.join(RULES)}, got {self.rule!r}")
-        if not (isinstance(self.trim, (int, float)) and 0.0 <= self.trim < 0.5):
+        if isinstance(self.trim, bool) or not (isinstance(self.trim, (int, float)) and 0.0 <= self.trim < 0.5):
             raise ValueError(f"option trim: must be in [0, 0.5), got {self.trim!r}")
-        if self.clip is not None and self.clip != "auto" and not (
-                isinstance(self.clip, (int, float)) and math.isfinite(self.clip) and self.clip > 0):
-            raise ValueError(f"option clip: must be auto or a number > 0, got {self.clip!r}")
+        if not _valid_clip(self.clip):
+            raise ValueError(f"option clip: must be none, auto, Kx (1 <= K) or a number > 0, got {self.clip!r}")
+        if isinstance(self.max_share, bool) or not (isinstance(self.max_share, (int, float))
+                                                    and 0.0 < self.max_share <= 1.0):
+            raise ValueError(f"option max_share: must be in (0, 1], got {self.max_share!r}")
 
     @property
     def plain(self) -> bool:
-        """True when this is plain sample-weighted averaging."""
-        return self.rule == "mean" and self.clip is None
+        """True when this is plain sample-weighted averaging (no clipping, no share cap)."""
+        return self.rule == "mean" and self.clip is None and self.max_share >= 1.0
+
+    @property
+    def clip_factor(self) -> float | None:
+        """K of a relative bound (``auto``: 1), None otherwise."""
+        return _clip_factor(self.clip)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], method: str) -> "RobustConfig":
-        """Parse the keys ``aggregate``, ``trim``, ``clip`` and the server optimizer's of ``options``
-        (others ignored)."""
+        """Parse the keys ``aggregate``, ``trim``, ``clip``, ``max_share`` and the server optimizer's of
+        ``options`` (others ignored)."""
         parsed = ROBUST_OPTIONS.only(_RULE_KEYS).parse(method, options, subset=True)
         if "aggregate" in parsed:
             parsed["rule"] = parsed.pop("aggregate")
@@ -86,6 +143,22 @@ class RobustConfig:
 
 def _is_float(a: np.ndarray) -> bool:
     return a.dtype.kind == "f"
+
+
+def reference_norm(norms: np.ndarray, trusted: float | None = None) -> float | None:
+    """The norm a relative clip multiplies: the median of three or more norms; of one or two, the
+    smallest, lowered to ``trusted`` (a reference from an earlier round) when that is smaller;
+    None when there is nothing to go by (one device, no trusted reference)."""
+    if len(norms) >= 3:
+        return float(np.median(norms))
+    candidates = [float(norms.min())] if len(norms) == 2 else []
+    if trusted is not None:
+        candidates.append(float(trusted))
+    return min(candidates) if candidates else None
+
+
+def _delta(t: np.ndarray, base: np.ndarray) -> np.ndarray:
+    return np.asarray(t, dtype=np.float64) - base[leading_block(np.shape(t))]
 
 
 def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
@@ -99,7 +172,7 @@ def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np
 
 
 def _fold_order(shape: tuple[int, ...], deltas: Sequence[np.ndarray], rule: str, trim: float) -> np.ndarray:
-    """Coordinate-wise median or trimmed mean over the devices holding each coordinate."""
+    """Coordinate-wise median or trimmed mean over the devices holding each coordinate (0 where none does)."""
     stack = np.full((len(deltas), *shape), np.nan)
     for i, d in enumerate(deltas):
         stack[(i, *leading_block(d.shape))] = d
@@ -109,7 +182,9 @@ def _fold_order(shape: tuple[int, ...], deltas: Sequence[np.ndarray], rule: str,
         lo, hi = np.maximum(k - 1, 0) // 2, k // 2  # the middle one or two
         mid = np.take_along_axis(stack, lo[None], 0)[0] + np.take_along_axis(stack, hi[None], 0)[0]
         return np.where(k > 0, mid / 2, 0.0)
-    cut = np.minimum(np.floor(trim * k).astype(np.int64), np.maximum(k - 1, 0) // 2)
+    cut = np.floor(trim * k).astype(np.int64)
+    cut = np.where(k >= 3, np.maximum(cut, 1), cut)  # at least one per side from 3 holders
+    cut = np.minimum(cut, np.maximum(k - 1, 0) // 2)  # always keep one or two
     sums = np.concatenate([np.zeros((1, *shape)), np.cumsum(np.nan_to_num(stack), axis=0)])
     total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[0]
     count = k - 2 * cut
@@ -117,19 +192,27 @@ def _fold_order(shape: tuple[int, ...], deltas: Sequence[np.ndarray], rule: str,
 
 
 def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Mapping[str, np.ndarray]],
-                     weights: Sequence[float], config: RobustConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+                     weights: Sequence[float], config: RobustConfig,
+                     trusted_norm: float | None = None) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """The new global tensors from the devices' ``tensor_sets``, and metrics of what happened.
 
     Every set holds every name of ``current``, the whole tensor or a leading block of it.
+    ``trusted_norm``: a reference norm from an earlier round of this group, used when fewer than
+    three devices report (see :func:`reference_norm`); the metric ``norm_reference`` is this
+    round's.
     """
     if len(tensor_sets) == 0:
         raise ValueError("need at least one tensor set")
+    w = capped_shares(weights, config.max_share if len(tensor_sets) >= 3 else 1.0)
+    metrics: dict[str, float] = {}
+    if len(tensor_sets) >= 3 and config.max_share < 1.0:
+        raw = np.asarray(list(weights), dtype=np.float64)
+        metrics["weight_capped"] = float(np.sum(w < raw * (1 - 1e-12)))
     full = all(np.shape(t[k]) == np.shape(current[k]) for t in tensor_sets for k in current)
     if config.plain and full:
-        mean = weighted_average([{k: t[k] for k in current} for t in tensor_sets], weights)
+        mean = weighted_average([{k: t[k] for k in current} for t in tensor_sets], w)
         return {k: v if _is_float(np.asarray(current[k])) else np.rint(v).astype(np.asarray(current[k]).dtype)
-                for k, v in mean.items()}, {}
-    w = np.asarray(list(weights), dtype=np.float64)
+                for k, v in mean.items()}, metrics
     w = w / w.sum()
     result: dict[str, np.ndarray] = {}
     names = []
@@ -144,18 +227,25 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
                 held[leading_block(np.shape(t[k]))] = True
             result[k] = np.where(held, np.rint(mean), old).astype(old.dtype)
     base = {k: np.asarray(current[k], dtype=np.float64) for k in names}
-    deltas = [{k: np.asarray(t[k], dtype=np.float64) - base[k][leading_block(np.shape(t[k]))] for k in names}
-              for t in tensor_sets]
-    norms = np.array([math.sqrt(sum(float(np.vdot(d[k], d[k])) for k in names)) for d in deltas])
-    metrics: dict[str, float] = {"update_norm_median": float(np.median(norms)),
-                                 "update_norm_max": float(norms.max())}
+    squares = np.zeros(len(tensor_sets))
+    for k in names:  # one tensor at a time: never every device's whole update at once
+        for i, t in enumerate(tensor_sets):
+            d = _delta(t[k], base[k])
+            squares[i] += float(np.vdot(d, d))
+    norms = np.sqrt(squares)
+    metrics.update(update_norm_median=float(np.median(norms)), update_norm_max=float(norms.max()))
+    scales = np.ones(len(tensor_sets))
     if config.clip is not None:
-        bound = float(np.median(norms)) if config.clip == "auto" else float(config.clip)
-        scales = np.minimum(1.0, bound / np.maximum(norms, 1e-12))
-        deltas = [{k: v * s for k, v in d.items()} for d, s in zip(deltas, scales)]
-        metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))
+        factor = config.clip_factor
+        ref = reference_norm(norms, trusted_norm) if factor is not None else None
+        bound = float(config.clip) if factor is None else (None if ref is None else factor * ref)  # type: ignore[arg-type]
+        if ref is not None:
+            metrics["norm_reference"] = ref
+        if bound is not None:
+            scales = np.minimum(1.0, bound / np.maximum(norms, 1e-300))
+            metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))
     for k in names:
-        ds = [d[k] for d in deltas]
+        ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales)]
         folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \
             else _fold_order(base[k].shape, ds, config.rule, config.trim)
         result[k] = (base[k] + folded).astype(np.float32)

@@ -166,6 +166,8 @@ class Strategy(ABC):
         self.published: list = []  # what publish_models sent the last time
         self.server_opt = ServerOptimizer()  # the moments of --option server_opt (none: unused)
         self._failed_in_a_row = 0  # rounds (stages) in a row in which every device asked failed
+        #: per aggregation group, the reference norm of its latest round with 3+ devices (robust.py)
+        self._trusted_norms: dict[str, float] = {}
         self._last_failure = ""
 
     # -- hooks --------------------------------------------------------------
@@ -396,8 +398,15 @@ class Strategy(ABC):
     def fold(self, group: str, current: Mapping[str, np.ndarray], tensor_sets: Sequence[Mapping[str, np.ndarray]],
              weights: Sequence[float], rule: RobustConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """The new tensors of ``group`` from the devices' ``tensor_sets``: the robust rule's result,
-        stepped by the server optimizer when ``rule.server`` names one; and the rule's metrics."""
-        aggregate, metrics = robust_aggregate(current, tensor_sets, weights, rule)
+        stepped by the server optimizer when ``rule.server`` names one; and the rule's metrics.
+
+        The norm screen of a round with three or more devices in ``group`` sets the group's trusted
+        reference norm, which bounds the rounds in which only one or two report
+        (:func:`coordinator.robust.reference_norm`)."""
+        aggregate, metrics = robust_aggregate(current, tensor_sets, weights, rule,
+                                              trusted_norm=self._trusted_norms.get(group))
+        if len(tensor_sets) >= 3 and "norm_reference" in metrics:
+            self._trusted_norms[group] = metrics["norm_reference"]
         return self.server_opt.step(rule.server, group, current, aggregate), metrics
 
     # -- checkpoints --------------------------------------------------------

@@ -3,78 +3,38 @@ certificates from make-certs.sh and users/bundles from add-device.sh, on a priva
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
-from edge_sdk.config import read_toml, transport_from_toml
+from edge_sdk.config import read_toml
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from tests.home_broker import HOME, have_home_tools, start_home_broker
 
 ROOT = Path(__file__).resolve().parents[1]
-HOME = ROOT / "deploy" / "homeserver"
 TOPICS = Topics(job="home")
 
-pytestmark = pytest.mark.skipif(find_mosquitto() is None or shutil.which("mosquitto_passwd") is None
-                                or shutil.which("openssl") is None,
-                                reason="mosquitto, mosquitto_passwd and openssl are needed")
-
-
-def _conf_lines(tls_port: int, passwd: Path, acl: Path, certs: Path) -> tuple[str, ...]:
-    """deploy/homeserver/mosquitto.conf with its paths and port moved into the test's sandbox."""
-    subst = {"/etc/mosquitto/edgefl.passwd": str(passwd), "/etc/mosquitto/edgefl.acl": str(acl),
-             "/etc/mosquitto/certs": str(certs), "listener 8883": f"listener {tls_port} 127.0.0.1"}
-    lines = []
-    for line in (HOME / "mosquitto.conf").read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            for old, new in subst.items():
-                line = line.replace(old, new)
-            lines.append(line)
-    return tuple(lines)
+pytestmark = pytest.mark.skipif(not have_home_tools(), reason="mosquitto, mosquitto_passwd and openssl are needed")
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("home")
-    certs, passwd = tmp / "certs", tmp / "edgefl.passwd"
-    subprocess.run([HOME / "make-certs.sh", "edgefl-test", "--out", certs], check=True, capture_output=True)
-    port = free_port()
-    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "EDGEFL_CA_FILE": str(certs / "ca.crt")}
-    for args in (["pi-a"], ["pi-b"], ["--coordinator"]):
-        name = args[-1].lstrip("-")
-        subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / name, "--no-reload",
-                        "--broker-url", f"mqtts://127.0.0.1:{port}", *args], check=True, env=env,
-                       capture_output=True)
-    # add-device.sh made tmp/edgefl.acl (next to the password file) from deploy/homeserver/edgefl.acl
-    acl = tmp / "edgefl.acl"
-    broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, acl, certs)))
-    broker.start()
-    broker.wait_for_listener(port)  # the broker waited for its own plain listener; the TLS one too
-    yield {"tmp": tmp, "port": port, "ca": certs / "ca.crt", "broker": broker, "acl": acl, "passwd": passwd}
-    broker.stop()
+    home = start_home_broker(tmp_path_factory.mktemp("home"))
+    yield {"tmp": home.tmp, "port": home.port, "ca": home.ca, "broker": home.broker, "acl": home.acl,
+           "passwd": home.passwd, "home": home}
+    home.stop()
 
 
 def _device(home: dict, name: str) -> MqttTransport:
     """A device connected with the bundle add-device.sh wrote for it (paths made local)."""
-    bundle = home["tmp"] / name
-    config = read_toml(bundle / "client.toml")
-    config["broker"].update(password_file=str(bundle / "password"), ca_file=str(bundle / "ca.crt"))
-    transport = MqttTransport(transport_from_toml(config, client_id=name))
-    transport.connect()
-    return transport
+    return home["home"].device(name)
 
 
 def _coordinator(home: dict) -> MqttTransport:
-    password = (home["tmp"] / "coordinator" / "coordinator.password").read_text().strip()
-    transport = MqttTransport(TransportConfig(url=f"mqtts://127.0.0.1:{home['port']}", client_id="coord",
-                                              username="coordinator", password=password,
-                                              ca_file=str(home["ca"])))
-    transport.connect()
-    return transport
+    return home["home"].coordinator()
 
 
 def _drain(transport: MqttTransport, seconds: float) -> list[tuple[str, bytes]]:
@@ -188,4 +148,28 @@ def test_every_device_reads_the_broadcast(home):
             assert _drain(device, 0.7) == [(TOPICS.broadcast(), b"round 0 starts")]
     finally:
         for t in (a, b, coord):
+            t.close()
+
+
+def test_a_device_cannot_take_over_another_clients_id(home):
+    """use_username_as_clientid: a device's credentials with another client's id get a connection
+    of its own (named after its user), and the device and coordinator keep theirs."""
+    a, coord = _device(home, "pi-a"), _coordinator(home)
+    coord.subscribe(TOPICS.all_uplinks())
+    time.sleep(0.3)
+    thieves = [home["home"].device("pi-b", client_id=victim) for victim in ("pi-a", "coord", "edgefl-coordinator-home")]
+    try:
+        time.sleep(1.0)
+        assert a.connected and a.connect_count == 1
+        assert coord.connected and coord.connect_count == 1
+        a.publish(TOPICS.uplink("pi-a"), b"still here")
+        assert a.wait_published(5)
+        assert (TOPICS.uplink("pi-a"), b"still here") in _drain(coord, 1.0)
+        log = home["broker"].log_text()
+        # each thief got a connection named after its own user; no client named pi-a or
+        # coordinator was replaced (pi-b's own connections do replace each other: one per user)
+        assert "u'pi-b')" in log and "as pi-b (" in log
+        assert "Client pi-a already connected" not in log and "Client coordinator already connected" not in log
+    finally:
+        for t in (a, coord, *thieves):
             t.close()

@@ -28,6 +28,7 @@ from edge_sdk.training import TrainConfig, train_local
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 DEVICES = 7
+PLAIN = RobustConfig(clip=None, max_share=1.0)  # FedAvg's plain sample-weighted mean
 
 
 @pytest.fixture(scope="module")
@@ -63,26 +64,29 @@ def _poison(start: dict, honest: dict, scale: float) -> dict:
 @pytest.mark.parametrize("scale", [-10.0, 50.0])  # sign-flipped and boosted; scaled up
 def test_one_poisoner_moves_the_mean_but_not_the_robust_rules(honest_round, scale):
     start, sets, counts = honest_round
-    honest, _ = robust_aggregate(start, sets, counts, RobustConfig())
+    honest, _ = robust_aggregate(start, sets, counts, PLAIN)
     step = _distance(honest, start)  # how far an honest round moves the model
     poisoned = [*sets[:-1], _poison(start, sets[-1], scale)]
     results = {
-        "mean": robust_aggregate(start, poisoned, counts, RobustConfig())[0],
+        "mean": robust_aggregate(start, poisoned, counts, PLAIN)[0],
         "median": robust_aggregate(start, poisoned, counts, RobustConfig(rule="median"))[0],
         "trimmed": robust_aggregate(start, poisoned, counts, RobustConfig(rule="trimmed", trim=0.2))[0],
         "clip": robust_aggregate(start, poisoned, counts, RobustConfig(clip="auto"))[0],
+        "default": robust_aggregate(start, poisoned, counts, RobustConfig())[0],  # mean, clip 3x
     }
     off = {rule: _distance(agg, honest) / step for rule, agg in results.items()}
     # one of 7 devices with |scale| >= 10 drags the mean by about |scale - 1| / 7 >= 1.5 honest steps
     assert off["mean"] > 1.0, off
-    # the robust rules drop or bound that device: each stays within half an honest step
+    # the robust rules drop or bound that device: each stays within half an honest step; the default
+    # screen (3x the median norm) lets it move the mean by at most about 3/7 + 1/7 of a step
     for rule in ("median", "trimmed", "clip"):
         assert off[rule] < 0.5, (rule, off)
+    assert off["default"] < 0.7, off
 
 
 def test_without_an_attacker_the_robust_rules_agree_with_the_mean(honest_round):
     start, sets, counts = honest_round
-    honest, _ = robust_aggregate(start, sets, counts, RobustConfig())
+    honest, _ = robust_aggregate(start, sets, counts, PLAIN)
     step = _distance(honest, start)
     for config in (RobustConfig(rule="median"), RobustConfig(rule="trimmed"), RobustConfig(clip="auto")):
         agg, metrics = robust_aggregate(start, sets, counts, config)
@@ -103,7 +107,12 @@ def test_options_parse_and_bad_ones_are_refused():
     config = RobustConfig.from_options({"aggregate": "trimmed", "trim": "0.25", "clip": "auto"}, "fedavg")
     assert (config.rule, config.trim, config.clip) == ("trimmed", 0.25, "auto")
     assert RobustConfig.from_options({"clip": "2.5"}, "fedavg").clip == 2.5
-    for bad in ({"aggregate": "mode"}, {"trim": "0.5"}, {"trim": "x"}, {"clip": "-1"}, {"clip": "nan"}):
+    assert RobustConfig.from_options({}, "fedavg").clip == "3x" == RobustConfig().clip
+    assert RobustConfig.from_options({"clip": "none"}, "fedavg").clip is None
+    assert RobustConfig.from_options({"clip": "1.5x", "max_share": "1"}, "fedavg").clip_factor == 1.5
+    assert RobustConfig.from_options({"clip": "none", "max_share": "1"}, "fedavg").plain
+    for bad in ({"aggregate": "mode"}, {"trim": "0.5"}, {"trim": "x"}, {"clip": "-1"}, {"clip": "nan"},
+                {"clip": "0.5x"}, {"clip": "x"}, {"clip": "3xx"}, {"max_share": "0"}, {"max_share": "1.5"}):
         with pytest.raises(ValueError):
             RobustConfig.from_options(bad, "fedavg")
 
@@ -157,7 +166,7 @@ def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: s
 
 
 def test_a_poisoning_device_over_a_real_broker(broker, digits):
-    plain = _federated_accuracy(broker.url, digits, {}, "robust-mean")
+    plain = _federated_accuracy(broker.url, digits, {"clip": "none"}, "robust-mean")
     median = _federated_accuracy(broker.url, digits, {"aggregate": "median"}, "robust-median")
     clipped = _federated_accuracy(broker.url, digits, {"clip": "auto"}, "robust-clip")
     assert median > 0.8 and clipped > 0.8, (median, clipped)

@@ -35,6 +35,7 @@ from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity
                                  parse_levels, prune_spec, resolve_backend)
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
 from coordinator.proximal import PROX_OPTIONS, without_prox
+from coordinator.robust import DEFAULT_CLIP, ROBUST_OPTIONS, RobustConfig
 from coordinator.server_opt import SERVER_OPT_KEYS
 from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -83,6 +84,7 @@ REFT_OPTIONS = Schema(
     Option("local_epochs", integer(1, 10_000), None, "local epochs; default: the run's --local-epochs"),
     Option("aggregate", choice("mean", "median"), "mean", "teacher: importance-weighted mean of the logits, "
                                                           "or weighted median (robust)"),
+    ROBUST_OPTIONS.only(("clip", "max_share")),
     PROX_OPTIONS,
 )
 
@@ -107,6 +109,15 @@ class ReftOptions:
     local_lr: float = 0.003
     local_epochs: int | None = None  # None: the federation's
     aggregate: str = "mean"  # teacher: importance-weighted mean, or weighted median (robust)
+    #: the teacher's norm screen: a device's centred logits longer than Kx the median are scaled back
+    #: (``auto``: 1x; an absolute bound is refused: logit scales differ by model); None: off
+    clip: str | None = DEFAULT_CLIP
+    max_share: float = 0.5  # of a class's importance, per device, once 3 or more hold the class
+
+    def __post_init__(self) -> None:
+        if self.clip is not None and RobustConfig(clip=self.clip).clip_factor is None:
+            raise ValueError(f"reft: option clip: the teacher takes none, auto or a multiple such as 3x, "
+                             f"got {self.clip!r}")
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
@@ -256,7 +267,9 @@ class Reft(Strategy):
     def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
         logits = [dequantize_logits(u.update.tensors) for u in updates]
         counts = np.stack([u.update.tensors["counts"] for u in updates])
-        teacher = ensemble_logits(logits, counts, self.options.aggregate)
+        clip = None if self.options.clip is None else RobustConfig(clip=self.options.clip).clip_factor
+        teacher = ensemble_logits(logits, counts, self.options.aggregate, clip_factor=clip,
+                                  max_share=self.options.max_share)
         if self.options.device_eval:
             self._device_models = {u.device_id: (self._sent[u.device_id], {
                 k: v for k, v in u.update.tensors.items() if k.startswith("layers.")}) for u in updates}

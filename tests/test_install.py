@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_sdk.signing import ModelSigner, load_public_key, public_key_pem
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 INSTALL = DEPLOY / "raspberrypi" / "install.sh"
@@ -48,9 +50,11 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "pi-den"
+    pub = out.parent / "model-signing.pub"  # the coordinator's public key, as add-device.sh --coordinator makes it
+    pub.write_bytes(public_key_pem(ModelSigner.generate().public_key))
     subprocess.run(["bash", DEPLOY / "homeserver" / "add-device.sh", "--passwd", out.parent / "passwd",
-                    "--out", out, "--no-reload", "--broker-url", "mqtts://homeserver.lan:8883", "pi-den"],
-                   check=True, capture_output=True)
+                    "--out", out, "--no-reload", "--broker-url", "mqtts://homeserver.lan:8883",
+                    "--signing-pub", pub, "pi-den"], check=True, capture_output=True)
     return out
 
 
@@ -132,6 +136,10 @@ def test_bundle_install_is_idempotent_and_starts(installed, wheel, bundle):
     assert (conf / "client.toml").read_text() == (bundle / "client.toml").read_text()  # replaced the example
     assert (conf / "password").read_text() == (bundle / "password").read_text()
     assert _mode(conf / "password") == 0o640 and _mode(conf / "client.toml") == 0o640
+    # the coordinator's public key, where the bundle's client.toml trusts it
+    assert load_public_key(conf / "model-signing.pub") == load_public_key(bundle / "model-signing.pub")
+    assert _mode(conf / "model-signing.pub") == 0o644
+    assert '\ntrusted_keys = ["/etc/edgefl/model-signing.pub"]\n' in (conf / "client.toml").read_text()
     assert "would run: systemctl enable --now edgefl-client.service" in second.stdout
     dropin = root / "etc" / "systemd" / "system" / "edgefl-client.service.d" / "limits.conf"
     assert "MemoryMax=700M" in dropin.read_text()

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Add a device (or the coordinator) to the home server's broker: an MQTT user with a fresh
 # random password, the device's lines in the ACL, and a bundle for the device (client.toml,
-# password, ca.crt) to copy to it and install with `install.sh --bundle DIR`. Running it again
-# for a name changes its password.
+# password, ca.crt, the coordinator's public key model-signing.pub) to copy to it and install
+# with `install.sh --bundle DIR`. Running it again for a name changes its password. The
+# coordinator's bundle also gets the Ed25519 key that signs published models (made once).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATE=$SCRIPT_DIR/../raspberrypi/client.toml
 PASSWD=${EDGEFL_PASSWD_FILE:-/etc/mosquitto/edgefl.passwd}
 CA=${EDGEFL_CA_FILE:-/etc/mosquitto/certs/ca.crt}
+SIGNING_PUB=${EDGEFL_SIGNING_PUB:-/etc/edgefl/model-signing.pub}
 ACL=""
 URL=""
 JOB=home
@@ -20,7 +22,8 @@ NAME=""
 usage() {
     cat <<'EOF'
 usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT username
-       add-device.sh --coordinator      the coordinator's MQTT user ("coordinator")
+       add-device.sh --coordinator [NAME]  a coordinator's MQTT user (default "coordinator"; another
+                     name for a second job at once: each MQTT user holds one connection)
   --broker-url URL   what the device connects to (default mqtts://<this host's FQDN>:8883)
   --job NAME         job name in the device's client.toml (default home)
   --out DIR          bundle directory (default ./edgefl-devices/NAME)
@@ -28,6 +31,8 @@ usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT
   --acl FILE         mosquitto ACL file (default edgefl.acl next to the password file); made
                      from deploy/homeserver/edgefl.acl if missing; a device gets a `user` block
   --ca FILE          CA certificate for the bundle (default /etc/mosquitto/certs/ca.crt)
+  --signing-pub FILE the coordinator's public key for a device bundle (default
+                     /etc/edgefl/model-signing.pub; made by --coordinator)
   --no-reload        do not reload mosquitto (it re-reads users and the ACL on SIGHUP / reload)
 EOF
 }
@@ -36,12 +41,13 @@ die() { echo "add-device.sh: error: $*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
     case $1 in
-        --coordinator) ROLE=coordinator; NAME=coordinator ;;
+        --coordinator) ROLE=coordinator ;;
         --broker-url) URL=${2:?--broker-url needs a URL}; shift ;;
         --job) JOB=${2:?--job needs a name}; shift ;;
         --out) OUT=${2:?--out needs a directory}; shift ;;
         --passwd) PASSWD=${2:?--passwd needs a file}; shift ;;
         --ca) CA=${2:?--ca needs a file}; shift ;;
+        --signing-pub) SIGNING_PUB=${2:?--signing-pub needs a file}; shift ;;
         --acl) ACL=${2:?--acl needs a file}; shift ;;
         --no-reload) RELOAD=0 ;;
         -h|--help) usage; exit 0 ;;
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+[ "$ROLE" = device ] || NAME=${NAME:-coordinator}
 [ -n "$NAME" ] || { usage >&2; die "NAME is required"; }
 ID_RE='^[A-Za-z0-9_.-]{1,128}$'
 [[ $NAME =~ $ID_RE ]] || die "invalid name '$NAME': use 1-128 of [A-Za-z0-9_.-]"
@@ -65,6 +72,56 @@ command -v mosquitto_passwd >/dev/null || die "mosquitto_passwd not found (apt i
 OUT=${OUT:-./edgefl-devices/$NAME}
 ACL=${ACL:-$(dirname "$PASSWD")/edgefl.acl}
 [ -f "$ACL" ] || [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
+
+# make_signing_key: the coordinator's Ed25519 key that signs published models, made once in
+# OUT (PKCS8 PEM, mode 0600) with its public key beside it; kept when OUT has one already.
+make_signing_key() {
+    local key=$OUT/model-signing.key pub=$OUT/model-signing.pub
+    if [ ! -f "$key" ]; then
+        command -v openssl >/dev/null || { echo "warning: openssl not found; no model-signing key made" >&2; return 0; }
+        openssl genpkey -algorithm ed25519 -out "$key" 2>/dev/null || die "openssl could not make an Ed25519 key"
+        chmod 0600 "$key"
+        echo "==> made the model-signing key $key"
+    else
+        echo "==> kept the model-signing key $key"
+    fi
+    openssl pkey -in "$key" -pubout -out "$pub" 2>/dev/null || die "$key is not a private key openssl reads"
+    chmod 0644 "$pub"
+    echo "    install it as /etc/edgefl/model-signing.key (mode 0640, group edgefl-coordinator), and its"
+    echo "    public key $pub as /etc/edgefl/model-signing.pub: device bundles made after that carry it"
+}
+
+# bundle_signing_pub: the coordinator's public key into a device bundle, and client.toml told to trust it.
+bundle_signing_pub() {
+    if [ ! -f "$SIGNING_PUB" ]; then
+        echo "warning: no coordinator public key at $SIGNING_PUB; this device will install published" \
+             "models without checking who signed them (docs/deploy.md, \"Signed models\")" >&2
+        return 0
+    fi
+    cp "$SIGNING_PUB" "$OUT/model-signing.pub"
+    chmod 0644 "$OUT/model-signing.pub"
+    sed -i 's|^# trusted_keys = |trusted_keys = |' "$OUT/client.toml"
+    grep -q '^trusted_keys = ' "$OUT/client.toml" || die "$TEMPLATE has no '# trusted_keys = ' line"
+}
+
+# is_coordinator_user NAME: whether the ACL's `user NAME` block reads every uplink (a coordinator's)
+is_coordinator_user() {
+    awk -v u="user $1" '$0 == u { on = 1; next } /^user / { on = 0 }
+        on && $0 == "topic read edgefl/+/up/+" { found = 1 } END { exit !found }' "$ACL"
+}
+if [ "$ROLE" = device ] && [ -f "$SIGNING_PUB" ]; then
+    if ! grep -q "BEGIN PUBLIC KEY" "$SIGNING_PUB" || grep -q "PRIVATE KEY" "$SIGNING_PUB"; then
+        die "$SIGNING_PUB is not a PEM public key (give the coordinator's model-signing.pub)"
+    fi
+fi
+# A name keeps its role: a device never gets a coordinator's ACL block, nor the reverse.
+if [ -f "$ACL" ] && grep -qxF "user $NAME" "$ACL"; then
+    if [ "$ROLE" = device ] && is_coordinator_user "$NAME"; then
+        die "'$NAME' is a coordinator user in $ACL, not a device"
+    elif [ "$ROLE" = coordinator ] && ! is_coordinator_user "$NAME"; then
+        die "'$NAME' is a device in $ACL, not a coordinator user"
+    fi
+fi
 
 umask 077
 RAW=$(head -c 48 /dev/urandom | base64 -w0 | tr -dc 'A-Za-z0-9')
@@ -92,14 +149,25 @@ if [ "$ROLE" = device ] && ! grep -qxF "user $NAME" "$ACL"; then
     printf '\nuser %s\ntopic read edgefl/+/coord\n' "$NAME" >> "$ACL"
     echo "==> $NAME may read the broadcast edgefl/+/coord ($ACL)"
 fi
+# Another coordinator user (a second job at once) gets the topic lines of `user coordinator`.
+if [ "$ROLE" = coordinator ] && [ "$NAME" != coordinator ] && ! grep -qxF "user $NAME" "$ACL"; then
+    [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
+    LINES=$(awk '$0 == "user coordinator" { on = 1; next } /^user / { on = 0 } on && /^topic /' \
+        "$SCRIPT_DIR/edgefl.acl")
+    [ -n "$LINES" ] || die "$SCRIPT_DIR/edgefl.acl has no 'user coordinator' block"
+    printf '\nuser %s\n%s\n' "$NAME" "$LINES" >> "$ACL"
+    echo "==> $NAME may do what the coordinator does ($ACL)"
+fi
 
 mkdir -p "$OUT"
 chmod 0700 "$OUT"
 if [ "$ROLE" = coordinator ]; then
     printf '%s\n' "$PASSWORD" > "$OUT/coordinator.password"
     chmod 0600 "$OUT/coordinator.password"
-    echo "==> user coordinator in $PASSWD; its password is in $OUT/coordinator.password"
+    echo "==> user $NAME in $PASSWD; its password is in $OUT/coordinator.password"
     echo "    install it as /etc/edgefl/coordinator.password (mode 0640, group edgefl-coordinator)"
+    [ "$NAME" = coordinator ] || echo "    and set username = \"$NAME\" in that job's coordinator.toml"
+    make_signing_key
 else
     [ -f "$TEMPLATE" ] || die "template $TEMPLATE is missing"
     printf '%s\n' "$PASSWORD" > "$OUT/password"
@@ -116,6 +184,7 @@ else
     else
         echo "warning: no CA certificate at $CA; put the broker's CA in $OUT/ca.crt" >&2
     fi
+    bundle_signing_pub
     echo "==> user $NAME in $PASSWD; device bundle in $OUT"
     echo "    copy it to the device, then: sudo deploy/raspberrypi/install.sh --bundle DIR"
 fi

@@ -71,14 +71,16 @@ say "certificates: a private CA and the broker's certificate in $DIR/certs (make
 "$HOME_SERVER/make-certs.sh" localhost --out "$DIR/certs" >/dev/null
 say "MQTT users with random passwords and the per-device ACL in $DIR/broker (add-device.sh)"
 mkdir -p "$DIR/broker"
-for name in "${DEVICES[@]}"; do
-    "$HOME_SERVER/add-device.sh" "$name" --broker-url "$URL" --passwd "$DIR/broker/edgefl.passwd" \
-        --ca "$DIR/certs/ca.crt" --out "$DIR/$name" --no-reload >/dev/null
-    echo "    $name: bundle $DIR/$name (client.toml, password, ca.crt)"
-done
 "$HOME_SERVER/add-device.sh" --coordinator --passwd "$DIR/broker/edgefl.passwd" \
     --out "$DIR/coordinator" --no-reload >/dev/null
-echo "    coordinator: $DIR/coordinator/coordinator.password"
+[ -f "$DIR/coordinator/model-signing.pub" ] || die "add-device.sh made no model-signing key"
+echo "    coordinator: $DIR/coordinator/coordinator.password, model-signing.key (signs published models)"
+for name in "${DEVICES[@]}"; do
+    "$HOME_SERVER/add-device.sh" "$name" --broker-url "$URL" --passwd "$DIR/broker/edgefl.passwd" \
+        --ca "$DIR/certs/ca.crt" --signing-pub "$DIR/coordinator/model-signing.pub" --out "$DIR/$name" \
+        --no-reload >/dev/null
+    echo "    $name: bundle $DIR/$name (client.toml, password, ca.crt, model-signing.pub)"
+done
 
 # 2. mosquitto: the home server's mosquitto.conf with its paths in DIR, on a free loopback port.
 sed -e "s|/etc/mosquitto/edgefl.passwd|$DIR/broker/edgefl.passwd|" \
@@ -135,6 +137,7 @@ for name in "${DEVICES[@]}"; do
     set_key "$conf" state_dir "\"$DIR/$name/state\""
     set_key "$conf" password_file "\"$DIR/$name/password\""
     set_key "$conf" ca_file "\"$DIR/$name/ca.crt\""
+    set_key "$conf" trusted_keys "[\"$DIR/$name/model-signing.pub\"]"
     set_key "$conf" dataset "\"npz:$DIR/$name/state/data.npz\""
     # three processes share this machine: no CPU-load or temperature limit, one torch thread
     sed -i -e 's|^max_cpu_load = |# max_cpu_load = |' -e 's|^max_temp_c = |# max_temp_c = |' "$conf"
@@ -148,6 +151,7 @@ set_key "$conf" out "\"$DIR/coordinator/report\""
 set_key "$conf" url "\"$URL\""
 set_key "$conf" password_file "\"$DIR/coordinator/coordinator.password\""
 set_key "$conf" ca_file "\"$DIR/certs/ca.crt\""
+set_key "$conf" signing_key "\"$DIR/coordinator/model-signing.key\""
 set_key "$conf" rounds "$ROUNDS"
 set_key "$conf" round_deadline_s 60
 set_key "$conf" register_timeout_s 60
@@ -209,6 +213,15 @@ EOF
 # 6. Inference on a device, with the model the coordinator pushed after the last round.
 name=${DEVICES[0]}
 [ -f "$DIR/$name/state/model.onnx" ] || die "$name did not receive a model ($DIR/$name/state/model.onnx)"
+python3 - "$DIR/$name/state/model.json" <<'EOF'
+import json
+import sys
+
+key = json.load(open(sys.argv[1])).get("key_id")
+if not key:
+    sys.exit(f"fleet-demo.sh: error: the model in {sys.argv[1]} is not signed")
+print(f"    the installed model is signed by the coordinator's key {key} ({sys.argv[1]})")
+EOF
 STATS=$(python3 -c 'import sys; from edge_sdk.data import load_dataset as l; d = l("npz:" + sys.argv[1]); print(",".join(map(str, d.mean)), ",".join(map(str, d.std)))' \
     "$DIR/$name/state/data.npz")
 MEAN=${STATS% *}

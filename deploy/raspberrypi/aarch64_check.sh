@@ -61,12 +61,13 @@ PY=("$QEMU" -cpu "$CPU" -L "$ROOT" "$ROOT/usr/bin/python3.11")
 "${PY[@]}" -c 'import platform, ssl; assert platform.machine() == "aarch64"' \
     || die "the arm64 Python does not run under qemu"
 
-# 2. The edge SDK from aarch64 wheels: torch (CPU build, no CUDA), numpy, paho-mqtt, msgpack.
+# 2. The edge SDK from aarch64 wheels: torch (CPU build, no CUDA), numpy, paho-mqtt, msgpack,
+#    cryptography (with cffi and pycparser).
 SITE=$WORK/site-${TORCH_SPEC//[^A-Za-z0-9.]/_}
 PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none
           --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64
           --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64)
-if [ ! -d "$SITE/torch" ]; then
+if [ ! -d "$SITE/torch" ] || [ ! -d "$SITE/cryptography" ]; then
     say "installing $TORCH_SPEC and the SDK's dependencies from aarch64 wheels"
     rm -rf "$WORK/src" "$WORK/dist"
     mkdir -p "$WORK/src"
@@ -74,7 +75,8 @@ if [ ! -d "$SITE/torch" ]; then
     "$HOST_PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src"
     # torch's own requirements minus the CUDA ones (which PyPI's aarch64 torch >= 2.11 adds)
     PIP_CONSTRAINT="" "$HOST_PYTHON" -m pip install -q "${PLATFORM[@]}" --target "$SITE" --no-deps \
-        "$TORCH_SPEC" "numpy>=1.24" "paho-mqtt>=2.1,<3" "msgpack>=1.0" filelock "typing-extensions>=4.10" \
+        "$TORCH_SPEC" "numpy>=1.24" "paho-mqtt>=2.1,<3" "msgpack>=1.0" "cryptography>=42" cffi pycparser \
+        filelock "typing-extensions>=4.10" \
         "sympy>=1.13.3" networkx jinja2 markupsafe mpmath "fsspec>=0.8.5" "$WORK"/dist/edgefl-*.whl
 fi
 SIZE=$(du -sm "$SITE" | cut -f1)

@@ -36,8 +36,8 @@ usage() {
 usage: install.sh [options]              install or upgrade, enable and start edgefl-client
        install.sh --uninstall [--purge]  stop and remove it (--purge: also config, state, user)
 
-  --bundle DIR          device bundle from the home server's add-device.sh
-                        (client.toml, password, ca.crt) to install into /etc/edgefl
+  --bundle DIR          device bundle from the home server's add-device.sh (client.toml,
+                        password, ca.crt, model-signing.pub) to install into /etc/edgefl
   --source SPEC         what pip installs as edgefl (default: this checkout)
   --torch SPEC          torch requirement (default "torch>=2.2,<2.10"); "skip" keeps what the
                         venv sees already (e.g. JetPack's torch with --system-site-packages)
@@ -163,7 +163,7 @@ install_venv() {
         say "installing $TORCH_SPEC"
         "${pip[@]}" "${index[@]}" "$TORCH_SPEC"
     fi
-    say "installing the edge SDK from $SOURCE (torch, numpy, paho-mqtt, msgpack only)"
+    say "installing the edge SDK from $SOURCE (torch, numpy, paho-mqtt, msgpack, cryptography only)"
     "${pip[@]}" --upgrade-strategy only-if-needed "$SOURCE"
     if [ "$WITH_ORT" = 1 ]; then
         "${pip[@]}" onnxruntime
@@ -200,6 +200,10 @@ install_config() {
         fi
         if [ -f "$BUNDLE/ca.crt" ]; then
             install_file "$BUNDLE/ca.crt" "$CONF_DIR/ca.crt" 0644 root:root
+        fi
+        # the coordinator's public key, where the bundle's client.toml trusts it ([security])
+        if [ -f "$BUNDLE/model-signing.pub" ]; then
+            install_file "$BUNDLE/model-signing.pub" "$CONF_DIR/model-signing.pub" 0644 root:root
         fi
     elif [ ! -f "$conf" ]; then
         install_file "$SCRIPT_DIR/client.toml" "$CONF_DIR/client.toml" 0640 "root:$SVC_USER"

@@ -24,7 +24,7 @@ from edge_sdk.models.zoo import mlp
 from edge_sdk.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import split_envelope_payload
-from edge_sdk.protocol.codec import Blob, encode_frame
+from edge_sdk.protocol.codec import encode_frame
 from edge_sdk.protocol.messages import (Ack, Chunk, Envelope, Error, Plan, Register, Status, Update, decode_envelope,
                                         encode_envelope)
 from edge_sdk.protocol.topics import Topics

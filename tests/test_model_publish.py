@@ -45,6 +45,7 @@ def test_every_device_gets_the_model_of_its_label_and_it_reproduces_the_accuracy
         onnx_bytes = (device_dir / "model.onnx").read_bytes()
         assert info["sha256"] == hashlib.sha256(onnx_bytes).hexdigest() and info["round"] == 0
         assert info["label"] == labels[device_dir.name] and info["input_shape"] == [1, 28, 28]
+        assert len(info["key_id"]) == 16 and info["issued_ms"] > 0  # signed by the job's key, checked on install
         # onnxruntime on the device's file computes what the coordinator's torch model computed
         predictions = OnnxClassifier(device_dir / "model.onnx").predict(data.x_test)
         accuracy = float(np.mean(predictions.classes == data.y_test))

@@ -90,6 +90,8 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
     slots = report.config["ray"]["slots"]  # one slot per node, never more held at once
     assert sorted(s["slots"] for s in slots.values()) == [1, 1] and all(s["peak"] == 1 for s in slots.values())
     assert [len(r.participants) for r in report.rounds] == [4, 4]  # every device reported over MQTT
+    for device in ("dev000", "dev001", "dev002", "dev003"):  # each installed the model signed for it
+        assert len(json.loads((tmp_path / "ray" / "devices" / device / "model.json").read_text())["key_id"]) == 16
     local = run_simulation(_config(tmp_path / "local", job="local2"))
     assert report.rounds[-1].accuracy["global"] == pytest.approx(local.rounds[-1].accuracy["global"], abs=0.02)
     assert report.rounds[-1].bytes_up == local.rounds[-1].bytes_up

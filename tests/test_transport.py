@@ -274,3 +274,26 @@ def test_bounded_queue_counts_drops(broker: EmbeddedBroker, topic_prefix: str) -
         payloads = [consumer.receive(1) for _ in range(3)]
         assert [m.payload for m in payloads if m is not None] == [b"\x00", b"\x01", b"\x02"]
         assert consumer.receive(0.1) is None
+
+
+def test_publish_backs_off_while_too_many_are_unacknowledged(broker: EmbeddedBroker, topic_prefix: str) -> None:
+    """paho fails ("Message queue full") once its 65,535 message ids are in use; publish() waits for
+    acknowledgements above `max_outgoing` instead, and raises TransportError only after
+    `outgoing_wait_s` — the caller decides, nothing inside paho breaks."""
+    with FaultProxy(broker.port) as proxy:
+        t = _transport(proxy.url, max_outgoing=3, outgoing_wait_s=0.5)
+        try:
+            proxy.hold()  # the broker never sees them: no PUBACK comes back
+            for i in range(3):
+                t.publish(f"{topic_prefix}/held", bytes([i]))
+            assert t.outgoing == 3
+            started = time.monotonic()
+            with pytest.raises(TransportError, match="unacknowledged after 0.5 s"):
+                t.publish(f"{topic_prefix}/held", b"one too many")
+            assert time.monotonic() - started >= 0.45
+            proxy.release()
+            assert t.wait_published(5) and t.outgoing == 0
+            t.publish(f"{topic_prefix}/held", b"room again")  # no wait now
+            assert t.wait_published(5)
+        finally:
+            t.close()

@@ -28,7 +28,7 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
-from edge_sdk.signing import SignatureRejected, verify_model
+from edge_sdk.signing import SignatureRejected, key_id, verify_model
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, Will
@@ -95,6 +95,8 @@ class DeviceClient:
                  on_round: Callable[[RoundTrained], None] | None = None,
                  run_compute: Callable[[Callable[[], Update]], Update] | None = None) -> None:
         self.config = config
+        for key in config.trusted_keys:
+            key_id(key)  # a raw 32-byte Ed25519 public key, or a ValueError now rather than at the first model
         self.torch_device = resolve_device(config.device)
         #: where the torch part of a round runs (None: on this device's own thread); simulated
         #: devices of one process hand it to one shared thread (coordinator/training_queue.py)

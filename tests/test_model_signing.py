@@ -152,6 +152,9 @@ def test_the_coordinator_never_signs_bytes_that_do_not_match_their_hash() -> Non
         A.sign(dataclasses.replace(_model(), data=b"other"), JOB, DEVICE)
     with pytest.raises(ValueError, match="32 bytes"):
         key_id(b"short")
+    with pytest.raises(ValueError, match="32 bytes"):  # a device is told at once, not at its first model
+        DeviceClient(ClientConfig(device_id="pi", trusted_keys=(A.public_key, b"pem text?")),
+                     None, load_profile("raspberry-pi-4b"))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- the wire

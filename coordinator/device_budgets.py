@@ -20,6 +20,10 @@ __all__ = ["FleetLimits", "TokenBucket", "grown_sample_limit"]
 class FleetLimits:
     """Per-device budgets of a `coordinator.fleet.Fleet`."""
 
+    #: messages per second a device may have queued for the coordinator (a token bucket per topic,
+    #: up to ``message_burst``): the rest are dropped unread and counted as its rejections
+    messages_per_s: float = 200.0
+    message_burst: int = 2_000
     #: error replies a device gets: a token bucket (sustained per second, burst); the rejections
     #: over it are counted and named in the next reply that goes out
     error_replies_per_s: float = 1.0
@@ -38,14 +42,19 @@ class FleetLimits:
     sample_growth_min: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("error_replies_per_s", "plan_resend_interval_s", "upload_allowance", "sample_growth"):
+        for name in ("messages_per_s", "error_replies_per_s", "plan_resend_interval_s", "upload_allowance",
+                     "sample_growth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"fleet limit {name} must be a finite number >= 0, got {value!r}")
-        for name in ("error_reply_burst", "plan_resends_per_round", "idle_upload_bytes", "sample_growth_min"):
+        for name in ("message_burst", "error_reply_burst", "plan_resends_per_round", "idle_upload_bytes",
+                     "sample_growth_min"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"fleet limit {name} must be an integer >= 0, got {value!r}")
+
+        if self.messages_per_s <= 0 or self.message_burst < 1:
+            raise ValueError("fleet limits messages_per_s must be > 0 and message_burst >= 1")
 
     def upload_budget(self, plan_bytes: int) -> int:
         """Bytes a participant sent a plan of ``plan_bytes`` may have in flight."""

@@ -24,10 +24,11 @@ from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, Plan, Register, Status, Update,
 )
 from edge_sdk.protocol.topics import Topics
+from edge_sdk.signing import ModelSigner
+from edge_sdk.token_bucket import TokenBucket
 
 from coordinator.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.validation import MAX_SAMPLES, UpdateRejected
-from edge_sdk.token_bucket import TokenBucket
 
 __all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
@@ -115,6 +116,8 @@ class Fleet:
         self.link = link
         self.topics = topics
         self.limits = limits
+        #: the key that signs the models published to this fleet (`coordinator.publish.attach_signer`)
+        self.model_signer: ModelSigner | None = None
         self._reply_budget: dict[str, TokenBucket] = {}
         self._suppressed: dict[str, int] = {}  # error replies not sent, per device, since its last one
         #: rounds collected so far (a device's sample count may grow per round: `FleetLimits`)
@@ -150,8 +153,10 @@ class Fleet:
 
     def start(self) -> None:
         """Subscribe to every device's uplink and status; a device not asked for an update may
-        have `FleetLimits.idle_upload_bytes` in flight."""
+        have `FleetLimits.idle_upload_bytes` in flight, and each of its topics may queue
+        `FleetLimits.messages_per_s` messages per second."""
         self.link.set_sender_budget(None, self.limits.idle_upload_bytes)
+        self.link.transport.set_topic_rate(self.limits.messages_per_s, self.limits.message_burst)
         self.link.transport.subscribe(self.topics.all_uplinks())
         self.link.transport.subscribe(self.topics.all_status())
 

@@ -87,7 +87,7 @@ def _largest_output(model, inputs: np.ndarray) -> float:
 def attach_signer(fleet: Fleet, signer: ModelSigner) -> None:
     """Sign every model published to ``fleet`` with ``signer`` (the round loop calls
     `publish_models` with the fleet it runs on, so the key travels with the fleet)."""
-    fleet.model_signer = signer  # type: ignore[attr-defined]
+    fleet.model_signer = signer
 
 
 def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> str | None:
@@ -110,7 +110,7 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
     """Send every registered device the ONNX network of its label (offline ones only when
     ``retain``), signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
     returns what was sent to whom."""
-    signer = signer if signer is not None else getattr(fleet, "model_signer", None)
+    signer = signer if signer is not None else fleet.model_signer
     issued_ms = time.time_ns() // 1_000_000
     try:
         import onnx  # noqa: F401  (the exporter needs it)

@@ -16,6 +16,7 @@ from edge_sdk.signing import ModelSigner
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
+from coordinator.device_budgets import FleetLimits
 from coordinator.fleet import Fleet, FleetProgress
 from coordinator.publish import attach_signer
 from coordinator.report import RoundRecord, RunReport
@@ -28,11 +29,12 @@ __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator
 log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
-             "train", "link", "options", "security"}
+             "train", "link", "options", "security", "limits"}
 _FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
                     "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
                     "publish_every", "eval_every", "lr_decay", "eval_samples", "eval_device"}
 _TRAIN_KEYS = set(TrainConfig.__dataclass_fields__)
+_LIMIT_KEYS = set(FleetLimits.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class CoordinatorConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     #: PEM (PKCS8) Ed25519 private key that signs published models (None: they go out unsigned)
     signing_key: str | None = None
+    #: what one device may cost the coordinator (`[limits]`; docs/protocol.md §11)
+    limits: FleetLimits = field(default_factory=FleetLimits)
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -75,6 +79,7 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
         federation=FederationConfig(train=train, **federation),
         link=link_from_toml(config),
         signing_key=signing_key,
+        limits=FleetLimits(**section(config, "limits", _LIMIT_KEYS)),
     )
 
 
@@ -116,7 +121,7 @@ def run_coordinator(config: CoordinatorConfig,
     finished = False
     try:
         fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
-                          method=strategy.device_part())
+                      method=strategy.device_part(), limits=config.limits)
         if signer is not None:
             attach_signer(fleet, signer)
         fleet.start()

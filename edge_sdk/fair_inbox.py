@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from edge_sdk.token_bucket import TokenBucket
@@ -88,6 +88,15 @@ class FairInbox(Generic[T]):
     def queued_bytes(self) -> int:
         with self._cond:
             return self._bytes
+
+    def set_rate(self, rate: float | None, burst: int) -> None:
+        """Every source's token bucket from now on: ``rate`` messages per second up to ``burst``
+        (``rate`` None: unlimited)."""
+        limits = replace(self.limits, rate=rate, burst=burst)  # validates
+        with self._cond:
+            self.limits = limits
+            for src in self._sources.values():
+                src.bucket = None if rate is None else TokenBucket(rate, burst, self._clock)
 
     def set_default_source_bytes(self, max_bytes: int) -> None:
         """The queued-bytes budget of every source without its own (`set_source_bytes`)."""

@@ -235,6 +235,11 @@ class MqttTransport:
         else:
             self._inbox.set_source_bytes(topic, None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
 
+    def set_topic_rate(self, rate: float | None, burst: int) -> None:
+        """Messages per second (up to ``burst``) each topic may queue; the rest are dropped and
+        counted (`take_dropped`). ``rate`` None: unlimited (the default)."""
+        self._inbox.set_rate(rate, burst)
+
     @property
     def outgoing(self) -> int:
         """Publishes handed to paho and not yet acknowledged."""

@@ -261,3 +261,19 @@ def test_one_poisoning_device_does_not_destroy_the_model_under_the_defaults(home
     assert poisoned >= honest - 0.01, (honest, poisoned)
     # a zero update keeps at most half of the round's weight (measured: 0.891 against 0.894)
     assert heavy >= honest - 0.03, (honest, heavy)
+
+
+def test_the_coordinator_toml_sets_the_per_device_budgets(tmp_path):
+    from coordinator.server import coordinator_config_from_toml
+
+    path = tmp_path / "coordinator.toml"
+    path.write_text('[limits]\nerror_replies_per_s = 5.0\nplan_resends_per_round = 2\nmessages_per_s = 50.0\n')
+    limits = coordinator_config_from_toml(path).limits
+    assert (limits.error_replies_per_s, limits.plan_resends_per_round, limits.messages_per_s) == (5.0, 2, 50.0)
+    assert limits.error_reply_burst == FleetLimits().error_reply_burst  # the rest keep their defaults
+    for bad, message in (("[limits]\nerror_replies = 5\n", "unknown keys"),
+                         ("[limits]\nplan_resends_per_round = -1\n", "plan_resends_per_round"),
+                         ("[limits]\nmessages_per_s = 0.0\n", "messages_per_s")):
+        path.write_text(bad)
+        with pytest.raises(ValueError, match=message):
+            coordinator_config_from_toml(path)

@@ -100,7 +100,7 @@ def test_check_update_rejects_what_was_not_asked_for() -> None:
 
 
 def test_overlapping_rows_are_averaged_over_their_holders() -> None:
-    strategy = _strategy(gamma="0.3", widths="0.5,1.0", override="small:0.5,big:1.0")
+    strategy = _strategy(gamma="0.3", widths="0.5,1.0", override="small:0.5,big:1.0", clip="none", max_share="1")
     small, big = _device("small", "raspberry-pi-3b", 300), _device("big", "laptop", 100)
     for d in (small, big):
         d.label = strategy.assign(d)

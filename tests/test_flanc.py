@@ -94,7 +94,7 @@ def _update(strategy: Flanc, label: str, value: float, n: int, **changes) -> Upd
 
 
 def test_aggregation_is_eq4_basis_over_all_coefficients_within_width(mnist):
-    strategy = make_flanc(mnist)
+    strategy = make_flanc(mnist, clip="none", max_share=1)  # Eq. 4 itself: the plain weighted mean, unscreened
     records = fleet(strategy)
     before = {k: v.copy() for k, v in strategy.private["0.75"].items()}
     for label in ("0.25", "1.0"):

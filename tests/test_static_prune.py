@@ -73,7 +73,8 @@ def test_robust_options_bound_a_poisoned_update() -> None:
     assert strategy.options.robust.rule == "median"
     robust = strategy.method_config()["robust"]
     assert robust["server"]["name"] == "none"
-    assert {k: v for k, v in robust.items() if k != "server"} == {"rule": "median", "trim": 0.1, "clip": None}
+    assert {k: v for k, v in robust.items() if k != "server"} == {"rule": "median", "trim": 0.1, "clip": "3x",
+                                                                  "max_share": 0.5}
     start = {k: v.copy() for k, v in strategy.weights.items()}
     rng = np.random.default_rng(0)
     honest = [{k: v + rng.normal(0, 0.01, v.shape).astype(np.float32) for k, v in start.items()} for _ in range(4)]

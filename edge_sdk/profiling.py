@@ -264,7 +264,9 @@ def _echo(transport: Any, topic: str, payloads: set[bytes], timeout: float) -> b
     while (left := deadline - time.perf_counter()) > 0:
         msg = transport.receive(timeout=left)
         if msg is None and getattr(transport, "connected", True) is False:
-            raise ConnectionError("transport disconnected during the bandwidth measurement")
+            raise ConnectionError("transport disconnected during the bandwidth measurement (with the shipped broker "
+                                  "config a second connection with the same credentials, such as this device's "
+                                  "running edgefl client, replaces it: stop the client first)")
         if msg is not None and msg.topic == topic and bytes(msg.payload) in payloads:
             return True
     return False

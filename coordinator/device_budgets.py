@@ -35,7 +35,7 @@ class FleetLimits:
     #: bytes a device may have in flight (receive queue and reassembly) when it was not asked for
     #: an update; a participant may have ``upload_allowance`` times its plan's bytes on top
     idle_upload_bytes: int = 4 << 20
-    upload_allowance: float = 2.0
+    upload_allowance: float = 3.0
     #: how far a device's registered sample count may rise per round: by ``sample_growth`` of it,
     #: and at least ``sample_growth_min`` samples (a re-registration cannot jump past that)
     sample_growth: float = 0.1

@@ -23,6 +23,8 @@ from edge_sdk.token_bucket import TokenBucket
 __all__ = ["InboxLimits", "FairInbox"]
 
 T = TypeVar("T")
+#: how often `FairInbox.take_dropped` forgets sources that are idle (memory: the sources seen lately)
+_SWEEP_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class FairInbox(Generic[T]):
         self._default_bytes = limits.per_source_bytes
         #: messages dropped over a budget, all sources together
         self.dropped = 0
+        self._dropping: set[str] = set()  # sources with drops not yet reported
+        self._swept_at = clock()
 
     def __len__(self) -> int:
         with self._cond:
@@ -126,13 +130,13 @@ class FairInbox(Generic[T]):
                 bucket = None if limits.rate is None else TokenBucket(limits.rate, limits.burst, self._clock)
                 src = self._sources[source] = _Source(bucket)
             if src.bucket is not None and not src.bucket.take():
-                return self._drop(src)
+                return self._drop(source, src)
             byte_limit = self._byte_limits.get(source, self._default_bytes)
             if len(src.items) >= limits.per_source_messages or src.nbytes + nbytes > byte_limit:
-                return self._drop(src)
+                return self._drop(source, src)
             while self._count >= limits.max_messages or self._bytes + nbytes > limits.max_bytes:
                 if not self._evict_for(source):
-                    return self._drop(src)
+                    return self._drop(source, src)
             src.items.append((item, nbytes))
             src.nbytes += nbytes
             self._count += 1
@@ -172,16 +176,21 @@ class FairInbox(Generic[T]):
     def take_dropped(self) -> dict[str, int]:
         """Messages dropped per source since the last call (sources with none left out)."""
         with self._cond:
-            out = {name: src.dropped for name, src in self._sources.items() if src.dropped}
-            for name in out:
-                self._sources[name].dropped = 0
-            for name in [n for n, s in self._sources.items() if s.idle]:
-                del self._sources[name]  # forget idle sources: memory bounded by the sources seen lately
+            out = {}
+            for name in self._dropping:
+                if (src := self._sources.get(name)) is not None and src.dropped:
+                    out[name], src.dropped = src.dropped, 0
+            self._dropping.clear()
+            if self._clock() - self._swept_at >= _SWEEP_EVERY_S:  # forget idle sources, now and then
+                self._swept_at = self._clock()
+                for name in [n for n, s in self._sources.items() if s.idle]:
+                    del self._sources[name]
             return out
 
-    def _drop(self, src: _Source[T]) -> bool:
+    def _drop(self, source: str, src: _Source[T]) -> bool:
         src.dropped += 1
         self.dropped += 1
+        self._dropping.add(source)
         return False
 
     def _evict_for(self, source: str) -> bool:
@@ -198,5 +207,5 @@ class FairInbox(Generic[T]):
         self._bytes -= nbytes
         if not victim.items:
             del self._ready[heaviest]
-        self._drop(victim)
+        self._drop(heaviest, victim)
         return True

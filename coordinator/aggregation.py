@@ -36,7 +36,7 @@ def capped_shares(weights: Iterable[float], max_share: float) -> np.ndarray:
         if k * max_share >= 1:
             break
         cap = max_share * rest[k] / (1 - k * max_share)
-        if desc[k] <= cap:
+        if desc[k] <= cap and cap > 0:  # cap 0: only zero weights besides the k largest; no cap holds
             return np.minimum(w, cap)
     return np.full_like(w, w.sum() / len(w))
 

@@ -1,0 +1,478 @@
+"""Mutation testing of the defences of issue 35: robust.py, aggregation.py, validation.py, chunking.py.
+
+Two sets of mutants per module, each run against only the tests that exercise that module:
+
+* **cosmic-ray 8.7.0**: every core operator (`cosmic-ray init`; its session file, a
+  ``<module>.sqlite`` in the work directory, holds the results, so ``cr-report`` works on it);
+* **guard removal**, written here with ``ast``: every ``if``/``while`` condition replaced by ``False``,
+  every operand of an ``and``/``or`` dropped in turn, every ``where=`` keyword removed, and every
+  statement that only changes state (``x += ...``, a bare call, a re-assignment) deleted.
+
+A mutant is *killed* when a test fails (or the run times out), *survives* otherwise. A survivor
+must be listed in ``EQUIVALENT`` below with the reason no observable behaviour can differ; any
+other survivor is printed with its diff and the run exits 1.
+
+Mutants are written into a scratch copy of the checkout (``--workdir``, default
+``/tmp/edgefl-mutation``), never into the checkout itself. By default each mutant's tests run
+in a child forked from a process that has already imported numpy, torch and pytest (about a
+second a mutant instead of five); ``--engine cosmic-ray`` runs the cosmic-ray mutants with
+``cosmic-ray exec`` instead (one ``python -m pytest`` per mutant, as cosmic-ray does).
+
+Run it from the repository root in its own virtual environment (ignored by git)::
+
+    python3 -m venv .venv-mutation
+    .venv-mutation/bin/pip install "torch==2.13.0" -e ".[all]" "cosmic-ray==8.7.0"
+    OMP_NUM_THREADS=1 .venv-mutation/bin/python bench/mutation.py            # all four modules
+    OMP_NUM_THREADS=1 .venv-mutation/bin/python bench/mutation.py chunking   # one of them
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT_PACKAGES = ("coordinator", "edge_sdk", "simulation", "tests", "bench")
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    tests: tuple[str, ...]  # fast, exact tests first: -x stops at the first failure
+    deselect: str = ""  # a pytest -k expression (tests needing a broker are left out)
+    #: slower tests, run only for a mutant the fast ones let through (the outcome is the same as
+    #: running them all with -x; a mutant they kill is counted as killed)
+    slow: tuple[str, ...] = ()
+
+
+TARGETS = {
+    "robust": Target("coordinator/robust.py", ("tests/test_robust_exact.py",), "not real_broker",
+                     ("tests/test_robust.py",)),
+    "aggregation": Target("coordinator/aggregation.py", ("tests/test_robust_exact.py",), "not real_broker",
+                          ("tests/test_robust.py",)),
+    "validation": Target("coordinator/validation.py",
+                         ("tests/test_validation_exact.py", "tests/test_fuzz_validation.py")),
+    "chunking": Target("edge_sdk/protocol/chunking.py",
+                       ("tests/test_reassembly_exact.py", "tests/test_chunking.py")),
+}
+
+#: Survivors that are equivalent: ``(module, original line, mutated line)`` -> why nothing
+#: observable can differ. Lines are stripped; a mutant spanning several lines is keyed by its first
+#: changed line.
+_FINITE = ("updates decode only to SAFE_DTYPES and must have the spec's dtype; np.isfinite of an int, uint or "
+           "bool array is all True, so testing non-float kinds too changes nothing")
+_UNIFORM = ("the fallback when every weight was scaled to 0: any common non-zero constant gives the same "
+            "result, as every mean divides by its holders' summed weight (integer counters, the only tensors "
+            "it can move, then differ at most in the last bit of a float64 before rounding)")
+_MIN_CUT = ("cut = floor(trim * k) with trim < 0.5 is at most (k - 1) // 2 already (for the largest trim below "
+            "0.5 too), and max(cut, 1) from 3 holders as well: this bound never binds, so changing it changes nothing")
+_LEX = "for the three valid rules (checked in __post_init__), 'mean' is the only one <= 'mean'"
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    **{("validation", 'if array.dtype.kind == "f" and not np.isfinite(array).all():', after): _FINITE
+       for after in ('if array.dtype.kind <= "f" and not np.isfinite(array).all():',
+                     'if array.dtype.kind >= "f" and not np.isfinite(array).all():',
+                     'if array.dtype.kind is not "f" and not np.isfinite(array).all():',
+                     'if (not np.isfinite(array).all()):')},
+    ("robust", "lo, hi = np.maximum(k - 1, 0) // 2, k // 2  # the middle one or two",
+     "lo, hi = np.maximum(k - 1, 1) // 2, k // 2  # the middle one or two"):
+        "max(k - 1, 1) // 2 == max(k - 1, 0) // 2 for every k >= 0 (both 0 for k = 0, 1, 2)",
+    ("robust", 'folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \\',
+     'folded = _fold_mean(base[k].shape, ds, w) if config.rule <= "mean" \\'): _LEX,
+    ("robust", 'return self.rule == "mean" and self.clip is None and self.max_share >= 1.0',
+     'return self.rule <= "mean" and self.clip is None and self.max_share >= 1.0'): _LEX,
+    ("robust", "metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))",
+     "metrics.update(clip_bound=bound, clipped=float(np.sum(scales != 1.0)))"):
+        "scales = min(1, ...) is never above 1, so != 1 is < 1",
+    ("robust", "mid = np.take_along_axis(stack, lo[None], 0)[0] + np.take_along_axis(stack, hi[None], 0)[0]",
+     "mid = np.take_along_axis(stack, lo[None], 0)[0] + np.take_along_axis(stack, hi[None], 0)[ -1]"):
+        "the taken array has a leading axis of length 1: [-1] is [0]",
+    ("robust", "return np.divide(total, count, out=np.zeros(shape, dtype=np.float64), where=count > 0)",
+     "return np.divide(total, count, out=np.zeros(shape, dtype=np.float64), where=count != 0)"):
+        "count = k - 2 cut is never negative (cut <= (k - 1) // 2), so != 0 is > 0",
+    ("robust", "candidates = [float(norms.min())] if len(norms) == 2 else []",
+     "candidates = [float(norms.min())] if len(norms) >= 2 else []"):
+        "three or more norms returned their median above: here len(norms) >= 2 means == 2",
+    **{("robust", "w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))",
+        f"w = w / w.sum() if w.sum() > 0 else np.full(len(w), {after})"): _UNIFORM
+       for after in ("1.0 ** len(w)", "1.0 * len(w)", "1.0 + len(w)", "1.0 % len(w)", "2.0 / len(w)")},
+    **{("robust", "cut = np.minimum(cut, np.maximum(k - 1, 0) // 2)  # always keep one or two",
+        f"cut = np.minimum(cut, {after})  # always keep one or two"): _MIN_CUT
+       for after in ("np.maximum(k + 1, 0) // 2", "np.maximum(k - 1, 1) // 2", "np.maximum(k - 1, -1) // 2",
+                     "np.maximum(k - 1, 0) // 1", "np.maximum(k - 1, 0) ** 2", "np.maximum(k * 1, 0) // 2",
+                     "np.maximum(k ** 1, 0) // 2", "np.maximum(k // 1, 0) // 2", "np.maximum(k - 1, 0) + 2")},
+}
+
+
+# ------------------------------------------------------------------------------- own mutants
+
+@dataclass(frozen=True)
+class Mutant:
+    kind: str
+    source: str  # the whole mutated module
+
+    def key(self, module: str, original: str) -> tuple[str, str, str]:
+        return (module, *changed_line(original, self.source))
+
+
+def changed_line(original: str, mutated: str) -> tuple[str, str]:
+    """The first line that differs, before and after (stripped)."""
+    a, b = original.splitlines(), mutated.splitlines()
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else ""
+        y = b[i] if i < len(b) else ""
+        if x != y:
+            return x.strip(), y.strip()
+    return "", ""
+
+
+def _offsets(source: str) -> list[int]:
+    starts, total = [0], 0
+    for line in source.splitlines(keepends=True):
+        total += len(line.encode())
+        starts.append(total)
+    return starts
+
+
+def _replace(source: str, node: ast.AST, text: str) -> str:
+    raw = source.encode()
+    starts = _offsets(source)
+    lo = starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+    hi = starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+    return (raw[:lo] + text.encode() + raw[hi:]).decode()
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """``((line, col), (end_line, end_col))`` of every annotation: with ``from __future__ import
+    annotations`` they are strings that nothing here evaluates, so mutating them changes nothing."""
+    tree = ast.parse(source)
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
+               any(a.name == "annotations" for a in n.names) for n in tree.body)
+    nodes = [n.annotation for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.AnnAssign)) and n.annotation]
+    nodes += [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns]
+    return [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in nodes]  # type: ignore[misc]
+
+
+ANNOTATION = "mutates a type annotation, a string never evaluated (from __future__ import annotations)"
+
+
+def _bound_names(func: ast.AST) -> set[str]:
+    return {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
+
+
+def guard_mutants(source: str) -> list[Mutant]:
+    """Guard-removal mutants of ``source`` (see the module doc)."""
+    tree = ast.parse(source)
+    out: list[Mutant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            out.append(Mutant("guard_false", _replace(source, node.test, "False")))
+        if isinstance(node, ast.BoolOp) and len(node.values) >= 2:
+            for i in range(len(node.values)):
+                rest = node.values[:i] + node.values[i + 1:]
+                new = rest[0] if len(rest) == 1 else ast.BoolOp(node.op, rest)
+                out.append(Mutant("drop_clause", _replace(source, node, f"({ast.unparse(new)})")))
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "where":
+                    call = ast.Call(node.func, node.args, [k for k in node.keywords if k is not kw])
+                    out.append(Mutant("drop_where", _replace(source, node, ast.unparse(call))))
+    for func in ast.walk(tree):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        assigned = _bound_names(func)
+        body_nodes = [n for n in ast.walk(func) if isinstance(n, ast.stmt) and n is not func]
+        for stmt in sorted(body_nodes, key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(stmt, ast.AugAssign) or (
+                    isinstance(stmt, ast.Expr) and not isinstance(stmt.value, ast.Constant)):
+                out.append(Mutant("delete_statement", _replace(source, stmt, "pass")))
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                names = {t.id for t in targets if isinstance(t, ast.Name)}
+                if names and names <= assigned and stmt.value is not None:  # a re-assignment
+                    out.append(Mutant("delete_statement", _replace(source, stmt, "pass")))
+                assigned |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            elif isinstance(stmt, (ast.For, ast.With)):
+                assigned |= {n.id for n in ast.walk(stmt.target if isinstance(stmt, ast.For) else stmt)
+                             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    unique: dict[str, Mutant] = {}
+    for m in out:
+        if m.source != source:
+            compile(m.source, "<mutant>", "exec")  # every mutant must be valid Python
+            unique.setdefault(m.source, m)
+    return list(unique.values())
+
+
+# ------------------------------------------------------------------------------- running tests
+
+class ForkRunner:
+    """Runs pytest in a child forked from a process that has imported the heavy dependencies."""
+
+    def __init__(self, workdir: Path, target: Target) -> None:
+        self.workdir = workdir
+        self.target = target
+        self.log = workdir / "mutant-output.txt"
+        import numpy  # noqa: F401
+        import pytest  # noqa: F401
+        import torch
+
+        torch.set_num_threads(1)
+        import hypothesis  # noqa: F401
+        for test in target.tests + target.slow:  # warm every import the tests need
+            __import__(test[:-3].replace("/", "."))
+        # then forget the target, every project module that imports it (directly or not) and the
+        # tests: a child imports those afresh, the mutated file from disk; the rest stays loaded
+        self.stale = dependents(target.path[:-3].replace("/", "."))
+        self._purge()
+
+    def _purge(self) -> None:
+        for name in list(sys.modules):
+            if name in self.stale or name.split(".")[0] == "tests" or name.startswith("test_"):
+                del sys.modules[name]
+
+    def args(self, slow: bool) -> list[str]:
+        args = ["-x", "-q", "-p", "no:cacheprovider", "--noconftest", *self.target.tests]
+        args += self.target.slow if slow else ()
+        return args + (["-k", self.target.deselect] if self.target.deselect else [])
+
+    def run(self, timeout: float) -> tuple[str, str]:
+        """``(outcome, output tail)``: outcome ``killed`` or ``survived``."""
+        outcome, output = self._run(timeout, False)
+        if outcome == "survived" and self.target.slow:
+            outcome, output = self._run(timeout, True)
+        return outcome, output
+
+    def _run(self, timeout: float, slow: bool) -> tuple[str, str]:
+        pid = os.fork()
+        if pid == 0:  # the child: fresh project modules, the mutated file read from disk
+            rc = 70
+            try:
+                fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                import pytest
+
+                self._purge()
+                rc = int(pytest.main(self.args(slow)))
+            finally:
+                os._exit(rc)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return "killed", "timeout"
+            time.sleep(0.02)
+        output = self.log.read_text(errors="replace")[-2000:]
+        return ("survived" if os.waitstatus_to_exitcode(status) == 0 else "killed"), output
+
+
+def _imports(name: str, module: object) -> set[str]:
+    """The modules ``module`` (called ``name``) imports, as absolute names."""
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return set()
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            base = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def dependents(target: str) -> set[str]:
+    """``target`` and every loaded project module that imports it, directly or through others."""
+    graph = {name: _imports(name, m) for name, m in list(sys.modules.items())
+             if name.split(".")[0] in PROJECT_PACKAGES}
+    stale, changed = {target}, True
+    while changed:
+        changed = False
+        for name, imported in graph.items():
+            if name not in stale and imported & stale:
+                stale.add(name)
+                changed = True
+    return stale
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+    for pyc in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        pyc.unlink()
+
+
+def scratch_copy(workdir: Path) -> None:
+    """A copy of the checkout's files (tracked and untracked, not ignored) in ``workdir``."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file():
+            (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, workdir / name)
+
+
+def cosmic_ray(workdir: Path, module: str, target: Target, engine: str, timeout: float,
+               runner: ForkRunner) -> list[dict]:
+    """Run the cosmic-ray mutants of ``target``; one dict per mutant."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    bin_dir = Path(sys.executable).parent
+    config, session = workdir / f"{module}.toml", workdir / f"{module}.sqlite"
+    k = f" -k '{target.deselect}'" if target.deselect else ""
+    command = (f"env PYTHONDONTWRITEBYTECODE=1 {sys.executable} -m pytest -x -q -p no:cacheprovider --noconftest "
+               f"{' '.join(target.tests + target.slow)}{k}")
+    config.write_text(f'[cosmic-ray]\nmodule-path = "{target.path}"\ntimeout = {timeout}\nexcluded-modules = []\n'
+                      f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
+    subprocess.run([bin_dir / "cosmic-ray", "init", config, session, "--force"], cwd=workdir, check=True)
+    path = workdir / target.path
+    original = path.read_text()
+    spans = annotation_spans(original)
+
+    def in_annotation(spec) -> bool:
+        return any(lo <= tuple(spec.start_pos) < hi for lo, hi in spans)
+
+    if engine == "cosmic-ray":
+        subprocess.run([bin_dir / "cosmic-ray", "exec", config, session], cwd=workdir, check=True)
+    else:
+        with use_db(str(session), WorkDB.Mode.open) as db:
+            items = list(db.pending_work_items)
+            for n, item in enumerate(items):
+                (spec,) = item.mutations
+                mutated = mutate_code(original, get_operator(spec.operator_name)(**spec.operator_args),
+                                      spec.occurrence)
+                if mutated is None:
+                    db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NO_TEST))
+                    continue
+                if in_annotation(spec):  # recorded as a survivor, not run
+                    db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL, output=ANNOTATION,
+                                                          test_outcome=TestOutcome.SURVIVED))
+                    continue
+                try:
+                    _write(path, mutated)
+                    outcome, output = runner.run(timeout)
+                finally:
+                    _write(path, original)
+                diff = "".join(difflib.unified_diff(original.splitlines(True), mutated.splitlines(True),
+                                                    target.path, target.path))
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL, output=output,
+                                                      test_outcome=TestOutcome(outcome), diff=diff))
+                if n % 50 == 0:
+                    print(f"  cosmic-ray {module}: {n}/{len(items)}", flush=True)
+    results = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.NO_TEST:
+                continue
+            (spec,) = item.mutations
+            mutated = mutate_code(original, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
+            key = (module, *changed_line(original, mutated))
+            results.append({"kind": f"cosmic-ray/{spec.operator_name}", "line": spec.start_pos[0],
+                            "outcome": "survived" if result.test_outcome == TestOutcome.SURVIVED else "killed",
+                            "key": key, "diff": result.diff or "",
+                            "equivalent": ANNOTATION if in_annotation(spec) else EQUIVALENT.get(key)})
+    return results
+
+
+def own_mutants(workdir: Path, module: str, target: Target, timeout: float, runner: ForkRunner) -> list[dict]:
+    path = workdir / target.path
+    original = path.read_text()
+    results = []
+    mutants = guard_mutants(original)
+    for n, m in enumerate(mutants):
+        try:
+            _write(path, m.source)
+            outcome, _ = runner.run(timeout)
+        finally:
+            _write(path, original)
+        diff = "".join(difflib.unified_diff(original.splitlines(True), m.source.splitlines(True),
+                                            target.path, target.path))
+        line = next((i + 1 for i, (a, b) in enumerate(zip(original.splitlines(), m.source.splitlines())) if a != b), 0)
+        key = m.key(module, original)
+        results.append({"kind": f"guard/{m.kind}", "line": line, "outcome": outcome, "key": key, "diff": diff,
+                        "equivalent": EQUIVALENT.get(key)})
+        if n % 50 == 0:
+            print(f"  guard {module}: {n}/{len(mutants)}", flush=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"some of {', '.join(TARGETS)} (default: all four)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/edgefl-mutation"))
+    parser.add_argument("--engine", choices=("fork", "cosmic-ray"), default="fork")
+    parser.add_argument("--no-guards", action="store_true", help="cosmic-ray's operators only")
+    parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
+    opts = parser.parse_args()
+    modules = opts.modules or list(TARGETS)
+    if unknown := set(modules) - set(TARGETS):
+        parser.error(f"unknown modules {sorted(unknown)}: choose from {', '.join(TARGETS)}")
+    workdir = opts.workdir.resolve()
+    scratch_copy(workdir)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "coordinator", "edge_sdk", "tests"], cwd=workdir,
+                   check=True)  # the children import unchanged modules from bytecode; mutants are never cached
+    os.chdir(workdir)
+    sys.path.insert(0, str(workdir))
+    sys.dont_write_bytecode = True
+    everything, failed = [], False
+    for module in modules:
+        target = TARGETS[module]
+        runner = ForkRunner(workdir, target)
+        start = time.monotonic()
+        outcome, output = runner.run(600)  # no mutant yet: every test must pass
+        baseline = time.monotonic() - start
+        if outcome != "survived":
+            print(f"{module}: the tests fail without any mutant:\n{output}")
+            return 2
+        timeout = max(60.0, 5 * baseline)
+        print(f"{module}: baseline {baseline:.1f} s, timeout {timeout:.0f} s", flush=True)
+        results = cosmic_ray(workdir, module, target, opts.engine, timeout, runner)
+        if not opts.no_guards:
+            results += own_mutants(workdir, module, target, timeout, runner)
+        survivors = [r for r in results if r["outcome"] == "survived"]
+        equivalent = [r for r in survivors if r["equivalent"]]
+        unexplained = [r for r in survivors if not r["equivalent"]]
+        for kind in ("cosmic-ray", "guard"):
+            rs = [r for r in results if r["kind"].startswith(kind)]
+            print(f"{module} {kind}: {len(rs)} mutants, {sum(r['outcome'] == 'killed' for r in rs)} killed, "
+                  f"{sum(r['outcome'] == 'survived' for r in rs)} survived")
+        print(f"{module}: {len(results)} mutants, {len(results) - len(survivors)} killed, "
+              f"{len(equivalent)} equivalent, {len(unexplained)} unexplained survivors "
+              f"({time.monotonic() - start:.0f} s)", flush=True)
+        for r in equivalent:
+            print(f"  equivalent {r['kind']} line {r['line']}: {r['key'][2]!r}  -- {r['equivalent']}")
+        for r in unexplained:
+            print(f"  SURVIVED {r['kind']} line {r['line']}: {r['key'][1]!r} -> {r['key'][2]!r}\n{r['diff']}")
+        failed |= bool(unexplained)
+        everything += results
+    if opts.json:
+        opts.json.write_text(json.dumps(everything, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

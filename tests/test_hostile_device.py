@@ -13,7 +13,6 @@ import pytest
 
 from coordinator.device_budgets import FleetLimits
 from coordinator.fleet import Fleet
-from coordinator.report import RunReport
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
@@ -30,6 +29,7 @@ from edge_sdk.protocol.messages import (Ack, Chunk, Envelope, Error, Plan, Regis
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport
+from tests.fleet_job import run_job
 from tests.home_broker import HomeBroker, have_home_tools, start_home_broker
 
 pytestmark = pytest.mark.skipif(not have_home_tools(), reason="mosquitto, mosquitto_passwd and openssl are needed")
@@ -223,7 +223,7 @@ def _job_accuracy(home: HomeBroker, digits, job: str, hostile: type[DeviceClient
     fleet = Fleet(MessageLink(coordinator), Topics(job=job))
     fleet.start()
     shards = partition(digits.y_train, 3, "iid", seed=0)
-    threads = []
+    clients = []
     for name, shard in zip(("pi-a", "pi-b", "pi-evil"), shards):
         cls = DeviceClient if name != "pi-evil" else hostile
         if cls is None:
@@ -231,16 +231,9 @@ def _job_accuracy(home: HomeBroker, digits, job: str, hostile: type[DeviceClient
         x, y = digits.x_train[shard], digits.y_train[shard]
         if cls is not DeviceClient and hostile_samples:
             x, y = np.resize(x, (hostile_samples, *x.shape[1:])), np.resize(y, hostile_samples)
-        client = cls(ClientConfig(device_id=name, transport=home.device_config(name), job=job, seed=0),
-                     LocalData(x, y, digits.num_classes), load_profile("raspberry-pi-4b"))
-        threads.append(threading.Thread(target=client.run, daemon=True))
-        threads[-1].start()
-    try:
-        report = strategy.run(fleet, RunReport(method="fedavg", config={}))
-    finally:
-        for thread in threads:
-            thread.join(timeout=20)
-        coordinator.close()
+        clients.append(cls(ClientConfig(device_id=name, transport=home.device_config(name), job=job, seed=0),
+                           LocalData(x, y, digits.num_classes), load_profile("raspberry-pi-4b")))
+    report = run_job(strategy, fleet, clients, coordinator)
     honest = {"pi-a", "pi-b"}
     assert all(honest <= set(r.participants) for r in report.rounds)  # no honest update lost
     return report.rounds[-1].accuracy["global"]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
 import torch
 
 from coordinator.fleet import Fleet
-from coordinator.report import RunReport
 from coordinator.robust import RobustConfig, robust_aggregate
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
@@ -26,6 +24,7 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, train_local
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.fleet_job import run_job
 
 DEVICES = 7
 PLAIN = RobustConfig(clip=None, max_share=1.0)  # FedAvg's plain sample-weighted mean
@@ -146,21 +145,11 @@ def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: s
     fleet = Fleet(MessageLink(transport), Topics(job=job))
     fleet.start()
     shards = partition(digits.y_train, DEVICES, "iid", seed=0)
-    threads = []
-    for i, shard in enumerate(shards):
-        cls = PoisoningClient if i == DEVICES - 1 else DeviceClient
-        client = cls(ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker_url, client_id=f"{job}-d{i}"),
-                                  job=job, seed=i),
-                     LocalData(digits.x_train[shard], digits.y_train[shard], digits.num_classes),
-                     load_profile("raspberry-pi-4b"))
-        threads.append(threading.Thread(target=client.run, daemon=True))
-        threads[-1].start()
-    try:
-        report = strategy.run(fleet, RunReport(method="fedavg", config={}))
-    finally:
-        for thread in threads:
-            thread.join(timeout=20)
-        transport.close()
+    clients = [(PoisoningClient if i == DEVICES - 1 else DeviceClient)(
+        ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker_url, client_id=f"{job}-d{i}"), job=job, seed=i),
+        LocalData(digits.x_train[shard], digits.y_train[shard], digits.num_classes), load_profile("raspberry-pi-4b"))
+        for i, shard in enumerate(shards)]
+    report = run_job(strategy, fleet, clients, transport)
     assert all(len(r.participants) == DEVICES for r in report.rounds)
     return report.rounds[-1].accuracy["global"]
 

@@ -1,0 +1,29 @@
+"""Run a whole job in one test process: the coordinator's round loop here, each device client in a thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from coordinator.fleet import Fleet
+from coordinator.report import RunReport
+from coordinator.strategy import Strategy
+from edge_sdk.client import DeviceClient
+from edge_sdk.transport import MqttTransport
+
+__all__ = ["run_job"]
+
+
+def run_job(strategy: Strategy, fleet: Fleet, clients: Sequence[DeviceClient], coordinator: MqttTransport,
+            method: str = "fedavg") -> RunReport:
+    """Start ``clients``, run every round of ``strategy`` on ``fleet``, then join the clients (a
+    `Stop` ends them) and close the coordinator's transport."""
+    threads = [threading.Thread(target=client.run, daemon=True) for client in clients]
+    for thread in threads:
+        thread.start()
+    try:
+        return strategy.run(fleet, RunReport(method=method, config={}))
+    finally:
+        for thread in threads:
+            thread.join(timeout=20)
+        coordinator.close()

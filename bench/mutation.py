@@ -78,6 +78,9 @@ _UNIFORM = ("the fallback when every weight was scaled to 0: any common non-zero
             "it can move, then differ at most in the last bit of a float64 before rounding)")
 _MIN_CUT = ("cut = floor(trim * k) with trim < 0.5 is at most (k - 1) // 2 already (for the largest trim below "
             "0.5 too), and max(cut, 1) from 3 holders as well: this bound never binds, so changing it changes nothing")
+_SCALE = ("normalising the weights is not needed for the result: after clipping they are normalised again and "
+          "every mean divides by its holders' summed weight, so a common factor cancels (it could show at most in "
+          "the last bit of a float64 before the float32 cast)")
 _LEX = "for the three valid rules (checked in __post_init__), 'mean' is the only one <= 'mean'"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{("validation", 'if array.dtype.kind == "f" and not np.isfinite(array).all():', after): _FINITE
@@ -92,6 +95,51 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      'folded = _fold_mean(base[k].shape, ds, w) if config.rule <= "mean" \\'): _LEX,
     ("robust", 'return self.rule == "mean" and self.clip is None and self.max_share >= 1.0',
      'return self.rule <= "mean" and self.clip is None and self.max_share >= 1.0'): _LEX,
+    ("robust", "total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[0]",
+     "total = np.take_along_axis(sums, (k - cut)[None], 0)[ -1] - np.take_along_axis(sums, cut[None], 0)[0]"):
+        "the taken array has a leading axis of length 1: [-1] is [0]",
+    ("robust", "total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[0]",
+     "total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[ -1]"):
+        "the taken array has a leading axis of length 1: [-1] is [0]",
+    ("robust", "mid = np.take_along_axis(stack, lo[None], 0)[0] + np.take_along_axis(stack, hi[None], 0)[0]",
+     "mid = np.take_along_axis(stack, lo[None], 0)[ -1] + np.take_along_axis(stack, hi[None], 0)[0]"):
+        "the taken array has a leading axis of length 1: [-1] is [0]",
+    ("robust", 'if rule == "median":', 'if rule <= "median":'):
+        "_fold_order gets 'median' or 'trimmed' only, and 'trimmed' > 'median'",
+    ("robust", "return np.where(k > 0, mid / 2, 0.0)", "return np.where(k != 0, mid / 2, 0.0)"):
+        "k counts holders: never negative",
+    ("robust", "full = all(np.shape(t[k]) == np.shape(current[k]) for t in tensor_sets for k in current)",
+     "full = all(np.shape(t[k]) >= np.shape(current[k]) for t in tensor_sets for k in current)"):
+        "a leading block is nowhere larger than its tensor, so it is >= (lexicographically) only when equal",
+    ("robust", "return number(1e-12, 1e300)(key, text)", "return number(1e-12, 1e+300)(key, text)"):
+        "1e300 + 1 and 1e300 - 1 are 1e300 in floating point: the same program",
+    ("robust", "return self.rule == \"mean\" and self.clip is None and self.max_share >= 1.0",
+     "return self.rule == \"mean\" and self.clip is None and self.max_share == 1.0"):
+        "max_share is checked to be <= 1 in __post_init__",
+    ("robust", 'if clip is None or clip == "auto":', 'if clip is None or clip is "auto":'):
+        "an 'auto' that is not this literal goes on to _clip_factor, which maps it to K = 1: valid all the same",
+    ("robust", "cut = np.where(k >= 3, np.maximum(cut, 1), cut)  # at least one per side from 3 holders",
+     "cut = np.where(k >= 2, np.maximum(cut, 1), cut)  # at least one per side from 3 holders"): _MIN_CUT,
+    ("robust", "lo, hi = np.maximum(k - 1, 0) // 2, k // 2  # the middle one or two",
+     "lo, hi = np.maximum(k - 1, -1) // 2, k // 2  # the middle one or two"):
+        "differs only for k = 0 (index -1 instead of 0), a coordinate nobody holds, which np.where sets to 0",
+    ("robust", "if len(tensor_sets) >= 3 and config.max_share < 1.0:",
+     "if len(tensor_sets) >= 3 and config.max_share != 1.0:"): "max_share is checked to be <= 1 in __post_init__",
+    ("robust", "if len(tensor_sets) == 0:", "if len(tensor_sets) <= 0:"): "a length is never negative",
+    ("robust", "return np.divide(acc, held, out=np.zeros(shape, dtype=np.float64), where=held > 0)",
+     "return np.divide(acc, held, out=np.zeros(shape, dtype=np.float64), where=held != 0)"):
+        "held sums non-negative weights (check_weights, scales >= 0): never negative",
+    ("robust", "w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))",
+     "w = w / w.sum() if w.sum() != 0 else np.full(len(w), 1.0 / len(w))"):
+        "the weights are non-negative, so their sum is never below 0",
+    ("robust", "w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))",
+     "w = w * w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))"): _SCALE,
+    ("robust", "w = w / w.sum()", "w = w * w.sum()"): _SCALE,
+    ("robust", "w = w / w.sum()", "pass"): _SCALE,
+    ("robust", 'if clip is None or clip == "auto":', "if (clip is None):"):
+        "'auto' then goes on to _clip_factor, which maps it to K = 1: valid all the same",
+    ("robust", "cut = np.minimum(cut, np.maximum(k - 1, 0) // 2)  # always keep one or two",
+     "pass  # always keep one or two"): _MIN_CUT,
     ("robust", "metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))",
      "metrics.update(clip_bound=bound, clipped=float(np.sum(scales != 1.0)))"):
         "scales = min(1, ...) is never above 1, so != 1 is < 1",
@@ -111,7 +159,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         f"cut = np.minimum(cut, {after})  # always keep one or two"): _MIN_CUT
        for after in ("np.maximum(k + 1, 0) // 2", "np.maximum(k - 1, 1) // 2", "np.maximum(k - 1, -1) // 2",
                      "np.maximum(k - 1, 0) // 1", "np.maximum(k - 1, 0) ** 2", "np.maximum(k * 1, 0) // 2",
-                     "np.maximum(k ** 1, 0) // 2", "np.maximum(k // 1, 0) // 2", "np.maximum(k - 1, 0) + 2")},
+                     "np.maximum(k ** 1, 0) // 2", "np.maximum(k // 1, 0) // 2", "np.maximum(k - 1, 0) + 2",
+                     "np.maximum(k - 1, 0) << 2", "np.maximum(k - 1, 0) * 2", "np.maximum(k << 1, 0) // 2",
+                     "np.maximum(k | 1, 0) // 2", "np.maximum(k ^ 1, 0) // 2", "np.maximum(k - 1, 0) | 2",
+                     "np.maximum(k - 0, 0) // 2")},
 }
 
 
@@ -372,13 +423,19 @@ def cosmic_ray(workdir: Path, module: str, target: Target, engine: str, timeout:
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL, output=ANNOTATION,
                                                           test_outcome=TestOutcome.SURVIVED))
                     continue
-                try:
-                    _write(path, mutated)
-                    outcome, output = runner.run(timeout)
-                finally:
-                    _write(path, original)
                 diff = "".join(difflib.unified_diff(original.splitlines(True), mutated.splitlines(True),
                                                     target.path, target.path))
+                seen = (f"cosmic-ray/{spec.operator_name}", spec.start_pos[0], diff)
+                if seen in KILLED_BEFORE:
+                    outcome, output = "killed", "killed in the earlier run (--rerun)"
+                elif seen in EQUIVALENT_BEFORE:
+                    outcome, output = "survived", "equivalent, survived the earlier run (--rerun)"
+                else:
+                    try:
+                        _write(path, mutated)
+                        outcome, output = runner.run(timeout)
+                    finally:
+                        _write(path, original)
                 db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.NORMAL, output=output,
                                                       test_outcome=TestOutcome(outcome), diff=diff))
                 if n % 50 == 0:
@@ -398,26 +455,70 @@ def cosmic_ray(workdir: Path, module: str, target: Target, engine: str, timeout:
     return results
 
 
+#: ``(kind, line, diff)`` of the mutants an earlier run (``--rerun``) saw killed
+KILLED_BEFORE: set[tuple[str, int, str]] = set()
+#: and those it saw survive that are listed as equivalent (they are not run again either)
+EQUIVALENT_BEFORE: set[tuple[str, int, str]] = set()
+
+
 def own_mutants(workdir: Path, module: str, target: Target, timeout: float, runner: ForkRunner) -> list[dict]:
     path = workdir / target.path
     original = path.read_text()
     results = []
     mutants = guard_mutants(original)
     for n, m in enumerate(mutants):
-        try:
-            _write(path, m.source)
-            outcome, _ = runner.run(timeout)
-        finally:
-            _write(path, original)
         diff = "".join(difflib.unified_diff(original.splitlines(True), m.source.splitlines(True),
                                             target.path, target.path))
         line = next((i + 1 for i, (a, b) in enumerate(zip(original.splitlines(), m.source.splitlines())) if a != b), 0)
+        if (f"guard/{m.kind}", line, diff) in KILLED_BEFORE:
+            outcome = "killed"
+        elif (f"guard/{m.kind}", line, diff) in EQUIVALENT_BEFORE:
+            outcome = "survived"
+        else:
+            try:
+                _write(path, m.source)
+                outcome, _ = runner.run(timeout)
+            finally:
+                _write(path, original)
         key = m.key(module, original)
         results.append({"kind": f"guard/{m.kind}", "line": line, "outcome": outcome, "key": key, "diff": diff,
                         "equivalent": EQUIVALENT.get(key)})
         if n % 50 == 0:
             print(f"  guard {module}: {n}/{len(mutants)}", flush=True)
     return results
+
+
+def summarise(module: str, results: list[dict]) -> bool:
+    """Print the counts and the survivors of ``module``; True when every survivor is explained."""
+    for r in results:
+        if r["outcome"] == "survived" and not r["equivalent"]:
+            r["equivalent"] = EQUIVALENT.get(tuple(r["key"]))
+    survivors = [r for r in results if r["outcome"] == "survived"]
+    equivalent = [r for r in survivors if r["equivalent"]]
+    unexplained = [r for r in survivors if not r["equivalent"]]
+    for kind in ("cosmic-ray", "guard"):
+        rs = [r for r in results if r["kind"].startswith(kind)]
+        print(f"{module} {kind}: {len(rs)} mutants, {sum(r['outcome'] == 'killed' for r in rs)} killed, "
+              f"{sum(r['outcome'] == 'survived' and bool(r['equivalent']) for r in rs)} equivalent, "
+              f"{sum(r['outcome'] == 'survived' and not r['equivalent'] for r in rs)} unexplained")
+    print(f"{module}: {len(results)} mutants, {len(results) - len(survivors)} killed, {len(equivalent)} equivalent "
+          f"({sum(r['equivalent'] == ANNOTATION for r in equivalent)} of them type annotations), "
+          f"{len(unexplained)} unexplained survivors", flush=True)
+    for r in equivalent:
+        if r["equivalent"] != ANNOTATION:
+            print(f"  equivalent {r['kind']} line {r['line']}: {r['key'][2]!r}  -- {r['equivalent']}")
+    for r in unexplained:
+        print(f"  SURVIVED {r['kind']} line {r['line']}: {r['key'][1]!r} -> {r['key'][2]!r}\n{r['diff']}")
+    return not unexplained
+
+
+def report(results: list[dict], modules: list[str]) -> int:
+    ok = True
+    for module in modules:
+        mine = [r for r in results if r["key"][0] == module]
+        if mine:
+            ok &= summarise(module, mine)
+    return 0 if ok else 1
 
 
 def main() -> int:
@@ -427,8 +528,19 @@ def main() -> int:
     parser.add_argument("--engine", choices=("fork", "cosmic-ray"), default="fork")
     parser.add_argument("--no-guards", action="store_true", help="cosmic-ray's operators only")
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
+    parser.add_argument("--report", type=Path, help="only summarise a --json of an earlier run (with the "
+                        "current EQUIVALENT table)")
+    parser.add_argument("--rerun", type=Path, help="a --json of an earlier run: mutants it saw killed are not "
+                        "run again (tests are only ever added, so they stay killed), the others are")
     opts = parser.parse_args()
     modules = opts.modules or list(TARGETS)
+    if opts.report:
+        return report(json.loads(opts.report.read_text()), modules)
+    if opts.rerun:
+        earlier = json.loads(opts.rerun.read_text())
+        KILLED_BEFORE.update((r["kind"], r["line"], r["diff"]) for r in earlier if r["outcome"] == "killed")
+        EQUIVALENT_BEFORE.update((r["kind"], r["line"], r["diff"]) for r in earlier if r["outcome"] == "survived"
+                                 and (r["equivalent"] or tuple(r["key"]) in EQUIVALENT))
     if unknown := set(modules) - set(TARGETS):
         parser.error(f"unknown modules {sorted(unknown)}: choose from {', '.join(TARGETS)}")
     workdir = opts.workdir.resolve()
@@ -453,24 +565,11 @@ def main() -> int:
         results = cosmic_ray(workdir, module, target, opts.engine, timeout, runner)
         if not opts.no_guards:
             results += own_mutants(workdir, module, target, timeout, runner)
-        survivors = [r for r in results if r["outcome"] == "survived"]
-        equivalent = [r for r in survivors if r["equivalent"]]
-        unexplained = [r for r in survivors if not r["equivalent"]]
-        for kind in ("cosmic-ray", "guard"):
-            rs = [r for r in results if r["kind"].startswith(kind)]
-            print(f"{module} {kind}: {len(rs)} mutants, {sum(r['outcome'] == 'killed' for r in rs)} killed, "
-                  f"{sum(r['outcome'] == 'survived' for r in rs)} survived")
-        print(f"{module}: {len(results)} mutants, {len(results) - len(survivors)} killed, "
-              f"{len(equivalent)} equivalent, {len(unexplained)} unexplained survivors "
-              f"({time.monotonic() - start:.0f} s)", flush=True)
-        for r in equivalent:
-            print(f"  equivalent {r['kind']} line {r['line']}: {r['key'][2]!r}  -- {r['equivalent']}")
-        for r in unexplained:
-            print(f"  SURVIVED {r['kind']} line {r['line']}: {r['key'][1]!r} -> {r['key'][2]!r}\n{r['diff']}")
-        failed |= bool(unexplained)
+        print(f"{module}: {time.monotonic() - start:.0f} s")
+        failed |= not summarise(module, results)
         everything += results
-    if opts.json:
-        opts.json.write_text(json.dumps(everything, indent=1))
+        if opts.json:  # after every module: a run cut short keeps what it did
+            opts.json.write_text(json.dumps(everything, indent=1))
     return 1 if failed else 0
 
 

@@ -47,7 +47,9 @@ def one_coordinate(values: list[float], **config) -> float:
     ([5.0, -3.0, 1.0], 1.0),               # 3: sorted -3 1 5 -> 1
     ([1.0, 3.0, 2.0, 10.0], 2.5),          # 4: sorted 1 2 3 10 -> (2 + 3) / 2 (another order statistic: 2 or 3)
     ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),      # 5: the third of 1..5
+    ([100.0, 6.0, 0.0, 2.0, 1.0], 2.0),    # 5, lopsided: sorted 0 1 2 6 100 -> 2 (trimmed would give 3)
     ([100.0, 1.0, 5.0, 2.0, 4.0, 3.0], 3.5),  # 6: sorted 1 2 3 4 5 100 -> (3 + 4) / 2
+    ([0.0, 1.0, 2.0, 4.0, 8.0, 100.0], 3.0),  # 6, lopsided: (2 + 4) / 2 (trimmed would give 3.75)
     ([-8.0, -1.0, -4.0, -2.0], -3.0),      # 4 negative: sorted -8 -4 -2 -1 -> (-4 + -2) / 2
 ])
 def test_median_of_one_to_six_holders(values, expected):
@@ -251,7 +253,7 @@ def test_names_built_at_run_time_are_recognised():
     median, trimmed, mean, auto = ("".join(p) for p in (("med", "ian"), ("trim", "med"), ("me", "an"), ("au", "to")))
     assert RobustConfig(clip=auto).clip_factor == 1.0
     assert RobustConfig(rule=mean, clip=None, max_share=1.0).plain
-    assert one_coordinate([1.0, 3.0, 2.0, 10.0], rule=median, clip=None) == 2.5
+    assert one_coordinate([100.0, 6.0, 0.0, 2.0, 1.0], rule=median, clip=None) == 2.0  # trimmed: 3
     assert one_coordinate([0.0, 1.0, 2.0, 6.0, 100.0], rule=trimmed, clip=None) == 3.0
     assert one_coordinate([0.0, 1.0, 2.0, 6.0, 111.0], rule=mean, clip=None) == 24.0  # 120 / 5
     assert RobustConfig.from_options({"clip": auto, "aggregate": median}, "fedavg").clip_factor == 1.0
@@ -384,7 +386,7 @@ def test_reference_norm(norms, trusted, expected):
     {"clip": "0.5x"}, {"clip": "x"}, {"clip": "3xx"}, {"clip": "1e6x"}, {"clip": "1000000x"}, {"clip": "2000000x"},
     {"clip": "-2x"},
     {"clip": "none"}, {"clip": "3"}, {"clip": [3]},
-    {"trim": True}, {"trim": -0.1}, {"trim": 0.5}, {"trim": "0.1"}, {"trim": float("nan")},
+    {"trim": True}, {"trim": False}, {"trim": -0.1}, {"trim": 0.5}, {"trim": 0.7}, {"trim": "0.1"}, {"trim": float("nan")},
     {"max_share": 0}, {"max_share": 0.0}, {"max_share": 1.5}, {"max_share": -0.5}, {"max_share": True},
     {"max_share": float("nan")}, {"max_share": "0.5"},
     {"rule": "mode"}, {"rule": "Median"},
@@ -427,6 +429,10 @@ def test_robust_config_from_options_edges():
     assert parse({"trim": "0"}, "fedavg").trim == 0.0 and parse({"trim": "0.25"}, "fedavg").trim == 0.25
     assert parse({"max_share": "0.25"}, "fedavg").max_share == 0.25 and parse({"max_share": "1"}, "fedavg").max_share == 1
     assert parse({"aggregate": "trimmed"}, "fedavg").rule == "trimmed"
+    # keys of other settings are left to them
+    assert parse({"aggregate": "median", "width": "0.5", "lr": "0.1"}, "fedavg").rule == "median"
+    with pytest.raises(ValueError, match=r"option clip: expected none, auto, a multiple such as 3x, or a number > 0, got 'x'$"):
+        parse({"clip": "x"}, "fedavg")
     for bad in ("0", "0x", "0.99x", "1e6x", "auto2", "", "1e301"):
         with pytest.raises(ValueError, match="option clip: "):
             parse({"clip": bad}, "fedavg")

@@ -229,6 +229,7 @@ def _result(scenario: str, fleet: Fleet, sampler: RssSampler, stats: Path, endin
         "honest_updates_lost": len(HONEST) * args.rounds - honest_accepted,
         "mean_round_s": round(statistics.fmean(r["host_seconds"] for r in per_round), 2) if per_round else None,
         "rss_peak_mb": dict(sampler.peak_mb),
+        "cpu_s": dict(sampler.cpu_s),  # CPU seconds per process over the scenario (at its last sample)
         "rejections": report.get("rejection_count") if report else None,
         "connections_lost": lost_connection,
         "takeover": _takeovers(broker_log, coordinator_id),
@@ -362,7 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, kind, text in OPTIONS:
         if name != "max_seconds":
             attacker.add_argument(f"--{name.replace('_', '-')}", type=kind, default=getattr(defaults, name),
-                                  help=f"{text} (default {getattr(defaults, name):g})")
+                                  help=f"{text} (default {getattr(defaults, name)})")
     args = p.parse_args(argv)
     args.scenarios = [s for s in args.attacks.split(",") if s]
     if unknown := set(args.scenarios) - set(SCENARIOS):

@@ -87,6 +87,9 @@ class AttackConfig:
     #: 0: the flood takes no MQTT message ids, so its backlog in the attacker's own client never
     #: blocks the attacker's other messages (with 1, 65,535 unacknowledged frames would)
     flood_qos: int = 0
+    #: "uplink" (the coordinator reads every frame) or "profile" (edgefl/profile/<it>, which nobody
+    #: reads: a control that leaves the attacker's and the broker's CPU share and removes the coordinator's)
+    flood_topic: str = "uplink"
     amplify_rate: float = 200.0
     amplify_seconds: float = 5.0
     padding_chunks: int = 1400
@@ -383,7 +386,8 @@ class Attacker:
     def _flood(self) -> None:
         frames = flood_frames(self.me)
         self.first_round.wait()
-        pacer, topic, i = Pacer(self.config.flood_rate), self.topics.uplink(self.me), 0
+        topic = self.topics.uplink(self.me) if self.config.flood_topic == "uplink" else f"edgefl/profile/{self.me}"
+        pacer, i = Pacer(self.config.flood_rate), 0
         while pacer.wait(self.stop):
             self._publish(self.tally["flood"], topic, frames[i % len(frames)], qos=self.config.flood_qos)
             i += 1
@@ -441,7 +445,8 @@ class Attacker:
     # -- stats --------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         c = self.config
-        rates = {"flood_rate": c.flood_rate, "flood_qos": c.flood_qos, "amplify_rate": c.amplify_rate, "amplify_seconds": c.amplify_seconds,
+        rates = {"flood_rate": c.flood_rate, "flood_qos": c.flood_qos, "flood_topic": c.flood_topic,
+                 "amplify_rate": c.amplify_rate, "amplify_seconds": c.amplify_seconds,
                  "padding_rate": c.padding_rate, "padding_chunks": c.padding_chunks,
                  "padding_bytes": c.padding_bytes, "spoof_rate": c.spoof_rate, "spoof_transfers": c.spoof_transfers,
                  "takeover_interval_s": c.takeover_interval_s, "samples": c.samples,
@@ -477,6 +482,8 @@ OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("poison_value", float, "poison: the value every float weight of its update holds"),
     ("flood_rate", float, "flood: malformed frames per second"),
     ("flood_qos", int, "flood: MQTT QoS of its frames (the coordinator's error replies are QoS 1 either way)"),
+    ("flood_topic", str, "flood: uplink, or profile (a topic nobody reads: a control for the CPU the attacker "
+                         "and the broker take on shared cores)"),
     ("amplify_rate", float, "amplify: error{incomplete} + status messages per second"),
     ("amplify_seconds", float, "amplify: seconds of it after each plan (then it declines the round)"),
     ("padding_chunks", int, "padding: chunk frames sent (one transfer, never completed)"),

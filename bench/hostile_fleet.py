@@ -204,14 +204,25 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (None once it has exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class RssSampler(threading.Thread):
-    """Peak VmRSS (MB) of the named processes, sampled every ``every_s`` seconds."""
+    """Peak VmRSS (MB) of the named processes, sampled every ``every_s`` seconds, and the CPU
+    seconds each had used at its last sample."""
 
     def __init__(self, processes: Processes, every_s: float = 0.2) -> None:
         super().__init__(name="rss-sampler", daemon=True)
         self.processes = processes
         self.every_s = every_s
         self.peak_mb: dict[str, float] = {}
+        self.cpu_s: dict[str, float] = {}
         self.samples = 0
         self._stop_event = threading.Event()
 
@@ -223,6 +234,8 @@ class RssSampler(threading.Thread):
         for name, proc in list(self.processes.procs.items()):
             if (mb := rss_mb(proc.pid)) is not None:
                 self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), round(mb, 1))
+            if (cpu := cpu_seconds(proc.pid)) is not None:
+                self.cpu_s[name] = round(cpu, 2)
         self.samples += 1
 
     def stop(self) -> None:

@@ -161,7 +161,7 @@ class MessageLink:
             return self._add_chunk(topic, envelope, size)
         except ProtocolError as error:
             _, _, msg_id, sender = peek_header(payload, self.config.limits)
-            log.warning("rejected frame on %s from %s: %s", topic, sender, error)
+            log.debug("rejected frame on %s from %s: %s", topic, sender, error)  # its owner reports it
             return Rejected(topic, error, sender, msg_id, size)
 
     def _add_chunk(self, topic: str, envelope: Envelope, size: int) -> Received | None:

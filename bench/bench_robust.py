@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                for robust in RULES.values()]
         print(f"| {method} | " + " / ".join(f"{x:.2f}" for x in off) + " |", flush=True)
     print("\n| REFT teacher | honest | d0 poisoning |\n| --- | --- | --- |")
-    for rule in ("mean", "median"):
-        robust = {"aggregate": rule}
+    teachers = {"mean, no screen": {"aggregate": "mean", **PLAIN}, "mean (default: clip 3x, max_share 0.5)": {},
+                "median": {"aggregate": "median"}}
+    for name, robust in teachers.items():
         acc = [poisoned_round("reft", data, robust, scale).evaluate(0)[0]["global"] for scale in (None, -20.0)]
-        print(f"| {rule} | {acc[0]:.3f} | {acc[1]:.3f} |", flush=True)
+        print(f"| {name} | {acc[0]:.3f} | {acc[1]:.3f} |", flush=True)
     return 0
 
 

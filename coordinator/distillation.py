@@ -15,7 +15,8 @@ Against one hostile device the teacher also takes the defences of weight averagi
 (`coordinator.robust`): once three or more devices hold a class, none keeps more than
 ``max_share`` of that class's importance; and with ``clip_factor`` K every device's centred logits
 (the whole ``(N, classes)`` matrix) longer than K times the reference norm — the median over the
-devices, or with fewer than three the smallest — are scaled back to it.
+devices, or with fewer than three the smallest — are scaled back to it, and its importance for
+every class by the same factor.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
             scales = np.minimum(1.0, clip_factor * ref / np.maximum(norms, 1e-300))
             centred = centred * scales[:, None, None]
             stack = centred  # softmax ignores the per-sample shift that centring removed
+            weights = weights * scales[:, None]  # a clipped device also weighs less, as in coordinator/robust.py
+            weights = weights / np.where(weights.sum(axis=0) > 0, weights.sum(axis=0), 1.0)
     if rule == "median":
         return _weighted_median(centred, weights).astype(np.float32)
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)

@@ -384,6 +384,21 @@ def test_late_chunks_of_a_closed_transfer_are_ignored(how):
     assert feed(re, "B", t)[-1] == PAYLOAD  # the same id from another source is another transfer
 
 
+def test_sources_are_compared_by_value():
+    # a source is the topic a frame arrived on: a new string object for every frame
+    def src() -> str:
+        return "".join(["de", "v"])
+
+    re = Reassembler(max_pending_per_source=1, max_total_bytes=1024, max_buffered_bytes=1024)
+    re.add(src(), parts(PAYLOAD, 4, "t1")[0])
+    re.add(src(), parts(PAYLOAD, 4, "t2")[0])  # one open transfer per source: t1 goes
+    assert re.expire() == [("dev", "t1", 1, 4)]
+    assert (re.buffered_by(src()), re.source_limit(src())) == (256, 1024)
+    re.set_source_limit(src(), 300)
+    assert re.source_limit("dev") == 300
+    assert re.discard_source(src()) == 1 and re.pending == 0
+
+
 def test_discard_source_drops_only_that_source():
     re = Reassembler()
     re.add("A", parts(PAYLOAD, 4, "a1")[0])

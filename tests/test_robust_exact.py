@@ -488,6 +488,14 @@ def test_capped_shares_with_zero_weights():
     np.testing.assert_array_equal(out["w"], vec(5.0))
 
 
+def test_capped_shares_holds_the_cap_through_rounding():
+    # max_share 1/3 and 2, 1, 1, 1e-20: exactly, c = 1 caps the 2 (1/3 of 3); in binary every cap tried
+    # rounds to 0.9999999999999998, below the next weight, so the weights become equal. Either way no
+    # weight may end above a third of the total
+    got = capped_shares([1e-20, 1.0, 1.0, 2.0], 1 / 3)
+    assert got.max() <= got.sum() / 3 * (1 + 1e-12)
+
+
 def test_capped_shares_refuses_bad_max_share():
     for bad in (0.0, -0.5, 1.5, float("nan")):
         with pytest.raises(ValueError):
@@ -503,6 +511,13 @@ def test_check_weights_refuses(weights):
         weighted_average([{"w": vec(1.0)}] * max(1, len(weights)), weights)
     with pytest.raises(ValueError):
         capped_shares(weights, 0.5)
+
+
+def test_check_weights_messages():
+    with pytest.raises(ValueError, match="^need a non-empty list of weights$"):
+        check_weights([])
+    with pytest.raises(ValueError, match="^weights must be finite and non-negative with a positive sum$"):
+        check_weights([0.0])
 
 
 def test_check_weights_accepts_zeros_beside_a_positive_one():
@@ -521,6 +536,10 @@ def test_weighted_average_exact():
     np.testing.assert_array_equal(out["b"], [[4.0]])
     # a zero weight leaves its set out: (0*(4, 0) + 2*(8, -4)) / 2
     np.testing.assert_array_equal(weighted_average(sets, [0.0, 2.0])["a"], vec(8.0, -4.0))
+    # one set: itself; 300 sets of k: (1 + 2 + ... + 300) / 300 = 150.5
+    np.testing.assert_array_equal(weighted_average(sets[:1], [2.0])["a"], vec(4.0, 0.0))
+    many = [{"a": vec(float(k))} for k in range(1, 301)]
+    np.testing.assert_array_equal(weighted_average(many, [1.0] * 300)["a"], vec(150.5))
     with pytest.raises(ValueError):
         weighted_average(sets, [1.0])  # one weight for two sets
     with pytest.raises(ValueError):

@@ -47,6 +47,12 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT_PACKAGES = ("coordinator", "edge_sdk", "simulation", "tests", "bench")
 
 
+def _nth_replace(text: str, old: str, new: str, n: int) -> str:
+    """``text`` with the ``n``-th (from 0) occurrence of ``old`` replaced."""
+    parts = text.split(old)
+    return old.join(parts[:n + 1]) + new + old.join(parts[n + 1:])
+
+
 @dataclass(frozen=True)
 class Target:
     path: str
@@ -85,6 +91,10 @@ _BREAK = ("the loop reaches k * max_share >= 1 only when every weight below the 
           "with k max_share < 1 the cap covers the next weight, up to rounding); c is then 0 or NaN, never > 0, so "
           "leaving or going on ends in the same equal weights (a search over 1.5 million weight vectors and 14 "
           "caps found no difference)")
+_ONLY_KEEP = ("with only the transfer being added to open, the global budget cannot be short: it holds at most "
+              "total_bytes <= max_total_bytes <= max_buffered_bytes (checked in __init__)")
+_HEADER = ("unreachable: a valid chunk's header is at most 384 bytes (docs/protocol.md; "
+           "test_every_chunk_fits_even_with_worst_case_header), so a frame is at most chunk_size - 128")
 _LEX = "for the three valid rules (checked in __post_init__), 'mean' is the only one <= 'mean'"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     **{("validation", 'if array.dtype.kind == "f" and not np.isfinite(array).all():', after): _FINITE
@@ -152,6 +162,40 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
            ("return self._by_source.get(source, [0, 0])[1]", "[0, 0]", "[ -1, 0]"),
            ("while self._by_source.get(source, [0, 0])[0] >= self.max_pending_per_source:", "[0, 0]", "[0, 1]"),
            ("while self._by_source.get(source, [0, 0])[0] >= self.max_pending_per_source:", "[0, 0]", "[0, -1]"))},
+    ("chunking", "while self._by_source.get(source, [0, 0])[0] >= self.max_pending_per_source:",
+     "while self._by_source.get(source, [ -1, 0])[0] >= self.max_pending_per_source:"):
+        "the default is read for a source with nothing open: 0 and -1 are both below max_pending_per_source >= 1",
+    **{("chunking", before, _nth_replace(before, "is not int", "!= int", i)):
+       "a type compares equal only to itself: != is 'is not' for the class int"
+       for before, i in (("if type(chunk.index) is not int or type(chunk.count) is not int or not 0 <= chunk.index "
+                          "< chunk.count:", 0),
+                         ("if type(chunk.index) is not int or type(chunk.count) is not int or not 0 <= chunk.index "
+                          "< chunk.count:", 1),
+                         ("elif type(max_bytes) is not int or not 0 <= max_bytes <= self.max_buffered_bytes:", 0),
+                         ("if type(max_bytes) is not int or not 0 <= max_bytes <= self.max_buffered_bytes:", 0))},
+    ("chunking", "if held[0] == 0:", "if held[0] <= 0:"): "an open-transfer count is never negative",
+    ("chunking", "if len(payload) != t.total_bytes or hashlib.sha256(payload).digest() != t.sha256:",
+     "if len(payload) < t.total_bytes or hashlib.sha256(payload).digest() != t.sha256:"):
+        "a transfer never holds more than total_bytes (refused as malformed when a chunk would overflow it)",
+    ("chunking", "if len(t.parts) < t.count:", "if len(t.parts) != t.count:"):
+        "a transfer never holds more than count parts (indices are checked to be below count)",
+    ("chunking", "while len(self._pending) >= self.max_pending:", "while len(self._pending) == self.max_pending:"):
+        "the loop evicts whenever max_pending is reached: the number open never exceeds it",
+    ("chunking", "while self._by_source.get(source, [0, 0])[0] >= self.max_pending_per_source:",
+     "while self._by_source.get(source, [0, 0])[0] == self.max_pending_per_source:"):
+        "the loop evicts whenever max_pending_per_source is reached: a source never has more open",
+    ("chunking", "if len(wire) > chunk_size:  # cannot happen for valid senders; never emit oversize",
+     "if len(wire) >= chunk_size:  # cannot happen for valid senders; never emit oversize"): _HEADER,
+    **{("chunking", "if len(wire) > chunk_size:  # cannot happen for valid senders; never emit oversize",
+        f"if {after}:  # cannot happen for valid senders; never emit oversize"): _HEADER
+       for after in ("False", "len(wire) is chunk_size", "len(wire) == chunk_size")},
+    **{("chunking", "while self._buffered + size > self.max_buffered_bytes and len(self._pending) > 1:", after):
+       _ONLY_KEEP for after in (
+           "while self._buffered + size > self.max_buffered_bytes and len(self._pending) >= 1:",
+           "while self._buffered + size > self.max_buffered_bytes and len(self._pending) > 0:",
+           "while self._buffered + size > self.max_buffered_bytes and len(self._pending) > 1:".replace("> 1", "!= 1"),
+           "while self._buffered + size > self.max_buffered_bytes and len(self._pending) != 1:",
+           "while (self._buffered + size > self.max_buffered_bytes):")},
     ("robust", "lo, hi = np.maximum(k - 1, 0) // 2, k // 2  # the middle one or two",
      "lo, hi = np.maximum(k - 1, -1) // 2, k // 2  # the middle one or two"):
         "differs only for k = 0 (index -1 instead of 0), a coordinate nobody holds, which np.where sets to 0",
@@ -346,6 +390,7 @@ class ForkRunner:
                 os.dup2(fd, 2)
                 import pytest
 
+                os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no entry-point plugins: seconds less a mutant
                 self._purge()
                 rc = int(pytest.main(self.args(slow)))
             finally:
@@ -592,7 +637,7 @@ def main() -> int:
         if outcome != "survived":
             print(f"{module}: the tests fail without any mutant:\n{output}")
             return 2
-        timeout = max(60.0, 5 * baseline)
+        timeout = max(20.0, 4 * baseline)
         print(f"{module}: baseline {baseline:.1f} s, timeout {timeout:.0f} s", flush=True)
         results = cosmic_ray(workdir, module, target, opts.engine, timeout, runner)
         if not opts.no_guards:

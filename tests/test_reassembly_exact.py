@@ -384,6 +384,44 @@ def test_late_chunks_of_a_closed_transfer_are_ignored(how):
     assert feed(re, "B", t)[-1] == PAYLOAD  # the same id from another source is another transfer
 
 
+def test_a_source_over_its_bytes_evicts_only_its_own_oldest():
+    re = Reassembler(max_total_bytes=1024, max_buffered_bytes=4096)
+    re.add("B", parts(PAYLOAD, 4, "b1")[0])  # B's transfer is the oldest of all
+    re.add("A", parts(PAYLOAD[:512], 2, "a1")[0])  # A: 256
+    a2 = parts(PAYLOAD[:768], 3, "a2")
+    feed(re, "A", a2[:2])  # A: 768
+    re.set_source_limit("A", 800)
+    # 768 + 256 = 1024 > 800 (768 | 256 would be 768): A's oldest, a1, goes, not B's b1
+    assert re.add("A", a2[2]) == PAYLOAD[:768]
+    assert re.expire() == [("A", "a1", 1, 2)]
+    assert re.pending_transfers() == [("B", "b1")]
+
+
+def test_more_than_256_open_transfers_of_one_source():
+    re = Reassembler(max_pending_per_source=300, max_pending=1000)
+    for i in range(301):
+        re.add("A", Chunk(f"t{i}", 0, 2, 2, sha(b"xy"), b"x"))
+    assert re.pending == 300 and re.expire() == [("A", "t0", 1, 2)]
+
+
+def test_more_than_256_chunks_and_open_transfers():
+    data = bytes(range(256)) + b"xyz"  # 259 chunks of 1 byte
+    chunks = [Chunk("big", i, 259, 259, sha(data), data[i:i + 1]) for i in range(259)]
+    assert feed(Reassembler(), "A", chunks) == [None] * 258 + [data]
+    re = Reassembler(max_pending=300)
+    for i in range(301):  # 301 sources, one transfer each: the 301st evicts one (a tie: the largest name)
+        re.add(f"s{i:03d}", Chunk("t", 0, 2, 2, sha(b"xy"), b"x"))
+    assert re.pending == 300 and re.expire() == [("s299", "t", 1, 2)]
+
+
+def test_a_source_holding_only_empty_chunks_keeps_its_count():
+    re = Reassembler()
+    re.add("A", Chunk("t1", 0, 2, 2, sha(b"xy"), b""))  # open, 0 bytes held
+    assert re.add("A", Chunk("t2", 0, 1, 1, sha(b"z"), b"z")) == b"z"  # finishes: A still has t1 open
+    assert re.add("A", Chunk("t1", 1, 2, 2, sha(b"xy"), b"xy")) == b"xy"
+    assert re.pending == 0
+
+
 def test_sources_are_compared_by_value():
     # a source is the topic a frame arrived on: a new string object for every frame
     def src() -> str:
@@ -486,6 +524,15 @@ def test_max_total_bytes_is_inclusive():
 def test_constructor_refuses(kwargs):
     with pytest.raises(ValueError):
         Reassembler(**kwargs)
+
+
+def test_constructor_messages():
+    with pytest.raises(ValueError, match="max_total_bytes must be >= 0, got -1"):
+        Reassembler(max_total_bytes=-1)
+    with pytest.raises(ValueError, match=r"max_pending \(0\) and max_pending_per_source \(8\) must be >= 1"):
+        Reassembler(max_pending=0)
+    with pytest.raises(ValueError, match="timeout_s must be > 0, got 0"):
+        Reassembler(timeout_s=0)
 
 
 def test_constructor_edges_and_defaults():

@@ -18,14 +18,9 @@ from edge_sdk.protocol import (
     encode_envelope,
     split_envelope_payload,
 )
+from tests.fake_clock import FakeClock
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def big_payload(n_floats: int = 50_000, sender: str = "dev-1") -> bytes:
@@ -100,7 +95,7 @@ def test_interleaved_transfers_and_senders_are_independent() -> None:
 
 
 def test_missing_chunk_is_reported_by_expire() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     re = Reassembler(timeout_s=10, clock=clock)
     chunks = chunks_of(big_payload())
     for c in chunks[:-1]:
@@ -115,7 +110,7 @@ def test_missing_chunk_is_reported_by_expire() -> None:
 
 
 def test_activity_keeps_a_slow_transfer_alive() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     re = Reassembler(timeout_s=10, clock=clock)
     payload = big_payload()
     out = None

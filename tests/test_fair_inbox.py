@@ -7,14 +7,9 @@ import threading
 import pytest
 
 from edge_sdk.fair_inbox import FairInbox, InboxLimits
+from tests.fake_clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _drain(inbox: FairInbox) -> list:
@@ -61,7 +56,7 @@ def test_a_full_inbox_takes_from_the_source_queueing_the_most() -> None:
 
 
 def test_the_rate_budget_is_a_token_bucket_per_source() -> None:
-    clock = Clock()
+    clock = FakeClock()
     inbox: FairInbox[int] = FairInbox(InboxLimits(rate=2.0, burst=3), clock=clock)
     assert [inbox.put("a", i, 1) for i in range(5)] == [True, True, True, False, False]
     assert inbox.put("b", 0, 1) is True  # b has its own bucket

@@ -18,14 +18,9 @@ from edge_sdk.protocol import (
     decode_envelope,
     split_envelope_payload,
 )
+from tests.fake_clock import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def sha(data: bytes) -> bytes:
@@ -359,7 +354,7 @@ def test_no_bookkeeping_is_left_for_a_source_with_nothing_open():
 
 @pytest.mark.parametrize("how", ["finished", "discarded", "evicted", "expired", "checksum"])
 def test_late_chunks_of_a_closed_transfer_are_ignored(how):
-    clock = Clock()
+    clock = FakeClock()
     re = Reassembler(timeout_s=10, clock=clock, max_pending_per_source=1)
     t = parts(PAYLOAD, 4, "t1")
     if how == "finished":
@@ -450,7 +445,7 @@ def test_discard_source_drops_only_that_source():
 
 
 def test_expiry_boundary_and_activity():
-    clock = Clock()
+    clock = FakeClock()
     re = Reassembler(timeout_s=10, clock=clock)
     c = parts(PAYLOAD, 4)
     re.add("A", c[0])

@@ -13,7 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["export_onnx", "onnx_max_abs_diff", "INPUT_NAME", "OUTPUT_NAME"]
+from edge_sdk.preprocessing import ONNX_METADATA_KEY, Preprocessing
+
+__all__ = ["export_onnx", "onnx_max_abs_diff", "INPUT_NAME", "OUTPUT_NAME", "Normalised"]
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -48,11 +50,38 @@ def onnx_max_abs_diff(model: nn.Module, path: str | Path, inputs: np.ndarray | t
     return float(np.max(np.abs(ort_out.astype(np.float64) - torch_out.astype(np.float64))))
 
 
+class Normalised(nn.Module):
+    """``model`` after the job's per-channel normalisation: the exported graph takes raw inputs."""
+
+    def __init__(self, model: nn.Module, preprocessing: Preprocessing) -> None:
+        super().__init__()
+        self.model = model
+        shape = (1, preprocessing.channels) + (1,) * (len(preprocessing.input_shape) - 1 if preprocessing.input_shape
+                                                       else 2)
+        self.register_buffer("mean", torch.tensor(preprocessing.mean, dtype=torch.float32).reshape(shape))
+        self.register_buffer("std", torch.tensor(preprocessing.std, dtype=torch.float32).reshape(shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model((x - self.mean) / self.std)
+
+
 def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.Tensor,
-                opset: int = 17) -> float:
+                opset: int = 17, preprocessing: Preprocessing | None = None) -> float:
     """Write ``model`` (in eval mode) to ``path`` as ONNX; returns the max abs difference of
     onnxruntime's outputs from torch's on ``inputs`` (exported with one sample, checked on
-    the whole batch, so the dynamic batch axis is exercised)."""
+    the whole batch, so the dynamic batch axis is exercised).
+
+    With ``preprocessing`` the graph starts with its normalisation, so it takes *raw* inputs, and
+    carries it (mean, std, class names, input shape) as metadata (`ONNX_METADATA_KEY`, JSON);
+    ``inputs`` are still given normalised (as the model trained on them) and checked raw."""
+    if preprocessing is not None:
+        x = _inputs(inputs)
+        raw = x * np.asarray(preprocessing.std, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2)) \
+            + np.asarray(preprocessing.mean, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2))
+        wrapped = Normalised(model, preprocessing)
+        diff = export_onnx(wrapped, path, raw, opset)
+        _add_metadata(Path(path), {ONNX_METADATA_KEY: preprocessing.to_json()})
+        return diff
     x = _inputs(inputs)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,3 +97,15 @@ def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.T
     finally:
         model.train(was_training)
     return onnx_max_abs_diff(model, path, x)
+
+
+def _add_metadata(path: Path, props: dict[str, str]) -> None:
+    """Add key/value strings to an ONNX file's ``metadata_props`` (read back by onnxruntime's
+    ``get_modelmeta().custom_metadata_map``)."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    for key, value in props.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(proto, str(path))

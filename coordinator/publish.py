@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Model
 from edge_sdk.signing import ModelSigner
 
@@ -61,14 +62,17 @@ class PublishedModel:
     left_for: tuple[str, ...] = ()
 
 
-def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None) -> tuple[bytes, float]:
+def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None,
+                preprocessing: Preprocessing | None = None) -> tuple[bytes, float]:
     from coordinator.export import export_onnx
 
     if inputs is None:
         inputs = np.random.default_rng(0).normal(size=(4, *input_shape)).astype(np.float32)
+    if preprocessing is not None and preprocessing.input_shape != input_shape:
+        preprocessing = replace(preprocessing, input_shape=input_shape)
     with TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
-        diff = export_onnx(model, path, inputs[:16])
+        diff = export_onnx(model, path, inputs[:16], preprocessing=preprocessing)
         return path.read_bytes(), diff / max(1.0, _largest_output(model, inputs[:16]))
 
 
@@ -130,7 +134,7 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
         if model is None:
             continue
         input_shape = tuple(int(n) for n in model.input_shape)
-        data, diff = _onnx_bytes(model, input_shape, inputs)
+        data, diff = _onnx_bytes(model, input_shape, inputs, strategy.preprocessing)
         if not diff <= MAX_ONNX_DIFF:
             log.error("not publishing %s: onnxruntime differs from torch by %.3g (relative to the largest "
                       "output)", label, diff)

@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from edge_sdk.config import link_from_toml, read_toml, section, transport_from_toml
-from edge_sdk.data import load_dataset
+from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.training import TrainConfig
@@ -29,7 +32,7 @@ __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator
 log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
-             "train", "link", "options", "security", "limits"}
+             "train", "link", "options", "security", "limits", "task"}
 _FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
                     "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
                     "publish_every", "eval_every", "lr_decay", "eval_samples", "eval_device"}
@@ -56,6 +59,9 @@ class CoordinatorConfig:
     signing_key: str | None = None
     #: what one device may cost the coordinator (`[limits]`; docs/protocol.md §11)
     limits: FleetLimits = field(default_factory=FleetLimits)
+    #: `[task]`: the job's input normalisation (mean, std per channel, raw scale) and class names;
+    #: None: the evaluation dataset's training statistics and names
+    task: Preprocessing | None = None
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -80,7 +86,20 @@ def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=FleetLimits(**section(config, "limits", _LIMIT_KEYS)),
+        task=_task(path, config),
     )
+
+
+def _task(path: str | Path, config: dict) -> Preprocessing | None:
+    """The `[task]` table: ``mean`` and ``std`` (one number per input channel, in the devices' raw
+    value scale) and optional ``classes`` (a name per class)."""
+    if "task" not in config:
+        return None
+    task = section(config, "task", {"mean", "std", "classes"})
+    try:
+        return Preprocessing.from_dict(task)
+    except ValueError as exc:
+        raise ValueError(f"{path}: [task] {exc}") from None
 
 
 def run_coordinator(config: CoordinatorConfig,
@@ -100,15 +119,18 @@ def run_coordinator(config: CoordinatorConfig,
         return None
     signer = _signer(config)
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
-    public = None
+    public, public_set = None, None
     if strategy_class(config.method).needs_public_data:
         if config.public_dataset is None:
             raise ValueError(f"method {config.method!r} needs public_dataset = \"...\" in the config")
-        public = load_dataset(config.public_dataset, root=config.data_root).x_train
+        public_set = load_dataset(config.public_dataset, root=config.data_root)
+    preprocessing, eval_x = job_preprocessing(dataset, config.task)
+    if public_set is not None:
+        public = preprocessing.convert_from(public_set.preprocessing, public_set.x_train)
     strategy = create_strategy(config.method, StrategyContext(
         federation=config.federation, model_family=config.model, input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes, eval_data=EvalData(dataset.x_test, dataset.y_test),
-        public_data=public, options=dict(config.options),
+        num_classes=dataset.num_classes, eval_data=EvalData(eval_x, dataset.y_test),
+        public_data=public, options=dict(config.options), preprocessing=preprocessing,
     ))
     out = Path(config.out)
     if checkpoint is None:
@@ -132,6 +154,19 @@ def run_coordinator(config: CoordinatorConfig,
         transport.close()
         report.write_outcome(out, finished, describe=strategy.describe_label)
     return report
+
+
+def job_preprocessing(dataset: ImageDataset, task: Preprocessing | None) -> tuple[Preprocessing, np.ndarray]:
+    """The job's preprocessing (``task``'s normalisation, else the dataset's training statistics;
+    ``task``'s class names, else the dataset's) and the held-out inputs in that normalisation."""
+    own = dataset.preprocessing
+    if task is None:
+        return own, dataset.x_test
+    if task.classes and len(task.classes) != dataset.num_classes:
+        raise ValueError(f"[task] classes names {len(task.classes)} classes; the data has {dataset.num_classes}")
+    job = Preprocessing(task.mean, task.std, task.classes or own.classes, dataset.input_shape)
+    log.info("the job normalises inputs with [task] mean %s, std %s", list(job.mean), list(job.std))
+    return job, job.convert_from(own, dataset.x_test)
 
 
 def _signer(config: CoordinatorConfig) -> ModelSigner | None:

@@ -153,7 +153,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,
         num_classes=dataset.num_classes, eval_data=EvalData(dataset.x_test, dataset.y_test),
-        public_data=public_data, options=dict(config.options),
+        public_data=public_data, options=dict(config.options), preprocessing=dataset.preprocessing,
     ))
 
 

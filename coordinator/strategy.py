@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
+from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
 from edge_sdk.training import TrainConfig, evaluate
 
@@ -115,6 +116,9 @@ class StrategyContext:
     public_data: np.ndarray | None = None
     #: Method-specific settings as strings (`--option key=value`), parsed by the method.
     options: dict[str, str] = field(default_factory=dict)
+    #: The job's input normalisation and class names: sent in every plan, published with the model
+    #: (edge_sdk/preprocessing.py); None: devices keep their own and published models carry none.
+    preprocessing: Preprocessing | None = None
 
 
 class Strategy(ABC):
@@ -169,6 +173,8 @@ class Strategy(ABC):
         #: per aggregation group, the reference norm of its latest round with 3+ devices (robust.py)
         self._trusted_norms: dict[str, float] = {}
         self._last_failure = ""
+        #: the job's input normalisation (StrategyContext.preprocessing; set by `create_strategy`)
+        self.preprocessing: Preprocessing | None = None
 
     # -- hooks --------------------------------------------------------------
     @abstractmethod
@@ -328,6 +334,8 @@ class Strategy(ABC):
             plan = self.configure_train(rnd, record)
             if factor != 1.0 and "lr" in plan.train:
                 plan = replace(plan, train={**plan.train, "lr": plan.train["lr"] * factor})
+            if self.preprocessing is not None:
+                plan = replace(plan, preprocessing=self.preprocessing.normalisation())
             sent[device_id] = fleet.send(device_id, plan, rnd)
             self.payload_bytes.setdefault(plan.label, sent[device_id])
         updates = fleet.collect(rnd, participants, self.config.round_deadline_s,

@@ -136,17 +136,30 @@ def _predict(args: argparse.Namespace) -> int:
         model = default_model_path(state_dir)
     if (args.mean is None) != (args.std is None):
         raise ValueError("--mean and --std go together")
-    batch = load_batch(sys.stdin.buffer.read() if args.input == "-" else Path(args.input), key=args.key)
     try:
         classifier = OnnxClassifier(model, threads=args.threads)
     except ImportError as exc:
         print(f"edgefl predict: error: {exc}", file=sys.stderr)
         return 2
+    if not args.show:
+        batch = load_batch(sys.stdin.buffer.read() if args.input == "-" else Path(args.input), key=args.key)
+    prep = classifier.preprocessing
+    if args.show:
+        sys.stdout.write(json.dumps({"model": str(model), "input_shape": list(classifier.sample_shape or ()),
+                                     "dtype": "float32", "inputs": "raw" if prep else "normalised",
+                                     "preprocessing": prep.to_dict() if prep else None}) + "\n")
+        return 0
+    if prep is not None and args.mean is not None:
+        raise ValueError(f"{model} normalises raw inputs itself (mean {list(prep.mean)}, std {list(prep.std)}, "
+                         "from its metadata): drop --mean/--std")
+    if prep is None and args.mean is None and not args.normalised:
+        raise ValueError(f"{model} carries no preprocessing (published before edgefl 0.2): pass the --mean and "
+                         "--std its training data was normalised with, or --normalised if the inputs already are")
     batch = classifier.as_samples(batch)
     if args.mean is not None:
         batch = normalize(batch, args.mean, args.std)
     predictions = classifier.predict(batch, batch_size=args.batch_size)
-    sys.stdout.write(predictions.to_json_lines(top=args.top))
+    sys.stdout.write(predictions.to_json_lines(top=args.top, labels=prep.classes if prep else ()))
     return 0
 
 
@@ -188,8 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="client TOML whose state_dir holds model.onnx "
                                     f"(default state_dir: {DEFAULT_STATE_DIR})")
     p.add_argument("--key", help="array name inside an .npz (default: x, x_test, x_train or inputs)")
-    p.add_argument("--mean", type=_floats, help="per-channel means to normalise raw inputs, e.g. 33.3")
-    p.add_argument("--std", type=_floats, help="per-channel standard deviations, e.g. 78.6")
+    p.add_argument("--mean", type=_floats, help="only for a model published before edgefl 0.2 (newer models "
+                                                "normalise raw inputs themselves): per-channel means, e.g. 33.3")
+    p.add_argument("--std", type=_floats, help="with --mean: per-channel standard deviations, e.g. 78.6")
+    p.add_argument("--normalised", action="store_true",
+                   help="a model published before edgefl 0.2, fed inputs that are already normalised")
+    p.add_argument("--show", action="store_true",
+                   help="print what the model expects (input shape, dtype, normalisation, class names) and exit")
     p.add_argument("--top", type=int, default=1, help="also list the K most likely classes")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
     p.add_argument("--batch-size", type=int, default=256, help="samples per onnxruntime run")

@@ -20,6 +20,7 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
+from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ProtocolError
@@ -77,9 +78,13 @@ class RoundTrained:
     bytes_up: int  # the update's payload
 
 
+def _short(values: tuple[float, ...]) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values[:4]) + (", ...]" if len(values) > 4 else "]")
+
+
 def plan_digest(plan: Plan) -> str:
     """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan)."""
-    h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train]))
+    h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train, plan.preprocessing]))
     for name in sorted(plan.tensors):
         tensor = np.ascontiguousarray(plan.tensors[name])
         h.update(packb([name, tensor.dtype.str, list(tensor.shape)]))
@@ -124,6 +129,9 @@ class DeviceClient:
         self.resent_updates: list[int] = []  # rounds whose update was sent again instead of retraining
         self._next_check = 0.0
         self._warned_unsigned = False  # said once that models are installed without checking who signed them
+        #: the job's normalisation the last plan named, and the data converted to it (`_job_data`)
+        self._job_preprocessing: Preprocessing | None = None
+        self._job_data_cache: LocalData = data
 
     # -- public -----------------------------------------------------------
     def stop(self) -> None:
@@ -321,11 +329,12 @@ class DeviceClient:
         )
         started = time.monotonic()
         try:
+            data = self._job_data(plan)
             method = device_method(plan.method)
             if self.run_compute is None:
-                update = method(plan, self.data, ctx)
+                update = method(plan, data, ctx)
             else:
-                update = self.run_compute(lambda: method(plan, self.data, ctx))
+                update = self.run_compute(lambda: method(plan, data, ctx))
         except TrainingStopped:
             log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
             return None
@@ -349,6 +358,20 @@ class DeviceClient:
                 time.monotonic() - started, sum(t.nbytes for t in plan.tensors.values()),
                 sum(t.nbytes for t in update.tensors.values())))
         return update
+
+    def _job_data(self, plan: Plan) -> LocalData:
+        """The device's data in the normalisation the plan names (converted once per job and
+        kept: `LocalData.normalised_as`); the data as loaded when the plan names none."""
+        if plan.preprocessing is None:
+            return self.data
+        job = Preprocessing.from_dict(plan.preprocessing)
+        if self._job_preprocessing is None or not self._job_preprocessing.same_normalisation(job):
+            if self.data.preprocessing is not None and not self.data.preprocessing.same_normalisation(job):
+                log.info("%s: normalising its data with the job's statistics (mean %s, std %s) instead of "
+                         "its own", self.config.device_id, _short(job.mean), _short(job.std))
+            self._job_data_cache = self.data.normalised_as(job)
+            self._job_preprocessing = job
+        return self._job_data_cache
 
     # -- schedule (see edge_sdk/schedule.py) --------------------------------
     def _on_plan(self, env: Envelope) -> None:

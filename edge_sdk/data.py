@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_sdk.preprocessing import Preprocessing
+
 __all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx", "write_idx"]
 
 #: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``).
@@ -69,6 +71,11 @@ class ImageDataset:
             object.__setattr__(self, "classes", tuple(str(i) for i in range(self.num_classes)))
         if len(self.classes) != self.num_classes:
             raise ValueError(f"{len(self.classes)} class names for {self.num_classes} classes")
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """How raw samples become this dataset's inputs (its train statistics), and its class names."""
+        return Preprocessing(self.mean, self.std, self.classes, self.input_shape)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -41,7 +41,8 @@ def local_data_from_toml(config: dict) -> LocalData:
             raise ValueError(f"[data] shard must be in 0..{shards - 1}, got {index}")
         parts = partition(y, shards, data.get("partition", "iid"), seed=int(config.get("seed", 0)))
         x, y = x[parts[index]], y[parts[index]]
-    return LocalData(np.ascontiguousarray(x), np.ascontiguousarray(y), dataset.num_classes)
+    own = dataset.preprocessing if dataset.mean else None
+    return LocalData(np.ascontiguousarray(x), np.ascontiguousarray(y), dataset.num_classes, own)
 
 
 def training_device(config: dict) -> str:

@@ -6,6 +6,10 @@ a batch of samples in the model's input space (the same preprocessing as the
 training data; `normalize` applies per-channel mean/std to raw values). Batches
 come from ``.npy``/``.npz`` files (never unpickled) or text: JSON arrays, or one
 sample per line of comma/space separated numbers.
+
+A model published by edgefl 0.2 or later takes *raw* inputs: its graph starts with the job's
+normalisation, and its metadata (``edgefl.preprocessing``: mean, std, class names, input shape)
+says so (`OnnxClassifier.preprocessing`). An older model expects normalised inputs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from edge_sdk.preprocessing import ONNX_METADATA_KEY, Preprocessing
 
 __all__ = ["MODEL_FILENAME", "OnnxClassifier", "Predictions", "default_model_path", "load_batch",
            "normalize"]
@@ -90,6 +96,15 @@ class OnnxClassifier:
         dims = inputs[0].shape[1:]
         self.sample_shape: tuple[int, ...] | None = (
             tuple(int(d) for d in dims) if all(isinstance(d, int) and d > 0 for d in dims) else None)
+        #: the normalisation the graph applies to raw inputs and the class names, from the model's
+        #: metadata (edgefl publishes them since 0.2); None: a model that expects normalised inputs
+        self.preprocessing: Preprocessing | None = None
+        meta = self.session.get_modelmeta().custom_metadata_map.get(ONNX_METADATA_KEY)
+        if meta is not None:
+            try:
+                self.preprocessing = Preprocessing.from_json(meta)
+            except ValueError as exc:
+                raise ValueError(f"{self.path}: unreadable preprocessing metadata: {exc}") from None
 
     def logits(self, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Raw model outputs for a batch ``x`` of shape ``(N, *sample_shape)``."""

@@ -46,8 +46,12 @@ def test_every_device_gets_the_model_of_its_label_and_it_reproduces_the_accuracy
         assert info["sha256"] == hashlib.sha256(onnx_bytes).hexdigest() and info["round"] == 0
         assert info["label"] == labels[device_dir.name] and info["input_shape"] == [1, 28, 28]
         assert len(info["key_id"]) == 16 and info["issued_ms"] > 0  # signed by the job's key, checked on install
-        # onnxruntime on the device's file computes what the coordinator's torch model computed
-        predictions = OnnxClassifier(device_dir / "model.onnx").predict(data.x_test)
+        # onnxruntime on the device's file computes what the coordinator's torch model computed, from
+        # raw pixels: the model carries the job's normalisation and class names
+        classifier = OnnxClassifier(device_dir / "model.onnx")
+        assert classifier.preprocessing == data.preprocessing
+        raw = data.x_test * np.float32(data.std[0]) + np.float32(data.mean[0])
+        predictions = classifier.predict(raw)
         accuracy = float(np.mean(predictions.classes == data.y_test))
         assert accuracy == pytest.approx(final[info["label"]], abs=2e-3), (device_dir.name, info["label"])
     assert {read_model_info(d)["label"] for d in (out / "devices").iterdir()} <= set(final)

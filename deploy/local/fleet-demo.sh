@@ -222,13 +222,10 @@ if not key:
     sys.exit(f"fleet-demo.sh: error: the model in {sys.argv[1]} is not signed")
 print(f"    the installed model is signed by the coordinator's key {key} ({sys.argv[1]})")
 EOF
-STATS=$(python3 -c 'import sys; from edge_sdk.data import load_dataset as l; d = l("npz:" + sys.argv[1]); print(",".join(map(str, d.mean)), ",".join(map(str, d.std)))' \
-    "$DIR/$name/state/data.npz")
-MEAN=${STATS% *}
-STD=${STATS#* }
-say "inference on $name: edgefl predict --config $DIR/$name/client.toml --key x_test --mean $MEAN --std $STD $DIR/$name/state/data.npz"
-edgefl predict --config "$DIR/$name/client.toml" --key x_test --mean "$MEAN" --std "$STD" \
-    "$DIR/$name/state/data.npz" > "$DIR/$name/predictions.jsonl"
+say "inference on $name: edgefl predict --config $DIR/$name/client.toml --key x_test $DIR/$name/state/data.npz"
+say "(raw pixels: the model normalises them itself; edgefl predict --show prints what it expects)"
+edgefl predict --config "$DIR/$name/client.toml" --key x_test "$DIR/$name/state/data.npz" \
+    > "$DIR/$name/predictions.jsonl"
 head -n 3 "$DIR/$name/predictions.jsonl"
 python3 - "$DIR/$name/state/data.npz" "$DIR/$name/predictions.jsonl" <<'EOF'
 import json

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from edge_sdk.models.spec import build_model, count_flops
+from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -27,6 +28,9 @@ class LocalData:
     x: np.ndarray
     y: np.ndarray
     num_classes: int
+    #: the normalisation ``x`` carries (the loader's: its own data's statistics); None: unknown,
+    #: taken to be the job's already (e.g. a simulated device's shard of centrally normalised data)
+    preprocessing: Preprocessing | None = None
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.y):
@@ -34,6 +38,14 @@ class LocalData:
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def normalised_as(self, job: Preprocessing) -> "LocalData":
+        """This data in the job's normalisation: itself when it already is (or its own is
+        unknown), else a converted copy (see `Preprocessing.convert_from`)."""
+        own = self.preprocessing
+        if own is None or own.same_normalisation(job):
+            return self
+        return LocalData(job.convert_from(own, self.x), self.y, self.num_classes, job)
 
 
 @dataclass(frozen=True)

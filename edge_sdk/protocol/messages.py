@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Union
 import msgpack
 import numpy as np
 
+from edge_sdk.preprocessing import Preprocessing
+
 from .codec import Blob, CodecLimits, DataRegion, decode_frame, encode_frame, pack_tensors, unpack_tensors
 from .errors import ProtocolError
 from .topics import is_valid_id
@@ -156,15 +158,28 @@ class Plan(Message):
     model_spec: dict[str, Any]
     tensors: dict[str, np.ndarray]
     train: dict[str, Any]
+    #: the job's input normalisation (edge_sdk/preprocessing.py `Preprocessing.to_dict`): the device
+    #: normalises its raw data with it; None: the device keeps its own (a coordinator before it)
+    preprocessing: dict[str, Any] | None = None
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"method": self.method, "label": self.label, "model_spec": self.model_spec,
+        body = {"method": self.method, "label": self.label, "model_spec": self.model_spec,
                 "tensors": pack_tensors(self.tensors, transfer_dtype), "train": self.train}
+        if self.preprocessing is not None:
+            body["preprocessing"] = self.preprocessing
+        return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Plan:
+        prep = _get(body, "preprocessing", None)
+        if prep is not None:
+            try:
+                prep = Preprocessing.from_dict(prep).to_dict()
+            except ValueError as exc:
+                raise _bad(str(exc)[:200]) from None
         return cls(_str(body, "method"), _str(body, "label"), _plain_map(body, "model_spec"),
-                   unpack_tensors(_get(body, "tensors", _MISSING), data, limits), _plain_map(body, "train"))
+                   unpack_tensors(_get(body, "tensors", _MISSING), data, limits), _plain_map(body, "train"),
+                   prep)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,11 @@ def _profile(args: argparse.Namespace) -> int:
     finally:
         if transport is not None:
             transport.close()
-    print(json.dumps(profile.to_dict(), indent=2))
+    print(json.dumps(profile.to_dict(quality=True), indent=2))
+    if profile.quality is not None and profile.quality.busy:
+        print(f"warning: this device looked busy while it was measured ({profile.quality.reason}): "
+              f"{profile.gflops:.1f} GFLOPS is likely too low; measure again when it is idle (a running "
+              "client re-measures by itself: [device] remeasure_every_s)", file=sys.stderr)
     if args.save:
         save_profile(profile, Path(args.save))
         print(f"saved to {args.save}", file=sys.stderr)

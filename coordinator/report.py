@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -11,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from coordinator.fleet import Fleet
 
-__all__ = ["RoundRecord", "RunReport", "merge_stages"]
+__all__ = ["RoundRecord", "RunReport", "merge_stages", "keep_previous_report"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -167,3 +171,20 @@ class RunReport:
         fig.tight_layout()
         fig.savefig(out / "bytes.png", dpi=100)
         plt.close(fig)
+
+
+def keep_previous_report(out: Path) -> Path | None:
+    """A new job does not overwrite an earlier job's files in ``out``: its report.json and
+    metrics.csv are renamed after their time (``report-<date>.json``, ``metrics-<date>.csv``, said
+    in a warning); returns the kept report's path."""
+    previous = out / "report.json"
+    if not previous.exists():
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(previous.stat().st_mtime))
+    kept = out / f"report-{stamp}.json"
+    previous.rename(kept)
+    if (out / "metrics.csv").exists():
+        (out / "metrics.csv").rename(out / f"metrics-{stamp}.csv")
+    log.warning("%s held an earlier job's report: kept as %s (and metrics-%s.csv); its plots are replaced",
+                out, kept.name, stamp)
+    return kept

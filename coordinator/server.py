@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
-from edge_sdk.config import link_from_toml, read_toml, section, transport_from_toml
+from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.paths import writable_dir
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
@@ -22,7 +22,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 from coordinator.device_budgets import FleetLimits
 from coordinator.fleet import Fleet, FleetProgress
 from coordinator.publish import attach_signer
-from coordinator.report import RoundRecord, RunReport
+from coordinator.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, StrategyContext
@@ -30,6 +30,7 @@ from coordinator.strategy import EvalData, FederationConfig, StrategyContext
 __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
              "train", "link", "options", "security", "limits", "task"}
@@ -65,29 +66,54 @@ class CoordinatorConfig:
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
-    """Parse a coordinator TOML file (example: deploy/coordinator.toml)."""
+    """Parse a coordinator TOML file (example: deploy/coordinator.toml); every error in it is one
+    line that names the file and the key."""
     config = read_toml(path)
+    try:
+        return _config_from(config, path)
+    except (ValueError, TypeError, OSError) as exc:
+        raise in_file(path, exc) from None
+
+
+def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     unknown = set(config) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     federation = section(config, "federation", _FEDERATION_KEYS)
-    train = TrainConfig.from_dict(section(config, "train", _TRAIN_KEYS))
-    job = str(config.get("job", "default"))
+    try:
+        train = TrainConfig.from_dict(section(config, "train", _TRAIN_KEYS))
+    except ValueError as exc:
+        raise ValueError(f"[train] {str(exc).removeprefix('TrainConfig.')}") from None
+    job = setting(config, "job", str, "default")
     signing_key = section(config, "security", {"signing_key"}).get("signing_key")
     if signing_key is not None and not (isinstance(signing_key, str) and signing_key):
         raise ValueError(f"{path}: [security] signing_key must be the path of a PEM private key file")
     return CoordinatorConfig(
-        method=str(config.get("method", "fedavg")), job=job, out=str(config.get("out", "runs/coordinator")),
-        model=str(config.get("model", "cnn4")), dataset=str(config.get("dataset", "mnist-sample")),
-        data_root=config.get("data_root"), public_dataset=config.get("public_dataset"),
+        method=setting(config, "method", str, "fedavg"), job=job, out=setting(config, "out", str, "runs/coordinator"),
+        model=setting(config, "model", str, "cnn4"), dataset=setting(config, "dataset", str, "mnist-sample"),
+        data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
         options={str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()},
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
-        federation=FederationConfig(train=train, **federation),
+        federation=_federation(federation, train),
         link=link_from_toml(config),
         signing_key=signing_key,
-        limits=FleetLimits(**section(config, "limits", _LIMIT_KEYS)),
+        limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
         task=_task(path, config),
     )
+
+
+def _in_table(name: str, build: Callable[[], T]) -> T:
+    """``build()``, its ValueError naming the table ``[name]``."""
+    try:
+        return build()
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"[{name}] {exc}") from None
+
+
+def _federation(table: dict, train: TrainConfig) -> FederationConfig:
+    if "checkpoint_dir" in table:
+        setting(table, "checkpoint_dir", str, None, "[federation]")
+    return _in_table("federation", lambda: FederationConfig(train=train, **table))
 
 
 def _task(path: str | Path, config: dict) -> Preprocessing | None:
@@ -117,6 +143,9 @@ def run_coordinator(config: CoordinatorConfig,
         log.info("job %r finished its %d rounds already (checkpoint in %s)", config.job, checkpoint.round + 1,
                  checkpoint_dir)
         return None
+    writable_dir(config.out, "the report folder (out)")
+    if checkpoint_dir:
+        writable_dir(checkpoint_dir, "[federation] checkpoint_dir")
     signer = _signer(config)
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
     public, public_set = None, None
@@ -134,7 +163,7 @@ def run_coordinator(config: CoordinatorConfig,
     ))
     out = Path(config.out)
     if checkpoint is None:
-        _keep_previous_report(out)
+        keep_previous_report(out)
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
@@ -182,13 +211,3 @@ def _signer(config: CoordinatorConfig) -> ModelSigner | None:
                     "coordinator's group)", config.signing_key)
     log.info("published models are signed with key %s (%s)", signer.key_id, config.signing_key)
     return signer
-
-
-def _keep_previous_report(out: Path) -> None:
-    """A new job does not overwrite an earlier job's report: it is renamed after its time."""
-    previous = out / "report.json"
-    if previous.exists():
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(previous.stat().st_mtime))
-        kept = out / f"report-{stamp}.json"
-        previous.rename(kept)
-        log.warning("an earlier job's report.json is kept as %s", kept)

@@ -20,6 +20,7 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.data import ImageDataset, load_dataset
+from edge_sdk.paths import writable_dir
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
@@ -33,7 +34,8 @@ from coordinator.fleet import Fleet, FleetProgress
 from coordinator.lr_schedule import check_lr_decay
 from coordinator.publish import attach_signer
 from coordinator.ray_devices import RayDevices
-from coordinator.report import RoundRecord, RunReport
+from coordinator.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.state import CHECKPOINT_FILE
 from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS, DeviceHost
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
@@ -184,6 +186,11 @@ def run_simulation(config: SimulationConfig,
     Ctrl-C (KeyboardInterrupt) stops the devices (training stops after its current step) and
     the broker, writes the report of the rounds finished so far, then propagates.
     """
+    out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
+    if config.checkpoint_dir is not None:
+        writable_dir(config.checkpoint_dir, "--checkpoint-dir")
+    if config.data_root is not None and not Path(config.data_root).expanduser().is_dir():
+        raise ValueError(f"--data-root {config.data_root} is not a folder")
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
     for name in set(config.profiles):
         load_profile(name)  # a bad profile is an error now, not in a device thread
@@ -191,6 +198,8 @@ def run_simulation(config: SimulationConfig,
     if config.checkpoint_dir is not None:
         check_same_job(config)
     strategy = build_strategy(config, dataset, public, checkpoint_dir=config.checkpoint_dir)
+    if config.checkpoint_dir is None or not (Path(config.checkpoint_dir) / CHECKPOINT_FILE).exists():
+        keep_previous_report(out)
     broker = None if config.broker_url else EmbeddedBroker()
     report: RunReport | None = None
     devices: DeviceHost | RayDevices | None = None

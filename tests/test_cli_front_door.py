@@ -110,7 +110,7 @@ def test_pruning_methods_do_not_print_nni_info_logs(tmp_path: Path) -> None:
 
 
 def test_a_new_coordinator_job_keeps_the_previous_jobs_report(tmp_path: Path) -> None:
-    from coordinator.server import _keep_previous_report
+    from coordinator.report import keep_previous_report as _keep_previous_report
 
     (tmp_path / "report.json").write_text('{"status": "finished"}')
     _keep_previous_report(tmp_path)

@@ -1,0 +1,94 @@
+"""Nothing lost to a typo: config errors name the file, the key and what was expected, and every
+output folder is checked before the first round (issue 36, items 3 and 8)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from coordinator.server import coordinator_config_from_toml
+from edge_sdk.device_config import client_from_toml
+from edge_sdk.paths import writable_dir, writable_file
+
+
+def _edgefl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edge_sdk.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("toml, words", [
+    ('device_id = "d"\nheartbeat_s = "often"\n', "heartbeat_s must be a number, got 'often'"),
+    ('device_id = 7\n', "device_id must be a string, got '7'"),
+    ('device_id = "d"\n[broker]\npassword_file = "/nonexistent/pw"\n',
+     "[broker] password_file /nonexistent/pw cannot be read: No such file or directory"),
+    ('device_id = "d"\n[broker]\nkeepalive = "30s"\n', "[broker] keepalive must be an integer, got '30s'"),
+    ('device_id = "d"\n[broker]\nca_file = "/nonexistent/ca.crt"\n', "[broker] ca_file /nonexistent/ca.crt does not exist"),
+    ('device_id = "d"\n[link]\nchunk_size = 1.5\n', "[link] chunk_size must be an integer, got '1.5'"),
+    ('device_id = "d"\n[data]\nshard = "two"\n', "[data] shard must be an integer, got 'two'"),
+    ('device_id = "d"\n[data]\nroot = "/nonexistent/data"\n', "[data] root /nonexistent/data is not a folder"),
+])
+def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words):
+    path = tmp_path / "client.toml"
+    path.write_text(toml)
+    with pytest.raises(ValueError) as info:
+        client_from_toml(path)
+    assert str(info.value) == f"{path}: {words}" or str(info.value).startswith(f"{path}: {words}")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("toml, words", [
+    ('[federation]\nrounds = "ten"\n', "[federation] rounds must be an integer >= 1, got 'ten'"),
+    ('[train]\nlr = "fast"\n', "[train] lr must be a finite number"),
+    ('out = 3\n', "out must be a string, got '3'"),
+    ('[limits]\nmessages_per_s = -1\n', "[limits] "),
+    ('[broker]\npassword_file = "/nonexistent/coordinator.password"\n',
+     "[broker] password_file /nonexistent/coordinator.password cannot be read: No such file or directory"),
+])
+def test_a_coordinator_config_error_names_the_file_and_the_key(tmp_path, toml, words):
+    path = tmp_path / "coordinator.toml"
+    path.write_text(toml)
+    with pytest.raises(ValueError) as info:
+        coordinator_config_from_toml(path)
+    assert str(info.value).startswith(f"{path}: {words}"), str(info.value)
+
+
+def test_unwritable_folders_are_one_line_errors(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"--out .*a-file/report is not writable: Not a directory"):
+        writable_dir(blocker / "report", "--out")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        writable_dir(blocker, "state_dir")
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        writable_file(tmp_path, "--save")
+    made = writable_dir(tmp_path / "new" / "deeper", "--out")
+    assert made.is_dir() and list(made.iterdir()) == []  # the probe file is gone
+
+
+def test_a_simulation_with_an_unwritable_out_fails_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    started = time.monotonic()
+    proc = _edgefl("simulate", "--clients", "2", "--rounds", "3", "--out", str(blocker / "run"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(f"--out {blocker}/run is not writable: Not a directory")
+    assert "round 1" not in proc.stdout and time.monotonic() - started < 60  # no broker, no round
+
+
+def test_a_profile_with_an_unwritable_save_fails_before_measuring(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = _edgefl("profile", "--save", str(blocker / "p.toml"), "--seconds", "5")
+    assert proc.returncode == 2 and "--save" in proc.stderr and "gflops" not in proc.stdout
+
+
+def test_the_shipped_example_configs_fail_on_this_machine_with_the_missing_file_named():
+    for command, config, key in (("coordinator", "deploy/coordinator.toml", "[broker] password_file"),
+                                 ("client", "deploy/raspberrypi/client.toml", "[broker] password_file")):
+        proc = _edgefl(command, "--config", config)
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"edgefl {command}: error: {config}: {key}") and "Traceback" not in proc.stderr

@@ -17,6 +17,8 @@ An admin ``override`` pins devices to levels. :class:`LevelAssigner` keeps the
 fleet's records and applies the result to them; in dynamic mode a device that
 re-registers with a new profile (CPU load, thermal throttling, battery) is
 re-assigned for the next round, in static mode labels are frozen once training starts.
+A device that measures itself again (`ProfileUpdate`: idle, the figure moved) is placed
+again by its new figure in both modes (:meth:`LevelAssigner.reassess`).
 
 The assigned level is a device's *capacity*. With ``sample=random`` a device trains,
 each round, a level drawn uniformly from the levels up to its capacity (never a larger
@@ -31,6 +33,7 @@ participants as levels). ``sample=fixed`` (default) trains the capacity level.
 
 from __future__ import annotations
 
+import logging
 import math
 import zlib
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from coordinator.options import Option, Schema, boolean, choice, number
 
 __all__ = ["MODES", "ASSIGNMENT_KEYS", "ASSIGNMENT_OPTIONS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
 
+log = logging.getLogger(__name__)
 MODES = ("cluster", "quantile", "budget")
 SAMPLING = ("fixed", "random", "any", "every")
 
@@ -249,6 +253,20 @@ class LevelAssigner:
         for d, record in self.records.items():
             if d != device.device_id:
                 record.label = labels[d]
+        return labels[device.device_id]
+
+    def reassess(self, device: DeviceRecord) -> str:
+        """A registered device measured itself again (`ProfileUpdate`): its level from the new
+        figure. Before training starts, or in dynamic mode, every device is relabelled as by
+        :meth:`observe`; once static labels are frozen only this device moves (as a device that
+        joins late is placed by its capacity) and the others keep theirs."""
+        self.records[device.device_id] = device
+        labels = self._compute()
+        if not self.frozen or self.config.dynamic:
+            for d, record in self.records.items():
+                if d != device.device_id and record.label != labels[d]:
+                    log.info("device %s: level %s -> %s (the fleet's figures changed)", d, record.label, labels[d])
+                    record.label = labels[d]
         return labels[device.device_id]
 
     def draw_round(self, participants: Sequence[str], rnd: int, seed: int = 0) -> None:

@@ -3,7 +3,7 @@
 A device with valid credentials may still be hostile (docs/protocol.md, "Threat model"). Each
 device therefore has budgets the coordinator enforces on its own side — error replies per
 second, plan re-sends per round, bytes it may have in flight, how fast its claimed sample count
-may grow — so that what one device does costs the fleet a bounded, small amount.
+may grow, how often it may report a new measurement — so that what one device does costs the fleet a bounded, small amount.
 """
 
 from __future__ import annotations
@@ -40,21 +40,27 @@ class FleetLimits:
     #: and at least ``sample_growth_min`` samples (a re-registration cannot jump past that)
     sample_growth: float = 0.1
     sample_growth_min: int = 64
+    #: profile updates (a device's new measurement) taken from a device: one per
+    #: ``profile_update_interval_s`` on average, up to ``profile_update_burst`` at once (0 s: no limit)
+    profile_update_interval_s: float = 60.0
+    profile_update_burst: int = 2
 
     def __post_init__(self) -> None:
         for name in ("messages_per_s", "error_replies_per_s", "plan_resend_interval_s", "upload_allowance",
-                     "sample_growth"):
+                     "sample_growth", "profile_update_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"fleet limit {name} must be a finite number >= 0, got {value!r}")
         for name in ("message_burst", "error_reply_burst", "plan_resends_per_round", "idle_upload_bytes",
-                     "sample_growth_min"):
+                     "sample_growth_min", "profile_update_burst"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"fleet limit {name} must be an integer >= 0, got {value!r}")
 
         if self.messages_per_s <= 0 or self.message_burst < 1:
             raise ValueError("fleet limits messages_per_s must be > 0 and message_burst >= 1")
+        if self.profile_update_burst < 1:
+            raise ValueError("fleet limit profile_update_burst must be >= 1")
 
     def upload_budget(self, plan_bytes: int) -> int:
         """Bytes a participant sent a plan of ``plan_bytes`` may have in flight."""

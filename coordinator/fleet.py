@@ -7,7 +7,8 @@ aggregation. A device is known by the topic the broker let it publish on, never
 by a name inside a message, and what it may cost is bounded by its budgets
 (`coordinator.device_budgets.FleetLimits`): error replies per second (the rest
 are counted and named in the next reply), plan re-sends per round, bytes in
-flight, and how fast its sample count may grow.
+flight, how fast its sample count may grow, and how often it may report a new
+measurement of its compute (`ProfileUpdate`, which changes nothing but its GFLOPS).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from edge_sdk.link import MessageLink, Received, Rejected
-from edge_sdk.profiling import DeviceProfile
+from edge_sdk.profiling import DeviceProfile, MeasureQuality
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Plan, Register, Status, Update,
+    Ack, Envelope, Error, Plan, ProfileUpdate, Register, Status, Update,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
@@ -123,6 +124,13 @@ class Fleet:
         #: rounds collected so far (a device's sample count may grow per round: `FleetLimits`)
         self.rounds_collected = 0
         self.on_register = on_register
+        #: called when a registered device's new measurement (`ProfileUpdate`) has replaced its
+        #: profile's GFLOPS, between collections: the strategy may give it another label from the
+        #: next round on (None: `on_register` is called instead)
+        self.on_profile_update: Callable[[DeviceRecord], None] | None = None
+        self._profile_budget: dict[str, TokenBucket] = {}
+        #: profile updates that arrived during a collection, applied when it ends (latest per device)
+        self._pending_profiles: dict[str, DeviceProfile] = {}
         #: the device part this job's plans name: a device whose registration lists the methods it
         #: supports without this one is rejected (an SDK that lists none is taken at its word)
         self.method = method
@@ -307,6 +315,9 @@ class Fleet:
             self._plans.clear()
             self._plan_sent_over.clear()
             self.rounds_collected += 1
+            pending, self._pending_profiles = self._pending_profiles, {}
+            for device, profile in pending.items():
+                self._apply_profile(device, profile)
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -329,6 +340,8 @@ class Fleet:
             self._on_register(device, env)
         elif isinstance(env.body, Update):
             self._on_update(device, env, item.nbytes)
+        elif isinstance(env.body, ProfileUpdate):
+            self._on_profile_update(device, env)
         elif isinstance(env.body, Error):
             log.warning("device %s reports %s: %s", device, env.body.code, env.body.message)
             col = self._collecting
@@ -375,6 +388,61 @@ class Fleet:
         log.info("registered %s (%s, %.1f GFLOPS, %d samples) as %s", device, profile.name,
                  profile.gflops, record.num_samples, record.label)
         self._reply(device, Ack(f"registered as {record.label}"), reply_to=env.msg_id)
+
+    def _on_profile_update(self, device: str, env: Envelope) -> None:
+        """A registered device measured itself again: its profile's GFLOPS (and nothing else: not
+        its sample count) becomes the new figure — at once between rounds, at the end of the
+        collection during one — within `FleetLimits.profile_update_interval_s`; a measurement
+        the device itself judged busy is not taken."""
+        body: ProfileUpdate = env.body
+        record = self.devices.get(device)
+        if record is None:
+            self._reject(device, "unknown_device", "register before sending profile updates", env.msg_id)
+            return
+        if body.busy:
+            self._reject(device, "bad_profile", "a measurement its device judged busy is not taken", env.msg_id)
+            return
+        interval = self.limits.profile_update_interval_s
+        if interval > 0:
+            bucket = self._profile_budget.get(device)
+            if bucket is None:
+                bucket = self._profile_budget[device] = TokenBucket(1.0 / interval, self.limits.profile_update_burst)
+            if not bucket.take():
+                self._reject(device, "rate_limited", f"at most one profile update per {interval:g} s "
+                             f"(burst {self.limits.profile_update_burst})", env.msg_id)
+                return
+        try:
+            quality = MeasureQuality(
+                trials=body.trials, spread=body.spread, median_gflops=body.median_gflops or None,
+                load_avg=None if body.load_avg < 0 else body.load_avg,
+                others_cpu=None if body.others_cpu < 0 else body.others_cpu, cpu_mhz=body.cpu_mhz or None)
+            source = (f"profile_update: re-measured by the device while idle ({quality.summary()}); "
+                      f"registered with {record.profile.gflops:.3g} GFLOPS")
+            profile = replace(record.profile, gflops=body.gflops, measured=True, quality=quality,
+                              sources={**record.profile.sources, "gflops": source[:1000]})
+        except ValueError as exc:
+            self._reject(device, "bad_profile", str(exc), env.msg_id)
+            return
+        if self._collecting is not None:
+            self._pending_profiles[device] = profile
+            self._reply(device, Ack(f"profile update taken: {body.gflops:.3g} GFLOPS from the next round"),
+                        reply_to=env.msg_id)
+            return
+        self._reply(device, Ack(f"profile update taken: {body.gflops:.3g} GFLOPS"), reply_to=env.msg_id)
+        self._apply_profile(device, profile)
+
+    def _apply_profile(self, device: str, profile: DeviceProfile) -> None:
+        record = self.devices.get(device)
+        if record is None:
+            return
+        before, label = record.profile.gflops, record.label
+        record.profile = profile
+        hook = self.on_profile_update or self.on_register
+        if hook is not None:
+            hook(record)
+        log.info("device %s re-measured itself: %.3g -> %.3g GFLOPS (samples still %d); label %s", device,
+                 before, profile.gflops, record.num_samples,
+                 f"{label} -> {record.label} from the next round" if record.label != label else f"{label} (unchanged)")
 
     def _accept_samples(self, record: DeviceRecord, claimed: int) -> None:
         """A registered device's new sample count: lower at once, higher by at most the growth

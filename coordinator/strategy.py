@@ -229,6 +229,15 @@ class Strategy(ABC):
         """Fleet callback: assign a label to a newly registered device."""
         device.label = self.assign(device)
 
+    def on_profile_update(self, device: DeviceRecord) -> None:
+        """Fleet callback, between rounds: a registered device measured itself again and its
+        profile's GFLOPS changed; its label for the rounds to come (:meth:`reassign`)."""
+        device.label = self.reassign(device)
+
+    def reassign(self, device: DeviceRecord) -> str:
+        """The label of a registered device after a new measurement (default: :meth:`assign`)."""
+        return self.assign(device)
+
     def sample(self, online: list[str]) -> list[str]:
         """The devices of this round."""
         k = self.config.devices_per_round
@@ -240,6 +249,7 @@ class Strategy(ABC):
             on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
         """Run every remaining round; returns the filled report."""
         fleet.on_register = self.on_register
+        fleet.on_profile_update = self.on_profile_update
         for device in fleet.devices.values():
             self.on_register(device)
         start = self._resume(report)

@@ -21,11 +21,14 @@ from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
 from edge_sdk.preprocessing import Preprocessing
-from edge_sdk.profiling import DeviceProfile
+from edge_sdk.profiling import (
+    BUSY_OTHERS_MIN, BUSY_OTHERS_SHARE, REPORT_CHANGE, CpuWatch, DeviceProfile, changed_enough,
+    measure_flops_detail, with_measurement,
+)
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Model, Plan, Register, Status, Stop, Update, encode_envelope,
+    Ack, Envelope, Error, Model, Plan, ProfileUpdate, Register, RoundStart, Status, Stop, Update, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
@@ -38,6 +41,10 @@ __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_
 
 SDK_VERSION = "0.1.0"
 log = logging.getLogger(__name__)
+#: Before re-measuring, the device watches the machine this long: the rest of it must stay idle.
+IDLE_WATCH_S = 5.0
+#: A re-measurement that found the device busy (or a busy start-up figure) is tried again this soon.
+BUSY_RETRY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,11 @@ class ClientConfig:
     #: by one of them for this device and job, and not older than the installed one, are installed;
     #: with none, published models are installed unchecked (as before signing), with a warning
     trusted_keys: tuple[bytes, ...] = ()
+    #: measure the compute again this often (seconds; 0: never), between rounds and only when the
+    #: machine looks idle; a figure more than 25 % off the reported one is sent (`ProfileUpdate`)
+    remeasure_every_s: float = 0.0
+    #: seconds a (re-)measurement takes (`edge_sdk.profiling.measure_flops_detail`)
+    measure_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,19 @@ class DeviceClient:
         self.resent_updates: list[int] = []  # rounds whose update was sent again instead of retraining
         self._next_check = 0.0
         self._warned_unsigned = False  # said once that models are installed without checking who signed them
+        #: re-measuring (`ClientConfig.remeasure_every_s`): the figure the coordinator has, when the
+        #: next one is due, the watch on the machine's idleness before it, a round it awaits a plan of
+        self._reported_gflops = profile.gflops
+        busy_start = profile.quality is not None and profile.quality.busy
+        every = config.remeasure_every_s
+        self._remeasure_at = time.monotonic() + (min(every, BUSY_RETRY_S) if busy_start else every)
+        self._idle_watch: tuple[CpuWatch, float] | None = None
+        self._expect_plan_until = 0.0
+        self._profile_update_id: str | None = None
+        self.profile_updates: list[ProfileUpdate] = []  # the new measurements sent to the coordinator
+        #: how a re-measurement is taken: ``measure_flops_detail``'s result (tests substitute it)
+        self.measure_compute: Callable[[], dict] = lambda: measure_flops_detail(
+            seconds=config.measure_seconds, device=str(self.torch_device))
         #: the job's normalisation the last plan named, and the data converted to it (`_job_data`)
         self._job_preprocessing: Preprocessing | None = None
         self._job_data_cache: LocalData = data
@@ -145,6 +170,7 @@ class DeviceClient:
         if not isinstance(profile, DeviceProfile):
             raise ValueError(f"profile must be a DeviceProfile, got {type(profile).__name__}")
         self.profile = profile
+        self._reported_gflops = profile.gflops
         self._registered = False
         self._last_register = 0.0
 
@@ -223,6 +249,7 @@ class DeviceClient:
                 self._heartbeat()
             assert self.link is not None
             self._report_stalled_transfers()
+            self._maybe_remeasure()
             # a message wakes it at once; idle, it wakes once a second (a simulation's hundreds of
             # devices waking often take the interpreter from the one that trains: 0.77x -> ~0.9x)
             item = self.link.poll(1.0)
@@ -257,6 +284,13 @@ class DeviceClient:
                 self._last_register = 0.0
             if body.code == "unsupported_method":  # this job needs a method this SDK lacks: no use retrying
                 return f"the coordinator turned this device away: {body.message}"
+            if body.code == "kind" and env.reply_to is not None and env.reply_to == self._profile_update_id:
+                log.warning("%s: the coordinator does not take profile updates (an older edgefl): not "
+                            "re-measuring any more", self.config.device_id)
+                self._remeasure_at = float("inf")
+        elif isinstance(body, RoundStart):  # a plan follows for each participant: no re-measuring meanwhile
+            if self.config.device_id in body.participants:
+                self._expect_plan_until = time.monotonic() + min(body.deadline_s, 3600.0)
         elif isinstance(body, Model):
             self._on_model(env)
         elif isinstance(body, Stop):
@@ -380,6 +414,8 @@ class DeviceClient:
         A plan the device already trained (the coordinator re-sends it after a reconnect, when the
         update may have been lost with the connection) is answered with the same update again.
         """
+        self._expect_plan_until = 0.0
+        self._idle_watch = None  # idleness is watched afresh after the round
         last = self._last_update
         if last is not None and last[0] == env.round and last[1] == plan_digest(env.body):
             log.info("%s: round %d's plan again: re-sending its update", self.config.device_id, env.round)
@@ -436,6 +472,66 @@ class DeviceClient:
         decision = self.monitor.check()
         state = "idle" if decision.allowed else ("waiting" if self._pending else "paused")
         self._status(state, decision.reason, decision)
+
+    # -- re-measuring (ClientConfig.remeasure_every_s) ------------------------
+    def _maybe_remeasure(self) -> None:
+        """When a re-measurement is due, between rounds (no plan held or awaited), registered:
+        watch the machine for IDLE_WATCH_S; if the rest of it stayed idle, measure."""
+        now = time.monotonic()
+        if (self.config.remeasure_every_s <= 0 or now < self._remeasure_at or not self._registered
+                or self._pending is not None or now < self._expect_plan_until):
+            return
+        if self._idle_watch is None:
+            self._idle_watch = (CpuWatch(), now + IDLE_WATCH_S)
+            return
+        watch, until = self._idle_watch
+        if now < until:
+            return
+        self._idle_watch = None
+        others, cpus = watch.others(), len(watch.cpus)
+        if others is not None and others > max(BUSY_OTHERS_MIN, BUSY_OTHERS_SHARE * cpus):
+            self._remeasure_at = now + min(self.config.remeasure_every_s, BUSY_RETRY_S)
+            log.debug("%s: not re-measuring: other processes use %.2f of %d CPUs", self.config.device_id,
+                      others, cpus)
+            return
+        self._remeasure()
+
+    def _remeasure(self) -> None:
+        """Measure the compute; a figure from an idle device more than REPORT_CHANGE off the one the
+        coordinator has becomes this device's profile and is sent as a `ProfileUpdate`."""
+        every = self.config.remeasure_every_s
+        try:
+            detail = self.measure_compute()
+        except (RuntimeError, ValueError) as exc:
+            log.warning("%s: re-measuring failed: %s", self.config.device_id, exc)
+            self._remeasure_at = time.monotonic() + every
+            return
+        quality, gflops = detail["quality"], float(detail["conv_train_gflops"])
+        if quality.busy:
+            self._remeasure_at = time.monotonic() + min(every, BUSY_RETRY_S)
+            log.info("%s: re-measured %.1f GFLOPS, but the device looked busy (%s): not reported",
+                     self.config.device_id, gflops, quality.reason)
+            return
+        self._remeasure_at = time.monotonic() + every
+        if not changed_enough(self._reported_gflops, gflops):
+            log.info("%s: re-measured %.1f GFLOPS, within %.0f %% of the %.1f reported", self.config.device_id,
+                     gflops, REPORT_CHANGE * 100, self._reported_gflops)
+            return
+        before = self._reported_gflops
+        self.profile = with_measurement(self.profile, detail)  # a later registration carries it too
+        self._reported_gflops = self.profile.gflops
+        update = ProfileUpdate(
+            gflops=self.profile.gflops, trials=quality.trials, spread=quality.spread,
+            median_gflops=quality.median_gflops or 0.0,
+            load_avg=-1.0 if quality.load_avg is None else quality.load_avg,
+            others_cpu=-1.0 if quality.others_cpu is None else quality.others_cpu,
+            cpu_mhz=quality.cpu_mhz or 0.0)
+        env = Envelope.of(update, self.config.device_id)
+        self._profile_update_id = env.msg_id
+        self.profile_updates.append(update)
+        log.info("%s: re-measured while idle: %.1f GFLOPS (%.1f reported before): telling the coordinator",
+                 self.config.device_id, update.gflops, before)
+        self._send_envelope(env)
 
     # -- sending ----------------------------------------------------------
     def _register(self) -> None:

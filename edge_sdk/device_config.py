@@ -16,12 +16,14 @@ from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.signing import load_public_key
 
-__all__ = ["client_from_toml", "local_data_from_toml", "training_device", "trusted_keys"]
+__all__ = ["client_from_toml", "local_data_from_toml", "remeasure_settings", "training_device", "trusted_keys"]
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
              "schedule", "security"}
 _DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
-_DEVICE_KEYS = {"profile", "measure_seconds", "device"}
+_DEVICE_KEYS = {"profile", "measure_seconds", "device", "remeasure_every_s"}
+#: `[device] remeasure_every_s` when the profile is measured ("measure") and the key is absent
+DEFAULT_REMEASURE_S = 3600.0
 
 
 def local_data_from_toml(config: dict) -> LocalData:
@@ -62,6 +64,21 @@ def trusted_keys(config: dict) -> tuple[bytes, ...]:
     return tuple(load_public_key(p) for p in paths)
 
 
+def remeasure_settings(config: dict) -> tuple[float, float]:
+    """`[device] remeasure_every_s` and `measure_seconds`: how often a running client measures its
+    compute again (0: never; default DEFAULT_REMEASURE_S with `profile = "measure"`, else 0) and how
+    long a measurement takes."""
+    device = section(config, "device", _DEVICE_KEYS)
+    measured = device.get("profile", "measure") == "measure"
+    every = device.get("remeasure_every_s", DEFAULT_REMEASURE_S if measured else 0.0)
+    seconds = device.get("measure_seconds", 1.0)
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not (every == 0 or 60 <= every <= 7 * 86400):
+        raise ValueError(f"[device] remeasure_every_s must be 0 (never) or seconds in [60, 604800], got {every!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 600:
+        raise ValueError(f"[device] measure_seconds must be a number in (0, 600], got {seconds!r}")
+    return float(every), float(seconds)
+
+
 def _profile(config: dict, device_id: str) -> DeviceProfile:
     device = section(config, "device", _DEVICE_KEYS)
     choice = device.get("profile", "measure")
@@ -80,6 +97,7 @@ def client_from_toml(path: str | Path) -> DeviceClient:
     if "device_id" not in config:
         raise ValueError(f"{path}: device_id is required")
     device_id = str(config["device_id"])
+    remeasure_every_s, measure_seconds = remeasure_settings(config)
     client_config = ClientConfig(
         device_id=device_id,
         transport=transport_from_toml(config, client_id=device_id),
@@ -91,5 +109,7 @@ def client_from_toml(path: str | Path) -> DeviceClient:
         schedule=SchedulePolicy.from_dict(section(config, "schedule", set(SchedulePolicy.KEYS))),
         device=training_device(config),
         trusted_keys=trusted_keys(config),
+        remeasure_every_s=remeasure_every_s,
+        measure_seconds=measure_seconds,
     )
     return DeviceClient(client_config, local_data_from_toml(config), _profile(config, device_id))

@@ -20,6 +20,7 @@ from edge_sdk.protocol import (
     Envelope,
     Error,
     Plan,
+    ProfileUpdate,
     ProtocolError,
     Register,
     RoundStart,
@@ -48,6 +49,7 @@ SAMPLES = [
     Stop("job finished"),
     Chunk("ab" * 16, 1, 3, 2500, bytes(range(32)), b"\x00\xff" * 10),
     Model("0.5", 4, bytes(range(32)), b"\x08\x07onnx", (1, 28, 28)),
+    ProfileUpdate(12.5, 10, 1.08, 11.9, 0.31, 0.04, 1800.0),
 ]
 
 

@@ -49,6 +49,10 @@ class WidthStrategy(Strategy):
         assert self.assigner is not None, "a method with one width overrides assign"
         return self.assigner.observe(device)
 
+    def reassign(self, device: DeviceRecord) -> str:
+        """A device's width after a new measurement (:meth:`LevelAssigner.reassess`)."""
+        return self.assign(device) if self.assigner is None else self.assigner.reassess(device)
+
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         """The width ``device`` trains in round ``rnd``, recorded: its update must be of that width."""
         assert self.assigner is not None, "a method with one width overrides plan_label"

@@ -25,7 +25,7 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
+    "Model", "ProfileUpdate", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
 ]
 
 SCHEMA_VERSION = 1
@@ -65,6 +65,20 @@ def _int(body: dict, name: str, default: Any = _MISSING, lo: int = _INT64[0], hi
         raise _bad(f"field {name!r} must be an integer")
     if not lo <= v <= hi:
         raise _bad(f"field {name!r}={v} out of range [{lo}, {hi}]")
+    return v
+
+
+def _float(body: dict, name: str, default: Any = _MISSING, lo: float = -math.inf, hi: float = math.inf) -> float:
+    v = _get(body, name, default)
+    if type(v) not in (int, float) or not math.isfinite(v) or not lo <= v <= hi:
+        raise _bad(f"field {name!r} must be a finite number in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _bool(body: dict, name: str, default: Any = _MISSING) -> bool:
+    v = _get(body, name, default)
+    if type(v) is not bool:
+        raise _bad(f"field {name!r} must be a boolean")
     return v
 
 
@@ -360,7 +374,49 @@ class Model(Message):
                    signature)
 
 
-AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model]
+@dataclass(frozen=True)
+class ProfileUpdate(Message):
+    """Device -> coordinator: it measured its compute again (idle, between rounds) and the figure
+    moved; the coordinator sizes its model by it from the next round on. Not a registration: the
+    device's sample count and everything else it registered stay as they were."""
+
+    KIND: ClassVar[str] = "profile_update"
+    gflops: float  # the new figure, in (0, 1e6]
+    trials: int = 0  # timed trials it is the high quantile of (0: not said)
+    spread: float = 1.0  # fastest / slowest trial
+    median_gflops: float = 0.0  # 0: not said
+    load_avg: float = -1.0  # 1-minute load average before measuring; -1: unknown
+    others_cpu: float = -1.0  # CPUs' worth of time the rest of the machine used meanwhile; -1: unknown
+    cpu_mhz: float = 0.0  # 0: unknown
+    busy: bool = False  # the device judged the measurement busy (the coordinator does not take it)
+    reason: str = ""  # why it looked busy (<= 300 chars)
+
+    def __post_init__(self) -> None:  # checked (and numbers made floats) as a receiver would
+        for name, value in zip(self._FIELDS, self._values(self.to_body())):
+            object.__setattr__(self, name, value)
+
+    _FIELDS: ClassVar[tuple[str, ...]] = ("gflops", "trials", "spread", "median_gflops", "load_avg", "others_cpu",
+                                          "cpu_mhz", "busy", "reason")
+
+    @staticmethod
+    def _values(body: dict) -> tuple:
+        gflops = _float(body, "gflops", lo=0.0, hi=1e6)
+        if gflops <= 0:
+            raise _bad("field 'gflops' must be > 0")
+        return (gflops, _int(body, "trials", 0, lo=0, hi=100_000), _float(body, "spread", 1.0, lo=1.0, hi=1e6),
+                _float(body, "median_gflops", 0.0, lo=0.0, hi=1e6), _float(body, "load_avg", -1.0, lo=-1.0, hi=1e6),
+                _float(body, "others_cpu", -1.0, lo=-1.0, hi=4096.0), _float(body, "cpu_mhz", 0.0, lo=0.0, hi=1e6),
+                _bool(body, "busy", False), _str(body, "reason", "", max_len=300))
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {name: getattr(self, name) for name in self._FIELDS}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> ProfileUpdate:
+        return cls(*cls._values(body))
+
+
+AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate]
 MESSAGE_TYPES: dict[str, type[Message]] = {c.KIND: c for c in AnyMessage.__args__}  # type: ignore[attr-defined]
 
 

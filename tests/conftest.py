@@ -47,7 +47,11 @@ def _one_torch_thread() -> Iterator[None]:
     machine several training processes/threads with 2 threads each slow down tenfold."""
     import os
 
-    import torch
+    try:
+        import torch
+    except ImportError:  # the tests that need no torch, run under Python 3.10 by .ci/run
+        yield
+        return
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the subprocesses tests start
     previous = torch.get_num_threads()

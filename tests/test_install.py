@@ -207,3 +207,37 @@ def test_units_verify(tmp_path):
                         .replace("/opt/edgefl-coordinator/venv/bin/edgefl", "/bin/true"))
         proc = subprocess.run(["systemd-analyze", "verify", copy], capture_output=True, text=True)
         assert proc.returncode == 0 and unit.name not in proc.stderr, proc.stderr
+
+
+def _requirements(group: str | None = None) -> dict:
+    from packaging.requirements import Requirement
+
+    from edge_sdk.config import read_toml
+
+    project = read_toml(ROOT / "pyproject.toml")["project"]
+    listed = project["dependencies"] if group is None else project["optional-dependencies"][group]
+    return {req.name: req for req in map(Requirement, listed)}
+
+
+# (platform_machine, sys_platform) of the home servers edgefl names; NNI 3.0's only wheels are
+# manylinux1_x86_64, macosx_10_9_x86_64 and win_amd64 (no sdist)
+_MACHINES = {"x86-64 Linux": ("x86_64", "linux"), "Windows": ("AMD64", "win32"), "Intel Mac": ("x86_64", "darwin"),
+             "Raspberry Pi / ARM Linux": ("aarch64", "linux"), "Apple-silicon Mac": ("arm64", "darwin")}
+
+
+@pytest.mark.parametrize("where", sorted(_MACHINES))
+def test_nni_is_required_only_where_it_has_wheels(where):
+    machine, system = _MACHINES[where]
+    env = {"platform_machine": machine, "sys_platform": system, "python_version": "3.11"}
+    coordinator = _requirements("coordinator")
+    assert coordinator["nni"].marker.evaluate(env) is (machine in ("x86_64", "AMD64"))
+    # REFT's pruning backend where NNI is missing (coordinator/pruning.py) is required everywhere
+    assert coordinator["torch-pruning"].marker is None
+
+
+def test_python_310_is_supported_with_tomli_for_tomllib():
+    from edge_sdk.config import read_toml
+
+    assert read_toml(ROOT / "pyproject.toml")["project"]["requires-python"] == ">=3.10"
+    tomli = _requirements()["tomli"]
+    assert tomli.marker.evaluate({"python_version": "3.10"}) and not tomli.marker.evaluate({"python_version": "3.11"})

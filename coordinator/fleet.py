@@ -503,13 +503,13 @@ class Fleet:
         done = col.resent.get(device, 0)
         if done >= self.limits.plan_resends_per_round:
             if lost:
-                self._reject(device, "resend_budget", f"its plan was sent {done + 1} times in round {rnd}: "
+                self._reject(device, "resend_budget", f"its plan was sent {done + 1} times in round {rnd + 1}: "
                              "no more re-sends this round")
             return
         if time.monotonic() - col.resent_at.get(device, -1e9) < self.limits.plan_resend_interval_s:
             return
         why = "a message to it stalled" if device in col.lost else "it, or this coordinator, reconnected"
-        log.info("device %s: %s during round %d: sending its plan again", device, why, rnd)
+        log.info("device %s: %s during round %d: sending its plan again", device, why, rnd + 1)
         col.resent[device], col.resent_at[device] = done + 1, time.monotonic()
         col.lost.discard(device)
         try:
@@ -531,15 +531,15 @@ class Fleet:
             return
         col = self._collecting
         if col is None or env.round != col.round:
-            current = "none" if col is None else str(col.round)
-            self._reject(device, "wrong_round", f"update for round {env.round}; open round: {current}",
+            current = "none" if col is None else str(col.round + 1)
+            self._reject(device, "wrong_round", f"update for round {env.round + 1}; open round: {current}",
                          env.msg_id)
             return
         if device not in col.participants:
-            self._reject(device, "not_participant", f"not selected for round {env.round}", env.msg_id)
+            self._reject(device, "not_participant", f"not selected for round {env.round + 1}", env.msg_id)
             return
         if device in col.accepted:
-            self._reject(device, "duplicate", f"an update for round {env.round} was already accepted",
+            self._reject(device, "duplicate", f"an update for round {env.round + 1} was already accepted",
                          env.msg_id)
             return
         try:
@@ -548,7 +548,7 @@ class Fleet:
             self._reject(device, exc.code, exc.message, env.msg_id)
             return
         col.accepted[device] = ReceivedUpdate(device, env.round, env.body, nbytes)
-        self._reply(device, Ack(f"update for round {env.round} accepted"), rnd=env.round, reply_to=env.msg_id)
+        self._reply(device, Ack(f"update for round {env.round + 1} accepted"), rnd=env.round, reply_to=env.msg_id)
 
     def _count_up(self, device: str, nbytes: int) -> None:
         if device in self.devices:

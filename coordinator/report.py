@@ -21,7 +21,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RoundRecord:
     """One round's outcome. `seconds` is simulated wall-clock on the profiled devices;
-    `accuracy` is empty and `loss` None in a round that was not evaluated (`eval_every`)."""
+    `accuracy` is empty and `loss` None in a round that was not evaluated (`eval_every`).
+    ``round`` is the 0-based index the protocol uses; what a person reads (the console, logs,
+    report.json's and metrics.csv's ``round``, plots) counts from 1, and the files name the index
+    ``round_index``."""
 
     round: int
     accuracy: dict[str, float]
@@ -99,13 +102,14 @@ class RunReport:
             "status": self.status,
             "config": self.config,
             "devices": self.devices,
-            "rounds": self.rounds_as_dicts(),
+            "rounds": [{"round": r["round"] + 1, "round_index": r["round"],
+                        **{k: v for k, v in r.items() if k != "round"}} for r in self.rounds_as_dicts()],
             "models": self.models,
             "rejections": self.rejections,
             "rejection_count": self.rejection_count,
             "final": {
                 "accuracy": dict(last.accuracy) if last else {},
-                "evaluated_round": last.round if last else None,
+                "evaluated_round": last.round + 1 if last else None,
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),
                 "bytes_up_total": sum(r.bytes_up for r in self.rounds),
                 "seconds_total": sum(r.seconds for r in self.rounds),
@@ -129,10 +133,10 @@ class RunReport:
         labels = sorted({k for r in self.rounds for k in r.accuracy})
         with open(out / "metrics.csv", "w", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(["round", *[f"accuracy_{k}" for k in labels], "loss", "bytes_down",
+            writer.writerow(["round", "round_index", *[f"accuracy_{k}" for k in labels], "loss", "bytes_down",
                              "bytes_up", "seconds", "host_seconds", "participants"])
             for r in self.rounds:
-                writer.writerow([r.round, *[r.accuracy.get(k, "") for k in labels],
+                writer.writerow([r.round + 1, r.round, *[r.accuracy.get(k, "") for k in labels],
                                  "" if r.loss is None else r.loss, r.bytes_down,
                                  r.bytes_up, round(r.seconds, 3), round(r.host_seconds, 3), len(r.participants)])
         if plots and self.rounds:

@@ -362,7 +362,7 @@ class Strategy(ABC):
             metrics = self.aggregate_train(rnd, list(updates.values()))
         else:
             log.warning("round %d: %d of %d updates, below quorum %d; model unchanged",
-                        rnd, len(updates), len(participants), needed)
+                        rnd + 1, len(updates), len(participants), needed)
         accuracy: dict[str, float] = {}
         loss: float | None = None
         if self.evaluates(rnd):
@@ -448,7 +448,7 @@ class Strategy(ABC):
         self.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
                                             if k.startswith(_SERVER_OPT)})
         report.restore_rounds(checkpoint.rounds)
-        log.info("resumed after round %d", checkpoint.round)
+        log.info("resumed after round %d", checkpoint.round + 1)
         return checkpoint.round + 1
 
 

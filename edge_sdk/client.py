@@ -309,19 +309,19 @@ class DeviceClient:
                 and hashlib.sha256(model.data).digest() == claimed):
             # an intact copy of the installed model, e.g. the retained one the broker hands out on every connect
             self.published_model = model
-            self._send_reply(Ack(f"model for round {model.round} already installed"), env)
+            self._send_reply(Ack(f"model for round {model.round + 1} already installed"), env)
             return
         try:
             self._check_origin(model)
         except SignatureRejected as exc:
-            log.error("%s: published model of round %d refused: %s", self.config.device_id, model.round, exc)
+            log.error("%s: published model of round %d refused: %s", self.config.device_id, model.round + 1, exc)
             self._send_reply(Error("bad_model", f"refused: {exc}"[:1000]), env)
             return
         self.published_model = model
         if state_dir is None:
             log.info("%s: model for %s (round %d) kept in memory: no state_dir to save it in",
-                     self.config.device_id, model.label, model.round)
-            self._send_reply(Ack(f"model for round {model.round} kept in memory"), env)
+                     self.config.device_id, model.label, model.round + 1)
+            self._send_reply(Ack(f"model for round {model.round + 1} kept in memory"), env)
             return
         try:
             path = save_model(state_dir, model)
@@ -330,8 +330,8 @@ class DeviceClient:
             self._send_reply(Error("bad_model", str(exc)[:1000]), env)
             return
         log.info("%s: installed the %s model of round %d (%s) at %s", self.config.device_id, model.label,
-                 model.round, f"signed by key {model.key_id}" if self.config.trusted_keys else "unchecked", path)
-        self._send_reply(Ack(f"model for round {model.round} installed"), env)
+                 model.round + 1, f"signed by key {model.key_id}" if self.config.trusted_keys else "unchecked", path)
+        self._send_reply(Ack(f"model for round {model.round + 1} installed"), env)
 
     def _check_origin(self, model: Model) -> None:
         """Raise `SignatureRejected` unless a trusted key signed ``model`` for this device and job,
@@ -370,12 +370,12 @@ class DeviceClient:
             else:
                 update = self.run_compute(lambda: method(plan, data, ctx))
         except TrainingStopped:
-            log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd)
+            log.info("%s: round %d stopped: the device is shutting down", self.config.device_id, rnd + 1)
             return None
         except (KeyError, ValueError, RuntimeError, ArithmeticError) as exc:
-            log.error("%s: round %d failed: %s", self.config.device_id, rnd, exc)
+            log.error("%s: round %d failed: %s", self.config.device_id, rnd + 1, exc)
             self._send(Error("train_failed", str(exc)[:1000]), rnd)
-            self._status("idle", f"round {rnd} failed: {exc}"[:200])
+            self._status("idle", f"round {rnd + 1} failed: {exc}"[:200])
             return None
         if deferred:
             assert self.throttle is not None
@@ -418,7 +418,7 @@ class DeviceClient:
         self._idle_watch = None  # idleness is watched afresh after the round
         last = self._last_update
         if last is not None and last[0] == env.round and last[1] == plan_digest(env.body):
-            log.info("%s: round %d's plan again: re-sending its update", self.config.device_id, env.round)
+            log.info("%s: round %d's plan again: re-sending its update", self.config.device_id, env.round + 1)
             self.resent_updates.append(env.round)
             self._send(last[2], env.round)
             return
@@ -461,7 +461,7 @@ class DeviceClient:
 
     def _decline(self, env: Envelope, reason: str, decision: Decision | None = None) -> None:
         """Tell the coordinator this device will not train that plan (`not_training`)."""
-        log.info("%s: not training round %d: %s", self.config.device_id, env.round, reason)
+        log.info("%s: not training round %d: %s", self.config.device_id, env.round + 1, reason)
         self.declined.append(env.round)
         self._send_envelope(Envelope.of(Error("not_training", reason[:1000]), self.config.device_id,
                                         round=env.round, reply_to=env.msg_id))

@@ -1,8 +1,8 @@
 """Where a device keeps the inference model the coordinator published for it.
 
 ``<state_dir>/model.onnx`` holds the ONNX bytes, ``<state_dir>/model.json`` what they
-are (label, round, sha256, input shape; when signed, issue time and key id). Both are
-replaced atomically (write to a temporary file, then rename), so `edgefl predict` never
+are (label, round counted from 1 and the protocol's 0-based ``round_index``, sha256, input shape;
+when signed, issue time and key id). Both are replaced atomically (write to a temporary file, then rename), so `edgefl predict` never
 reads half a model. The bytes are checked against their SHA-256 before anything is written
 (who signed them is the client's check: edge_sdk/signing.py).
 """
@@ -53,7 +53,7 @@ def save_model(state_dir: str | Path, model: Model) -> Path:
     folder = Path(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / MODEL_FILENAME
-    info = {"label": model.label, "round": model.round, "format": model.format,
+    info = {"label": model.label, "round": model.round + 1, "round_index": model.round, "format": model.format,
             "sha256": bytes(model.sha256).hex(), "input_shape": list(model.input_shape), "bytes": len(data),
             "issued_ms": model.issued_ms, "key_id": model.key_id}
     _atomic_write(path, data)

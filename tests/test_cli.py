@@ -66,7 +66,7 @@ def test_real_fleet_from_toml_configs(tmp_path, broker):
         assert "round 1: trained fedavg global" in c_out and "round 2: trained fedavg global" in c_out, c_out
     assert "round 2/2: accuracy global" in out and "done after 2 rounds" in out, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert [r["round"] for r in report["rounds"]] == [0, 1]
+    assert [(r["round"], r["round_index"]) for r in report["rounds"]] == [(1, 0), (2, 1)]
     assert report["final"]["accuracy"]["global"] >= 0.85
     assert sorted(d["id"] for d in report["devices"]) == ["pi0", "pi1"]
     assert (tmp_path / "checkpoint" / "checkpoint.msgpack").exists()

@@ -49,6 +49,6 @@ def test_report_schema_and_byte_accounting(fedavg_run):
         assert r["seconds"] > 0
     assert data["final"]["bytes_up_total"] == sum(r["bytes_up"] for r in data["rounds"])
     rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert [int(r["round"]) for r in rows] == [0, 1, 2]
+    assert [(int(r["round"]), int(r["round_index"])) for r in rows] == [(1, 0), (2, 1), (3, 2)]
     assert (out / "accuracy.png").stat().st_size > 1000 and (out / "bytes.png").stat().st_size > 1000
     assert data["rejections"] == []

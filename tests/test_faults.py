@@ -426,7 +426,7 @@ def test_coordinator_killed_and_restarted(broker, mnist, shards, tmp_path, clean
     run_coordinator(coordinator_config_from_toml(config))  # what `edgefl coordinator` runs, in-process
 
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert [r["round"] for r in report["rounds"]] == list(range(rounds))
+    assert [r["round"] for r in report["rounds"]] == list(range(1, rounds + 1))
     assert report["rounds"][:1] == checkpoint.rounds  # not redone, not lost
     assert all(r["participants"] == ["d0", "d1"] and r["aggregated"] for r in report["rounds"])
     starts = [e.round for t, e in sniffer.seen if isinstance(e.body, RoundStart)]

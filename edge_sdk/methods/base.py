@@ -74,7 +74,7 @@ class DeviceContext:
 
     def _check_stop(self, step: int) -> None:
         if self.stop is not None and self.stop.is_set():
-            raise TrainingStopped(f"stopped after step {step} of round {self.round}")
+            raise TrainingStopped(f"stopped after step {step} of round {self.round + 1}")
 
 
 class DeviceMethod(Protocol):

@@ -75,6 +75,7 @@ def _profile_transport(args: argparse.Namespace):  # -> MqttTransport | None
 
 
 def _profile(args: argparse.Namespace) -> int:
+    from edge_sdk.paths import writable_file
     from edge_sdk.profiling import measure_device, save_profile
 
     if args.config is not None and args.name == "this-device":
@@ -84,6 +85,8 @@ def _profile(args: argparse.Namespace) -> int:
         from edge_sdk.config import read_toml
         from edge_sdk.device_config import training_device
         args.device = training_device(read_toml(args.config)) if args.config is not None else "auto"
+    if args.save:
+        writable_file(args.save, "--save")  # before measuring, not after
     transport = _profile_transport(args)
     try:
         profile = measure_device(name=args.name, seconds=args.seconds, transport=transport,

@@ -8,10 +8,11 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.config import link_from_toml, read_toml, section, transport_from_toml
+from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
+from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.signing import load_public_key
@@ -34,14 +35,18 @@ def local_data_from_toml(config: dict) -> LocalData:
     `dataset = "mnist-sample", partition = "shards:2", shard = 3, shards = 10`.
     """
     data = section(config, "data", _DATA_KEYS)
-    dataset = load_dataset(data.get("dataset", "mnist-sample"), root=data.get("root"))
+    root = setting(data, "root", str, None, "[data]")
+    if root is not None and not Path(root).expanduser().is_dir():
+        raise ValueError(f"[data] root {root} is not a folder")
+    dataset = load_dataset(setting(data, "dataset", str, "mnist-sample", "[data]"), root=root)
     x, y = dataset.x_train, dataset.y_train
     if "shard" in data:
-        shards = int(data.get("shards", 1))
-        index = int(data["shard"])
+        shards = setting(data, "shards", int, 1, "[data]")
+        index = setting(data, "shard", int, 0, "[data]")
         if not 0 <= index < shards:
             raise ValueError(f"[data] shard must be in 0..{shards - 1}, got {index}")
-        parts = partition(y, shards, data.get("partition", "iid"), seed=int(config.get("seed", 0)))
+        parts = partition(y, shards, setting(data, "partition", str, "iid", "[data]"),
+                          seed=setting(config, "seed", int, 0))
         x, y = x[parts[index]], y[parts[index]]
     own = dataset.preprocessing if dataset.mean else None
     return LocalData(np.ascontiguousarray(x), np.ascontiguousarray(y), dataset.num_classes, own)
@@ -89,23 +94,34 @@ def _profile(config: dict, device_id: str) -> DeviceProfile:
 
 
 def client_from_toml(path: str | Path) -> DeviceClient:
-    """A ready-to-run device client from a TOML config file."""
+    """A ready-to-run device client from a TOML config file; every error in it is one line that
+    names the file and the key."""
     config = read_toml(path)
+    try:
+        return _client_from(config, path)
+    except (ValueError, TypeError, OSError) as exc:
+        raise in_file(path, exc) from None
+
+
+def _client_from(config: dict, path: str | Path) -> DeviceClient:
     unknown = set(config) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     if "device_id" not in config:
         raise ValueError(f"{path}: device_id is required")
-    device_id = str(config["device_id"])
+    device_id = setting(config, "device_id", str)
+    state_dir = setting(config, "state_dir", str)
+    if state_dir is not None:
+        writable_dir(state_dir, "state_dir")
     remeasure_every_s, measure_seconds = remeasure_settings(config)
     client_config = ClientConfig(
         device_id=device_id,
         transport=transport_from_toml(config, client_id=device_id),
-        job=str(config.get("job", "default")),
+        job=setting(config, "job", str, "default"),
         link=link_from_toml(config),
-        state_dir=config.get("state_dir"),
-        heartbeat_s=float(config.get("heartbeat_s", 30.0)),
-        seed=int(config.get("seed", 0)),
+        state_dir=state_dir,
+        heartbeat_s=setting(config, "heartbeat_s", float, 30.0),
+        seed=setting(config, "seed", int, 0),
         schedule=SchedulePolicy.from_dict(section(config, "schedule", set(SchedulePolicy.KEYS))),
         device=training_device(config),
         trusted_keys=trusted_keys(config),

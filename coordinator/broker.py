@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import logging
 import os
 import signal
@@ -24,16 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BrokerConfig", "BrokerError", "EmbeddedBroker", "free_port", "find_mosquitto"]
+__all__ = ["BrokerConfig", "BrokerError", "PortTaken", "EmbeddedBroker", "free_port", "find_mosquitto"]
 
+log = logging.getLogger(__name__)
 _HOST = "127.0.0.1"
 _START_TIMEOUT = 10.0
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+#: fresh free ports tried when the one chosen is taken before the broker binds it
+_PORT_ATTEMPTS = 5
 _AUTH_KEYS = ("allow_anonymous", "password_file", "plugin", "auth_plugin", "acl_file")
 
 
-class BrokerError(RuntimeError):
+class BrokerError(OSError):
     """The embedded broker could not be started or configured."""
+
+
+class PortTaken(BrokerError):
+    """The broker's port was taken by another program (between choosing it and binding it)."""
+
 
 
 @dataclass(frozen=True)
@@ -181,19 +190,30 @@ class EmbeddedBroker:
         with self._lock:
             if self.running:
                 return
-            if self._port is None:
-                self._port = free_port()
-            if self._kind == "amqtt":
-                self._start_amqtt()
-                return
-            if self._tmp is None:
-                self._tmp = Path(tempfile.mkdtemp(prefix="edgefl-broker-"))
-            try:
-                self._start_mosquitto()
-            except BaseException:
-                shutil.rmtree(self._tmp, ignore_errors=True)
-                self._tmp = None
-                raise
+            chosen = self._port is None  # our own free port: another program may take it first
+            for attempt in range(_PORT_ATTEMPTS if chosen else 1):
+                if chosen:
+                    self._port = free_port()
+                try:
+                    self._start_once()
+                    return
+                except PortTaken as exc:
+                    if not chosen or attempt + 1 == _PORT_ATTEMPTS:
+                        raise
+                    log.info("%s; starting the broker on another free port", str(exc).splitlines()[0])
+
+    def _start_once(self) -> None:
+        if self._kind == "amqtt":
+            self._start_amqtt()
+            return
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="edgefl-broker-"))
+        try:
+            self._start_mosquitto()
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+            raise
 
     def stop(self) -> None:
         """Stop the broker and remove its temporary directory (idempotent)."""
@@ -267,7 +287,7 @@ class EmbeddedBroker:
     def _start_mosquitto(self) -> None:
         assert self._tmp is not None and self._mosquitto is not None
         if _port_accepts(self.port):
-            raise BrokerError(f"port {self.port} on {_HOST} is already in use")
+            raise PortTaken(f"port {self.port} on {_HOST} is already in use")
         conf = self._tmp / "mosquitto.conf"
         conf.write_text(self._mosquitto_conf())
         console = open(self._tmp / "console.log", "ab")  # noqa: SIM115 - closed below
@@ -285,7 +305,9 @@ class EmbeddedBroker:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._proc = None
-                raise BrokerError(f"mosquitto exited with code {code} on start:\n{self.log_text()}")
+                text = self.log_text()
+                error = PortTaken if "Address already in use" in text else BrokerError
+                raise error(f"mosquitto exited with code {code} on start:\n{text}")
             if _port_accepts(self.port):
                 return
             time.sleep(0.02)
@@ -338,7 +360,7 @@ class EmbeddedBroker:
 
     def _start_amqtt(self) -> None:
         if _port_accepts(self.port):
-            raise BrokerError(f"port {self.port} on {_HOST} is already in use")
+            raise PortTaken(f"port {self.port} on {_HOST} is already in use")
         self._amqtt_error = None
         ready = threading.Event()
         self._thread = threading.Thread(
@@ -347,7 +369,9 @@ class EmbeddedBroker:
         if not ready.wait(_START_TIMEOUT) or self._amqtt_error is not None:
             err = self._amqtt_error
             self._stop_process()
-            raise BrokerError(f"amqtt broker failed to start on port {self.port}: {err!r}\n{self.log_text()}")
+            taken = (isinstance(err, OSError) and err.errno == errno.EADDRINUSE) or "address already in use" in str(err).lower()
+            raise (PortTaken if taken else BrokerError)(
+                f"amqtt broker failed to start on port {self.port}: {err!r}\n{self.log_text()}")
         deadline = time.monotonic() + _START_TIMEOUT
         while not _port_accepts(self.port):
             if time.monotonic() > deadline:

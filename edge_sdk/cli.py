@@ -231,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line: a multi-line one (e.g. a broker's log) keeps its first line
+    and its last non-empty one."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else type(exc).__name__
+    return f"{lines[0].rstrip(':')}: ... {lines[-1]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -240,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.command} is not available here; pip install 'edgefl[coordinator]'")
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, ValueError, ConnectionError, TimeoutError) as exc:
-        print(f"edgefl {args.command}: error: {exc}", file=sys.stderr)
+    except (OSError, ValueError) as exc:  # files, connections, the embedded broker (BrokerError), bad input
+        print(f"edgefl {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # whatever cleanup the command does ran on the way out
         print(f"edgefl {args.command}: interrupted", file=sys.stderr)

@@ -99,6 +99,43 @@ def test_port_in_use_is_reported(kind: str) -> None:
             EmbeddedBroker(BrokerConfig(prefer=kind, port=port)).start()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("listening", [True, False])
+def test_a_free_port_taken_before_the_broker_binds_it_is_replaced(kind: str, listening: bool, monkeypatch) -> None:
+    """The race of issue 36: the port `free_port` chose is taken by another program before the
+    broker binds it (listening: seen before starting; only bound: the broker's bind fails)."""
+    import coordinator.broker as broker_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        if listening:
+            taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(broker_module, "free_port", lambda: next(ports, None) or free_port())
+        broker = EmbeddedBroker(BrokerConfig(prefer=kind))
+        try:
+            broker.start()
+            assert broker.port != taken.getsockname()[1] and _accepts(broker.port)
+        finally:
+            broker.stop()
+
+
+def test_a_broker_failure_is_one_line_at_the_command_line(tmp_path) -> None:
+    """No command ends in a traceback for a failure it can name: a broker error keeps its first
+    line and the log's last; a broker nobody listens on is one line too."""
+    from edge_sdk.cli import one_line
+
+    error = BrokerError("mosquitto exited with code 1 on start:\n1: Opening ipv4 listen socket\n"
+                        "1: Error: Address already in use\n")
+    assert one_line(error) == "mosquitto exited with code 1 on start: ... 1: Error: Address already in use"
+    closed = free_port()
+    proc = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "simulate", "--clients", "1", "--rounds", "1",
+                           "--out", str(tmp_path), "--broker", f"mqtt://127.0.0.1:{closed}"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(closed) in proc.stderr
+
+
 @pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
 def test_bad_mosquitto_config_error_contains_log() -> None:
     b = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=("no_such_option 1",)))

@@ -4,11 +4,15 @@
 # x86 coordinator over loopback and trains federated rounds on real digits.
 #
 #   sudo deploy/raspberrypi/aarch64_check.sh [--cpu cortex-a72] [--torch SPEC] [--rounds N] [--work DIR]
+#   sudo deploy/raspberrypi/aarch64_check.sh --coordinator [--cpu cortex-a72] [--torch SPEC] [--work DIR]
 #
 # --cpu cortex-a72 is the Raspberry Pi 4's core (ARMv8.0, no LSE atomics): torch builds that
 # need newer instructions die here with SIGILL exactly as on a Pi 4. Needs a Debian host
 # (apt-get, dpkg-deb), qemu-user-static, mosquitto, network access to Debian and PyPI, and
 # root once to enable the arm64 architecture in apt. Slow: see BENCHMARKS.md for timings.
+# --coordinator checks an ARM home server instead: edgefl[coordinator] resolved for aarch64 (by
+# uv, which evaluates its markers for aarch64: no NNI), REFT's pruning with torch-pruning and the
+# ONNX export of every pruned level checked by onnxruntime, then a whole REFT job, all under qemu.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,6 +22,7 @@ CPU=cortex-a72
 TORCH_SPEC="torch==2.9.1"  # PyPI's last aarch64 CPU-only wheel that runs on ARMv8.0
 ROUNDS=2
 HOST_PYTHON=${EDGEFL_PYTHON:-python3}
+MODE=device
 
 die() { echo "aarch64_check: error: $*" >&2; exit 1; }
 say() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -28,7 +33,8 @@ while [ $# -gt 0 ]; do
         --torch) TORCH_SPEC=${2:?}; shift ;;
         --rounds) ROUNDS=${2:?}; shift ;;
         --work) WORK=${2:?}; shift ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        --coordinator) MODE=coordinator ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) die "unknown option $1" ;;
     esac
     shift
@@ -36,10 +42,18 @@ done
 
 QEMU=$(command -v qemu-aarch64-static) || die "apt install qemu-user-static"
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
-[ -x "$MOSQUITTO" ] || die "apt install mosquitto"
+[ "$MODE" = coordinator ] || [ -x "$MOSQUITTO" ] || die "apt install mosquitto"
 command -v dpkg-deb >/dev/null || die "needs a Debian host (dpkg-deb, apt-get)"
 mkdir -p "$WORK"/{debs,wheels,run}
 START=$(date +%s)
+
+# A wheel of this checkout (from a copy; a folder named src trips setuptools >= 80).
+build_wheel() {
+    rm -rf "$WORK/edgefl-src" "$WORK/dist"
+    mkdir -p "$WORK/edgefl-src"
+    cp -r "$REPO_DIR"/{pyproject.toml,README.md,edge_sdk,coordinator,profiles} "$WORK/edgefl-src/"
+    "$HOST_PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/edgefl-src"
+}
 
 # 1. An arm64 Python 3.11 root from Debian's packages (no binfmt, no chroot needed).
 PY_DEBS=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libc6 libexpat1 zlib1g libssl3
@@ -61,6 +75,76 @@ PY=("$QEMU" -cpu "$CPU" -L "$ROOT" "$ROOT/usr/bin/python3.11")
 "${PY[@]}" -c 'import platform, ssl; assert platform.machine() == "aarch64"' \
     || die "the arm64 Python does not run under qemu"
 
+# An ARM home server: the coordinator extra as `pip install edgefl[coordinator]` gets it on aarch64,
+# then REFT's pruning, the ONNX export of each pruned level and a whole REFT job, under qemu.
+coordinator_check() {
+    local site=$WORK/coordinator-${TORCH_SPEC//[^A-Za-z0-9.]/_} uv run=$WORK/run/reft
+    if [ ! -d "$site/torch_pruning" ]; then
+        uv=$(command -v uv || true)
+        if [ -z "$uv" ]; then
+            [ -x "$WORK/uv/bin/uv" ] || { "$HOST_PYTHON" -m venv "$WORK/uv" && "$WORK/uv/bin/python" -m pip install -q uv; }
+            uv=$WORK/uv/bin/uv
+        fi
+        build_wheel
+        say "installing edgefl[coordinator] and $TORCH_SPEC for aarch64 (markers evaluated for aarch64)"
+        "$uv" pip install -q --target "$site" --python-platform aarch64-manylinux_2_28 --python-version 3.11 \
+            --no-build "$TORCH_SPEC" "edgefl[coordinator] @ file://$(ls "$WORK"/dist/edgefl-*.whl)"
+    fi
+    [ ! -d "$site/nni" ] || die "NNI was installed for aarch64: its marker is wrong"
+    say "installed for aarch64: $(du -sm "$site" | cut -f1) MB, $(find "$site" -maxdepth 1 -name '*.dist-info' | wc -l) packages, no NNI"
+    say "arm64 Python ($CPU): REFT's pruning levels and their ONNX export"
+    PYTHONPATH=$site "${PY[@]}" - <<'EOF'
+import importlib.util, os, platform, tempfile, time
+t0 = time.time()
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from coordinator.export import export_onnx
+from coordinator.pruning import available_backends, prune_spec, resolve_backend
+from edge_sdk.models.spec import build_model
+from edge_sdk.models.zoo import cnn4
+from edge_sdk.tensors import load_numpy_state, state_to_numpy
+print(f"{platform.machine()}, torch {torch.__version__}, NNI installed: {importlib.util.find_spec('nni') is not None}, "
+      f"pruning backends: {available_backends()} (imports {time.time() - t0:.0f} s)")
+assert platform.machine() == "aarch64" and resolve_backend("auto") == "torch-pruning"
+images = load_digits().images[:, None].astype(np.float32)
+x = (images[:64] - images.mean()) / images.std()
+spec = cnn4(image_size=8)  # REFT's default model, for the 8x8 digits
+torch.manual_seed(0)
+weights = state_to_numpy(build_model(spec), copy=True)
+with tempfile.TemporaryDirectory() as tmp:
+    for level in (0.4, 0.8, 0.9):
+        t = time.time()
+        pruned = prune_spec(spec, weights, level)  # backend "auto", REFT's default
+        t_prune, t = time.time() - t, time.time()
+        model = build_model(pruned.spec)
+        load_numpy_state(model, pruned.tensors)
+        path = os.path.join(tmp, f"p{level}.onnx")
+        diff = export_onnx(model, path, x)  # onnxruntime vs torch on 64 digits
+        print(f"p{level}: {pruned.backend}, {pruned.params:,} of 130,890 params, {pruned.flops:,} FLOPs, pruned in "
+              f"{t_prune:.1f} s; ONNX {os.path.getsize(path):,} bytes in {time.time() - t:.1f} s, onnxruntime vs "
+              f"torch max |diff| {diff:.1e}")
+        assert pruned.backend == "torch-pruning" and diff < 1e-4
+EOF
+    say "arm64 Python ($CPU): a REFT job (edgefl simulate, embedded broker, 4 devices, 1 round)"
+    rm -rf "$run"
+    PYTHONPATH=$site "${PY[@]}" -m edge_sdk.cli simulate --method reft --clients 4 --rounds 1 --dataset digits \
+        --local-epochs 5 --option f_lambda=20 --seed 0 --out "$run" | tail -2
+    "$HOST_PYTHON" - "$run/report.json" "$(( $(date +%s) - START ))" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))
+backend = report["config"]["method_config"]["pruning_backend"]
+models = {k: v["params"] for k, v in report["models"].items() if k != "global"}
+assert backend == "torch-pruning" and report["rounds"][0]["participants"], report["config"]["method_config"]
+print(f"OK: REFT on aarch64 pruned with {backend} to {models} params and distilled the global model: "
+      f"accuracy {report['final']['accuracy']['global']:.3f}; whole check {sys.argv[2]} s")
+EOF
+}
+if [ "$MODE" = coordinator ]; then
+    coordinator_check
+    exit 0
+fi
+
 # 2. The edge SDK from aarch64 wheels: torch (CPU build, no CUDA), numpy, paho-mqtt, msgpack,
 #    cryptography (with cffi and pycparser).
 SITE=$WORK/site-${TORCH_SPEC//[^A-Za-z0-9.]/_}
@@ -69,10 +153,7 @@ PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp
           --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64)
 if [ ! -d "$SITE/torch" ] || [ ! -d "$SITE/cryptography" ]; then
     say "installing $TORCH_SPEC and the SDK's dependencies from aarch64 wheels"
-    rm -rf "$WORK/src" "$WORK/dist"
-    mkdir -p "$WORK/src"
-    cp -r "$REPO_DIR"/{pyproject.toml,README.md,edge_sdk,coordinator,profiles} "$WORK/src/"
-    "$HOST_PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src"
+    build_wheel
     # torch's own requirements minus the CUDA ones (which PyPI's aarch64 torch >= 2.11 adds)
     PIP_CONSTRAINT="" "$HOST_PYTHON" -m pip install -q "${PLATFORM[@]}" --target "$SITE" --no-deps \
         "$TORCH_SPEC" "numpy>=1.24" "paho-mqtt>=2.1,<3" "msgpack>=1.0" "cryptography>=42" cffi pycparser \

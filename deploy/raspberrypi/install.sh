@@ -46,7 +46,7 @@ usage: install.sh [options]              install or upgrade, enable and start ed
   --system-site-packages  let the venv see system packages (Jetson: NVIDIA's torch)
   --memory-max SIZE     systemd MemoryMax= for the service (e.g. 800M)
   --no-start            enable the service but do not start it now
-  --python PATH         interpreter for the venv (default python3, needs >= 3.11)
+  --python PATH         interpreter for the venv (default python3, needs >= 3.10)
   --root DIR            install into a staging tree; users and systemctl are only printed
   --force               install on an unknown architecture / overwrite config from --bundle
 Environment: EDGEFL_PIP_OPTS (extra pip options), EDGEFL_ROOT, EDGEFL_PYTHON.
@@ -104,10 +104,10 @@ check_platform() {
     esac
     local version
     version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) \
-        || die "cannot run $PYTHON; install Python 3.11 or newer"
+        || die "cannot run $PYTHON; install Python 3.10 or newer"
     case $version in
-        3.1[1-9]|3.[2-9][0-9]) say "Python $version" ;;
-        *) die "Python $version is too old: edgefl needs 3.11+ (Raspberry Pi OS Bookworm has 3.11)" ;;
+        3.1[0-9]|3.[2-9][0-9]) say "Python $version" ;;
+        *) die "Python $version is too old: edgefl needs 3.10+ (Raspberry Pi OS Bookworm has 3.11, JetPack 6 3.10)" ;;
     esac
     "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null \
         || die "$PYTHON cannot create virtual environments: apt install python3-venv"

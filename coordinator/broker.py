@@ -295,6 +295,9 @@ class EmbeddedBroker:
             self._proc = subprocess.Popen(
                 [self._mosquitto, "-c", str(conf)],
                 stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                # not in the terminal's process group: Ctrl-C must not kill the broker under the devices
+                # and the coordinator before they disconnect (the job stops it itself, in order)
+                start_new_session=True,
                 # the kernel signals on the death of the *thread* that started it: only the main one
                 preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )

@@ -103,22 +103,15 @@ class Display:
         data = report.to_dict()
         final = data["final"]
         self.console.print(
-            f"[green]done[/green] after {len(report.rounds)} rounds: accuracy "
+            f"[green]done[/green] after {plural(len(report.rounds), 'round')}: accuracy "
             f"{_accuracies(final['accuracy'], self.describe)}; {size(final['bytes_down_total'])} down, "
             f"{size(final['bytes_up_total'])} up, {final['seconds_total']:.0f} s on the devices; "
             f"report in {out}/report.json", soft_wrap=True)
 
 
-def _flag_options(args: argparse.Namespace) -> dict[str, str]:
-    """`--option` pairs plus the dedicated method flags (fdnnc: --pattern, --upload, --big-fraction)."""
-    options = option_pairs(args.option)
-    for key, value in (("pattern", args.pattern), ("upload", args.upload), ("big_fraction", args.big_fraction)):
-        if value is None:
-            continue
-        if key in options and options[key] != str(value):
-            raise ValueError(f"--{key.replace('_', '-')} {value} contradicts --option {key}={options[key]}")
-        options[key] = str(value)
-    return options
+def plural(count: int, noun: str) -> str:
+    """``1 round``, ``3 rounds``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -141,15 +134,15 @@ def _simulate(args: argparse.Namespace) -> int:
                           weight_decay=args.weight_decay, augment=args.augment),
         lr_decay=args.lr_decay, eval_samples=args.eval_samples,
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
-        options=_flag_options(args), publish_every=args.publish_every,
+        options=option_pairs(args.option), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
         checkpoint_dir=args.checkpoint_dir,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
-    display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {config.clients} devices, "
-                          f"{config.rounds} rounds, {config.dataset} ({config.partition})")
+    display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
+                          f"{plural(config.rounds, 'round')}, {config.dataset} ({config.partition})")
     try:
         with display.console.status("starting the broker and the devices...") as display.status:
             report = run_simulation(config, on_round=display.round, on_progress=display.progress)
@@ -236,10 +229,6 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); --option help lists the method's with their "
                         "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")
-    p.add_argument("--pattern", choices=["both", "bfirst", "switch"], help="fdnnc: training pattern")
-    p.add_argument("--upload", choices=["full", "half"], help="fdnnc: small devices upload both factors or half")
-    p.add_argument("--big-fraction", type=float, metavar="F",
-                   help="fdnnc: the most capable round(F*N) devices are big (else FLOPS/RAM thresholds)")
     p.set_defaults(func=_simulate)
 
 
@@ -249,7 +238,7 @@ def _coordinator(args: argparse.Namespace) -> int:
 
     config = coordinator_config_from_toml(args.config)
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
-    display.console.print(f"coordinator for job {config.job!r} ({config.method}, {config.federation.rounds} rounds) "
+    display.console.print(f"coordinator for job {config.job!r} ({config.method}, {plural(config.federation.rounds, 'round')}) "
                           f"on {config.transport.url}", soft_wrap=True)
     try:
         with display.console.status("connecting to the broker...") as display.status:
@@ -257,11 +246,11 @@ def _coordinator(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         resume = ("run the same command again to resume from the checkpoint" if config.federation.checkpoint_dir
                   else "set [federation] checkpoint_dir to be able to resume a job")
-        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} rounds in this run; {resume}",
+        display.console.print(f"[yellow]interrupted[/yellow] after {plural(display.done, 'round')} in this run; {resume}",
                               soft_wrap=True)
         return EXIT_INTERRUPTED
     if report is None:
-        display.console.print(f"job {config.job!r} already finished its {config.federation.rounds} rounds "
+        display.console.print(f"job {config.job!r} already finished its {plural(config.federation.rounds, 'round')} "
                               f"(checkpoint in {config.federation.checkpoint_dir}); its report is in "
                               f"{config.out}/report.json. Use a new job name or checkpoint_dir for a new job.",
                               soft_wrap=True)

@@ -27,8 +27,9 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
-                and action.option_strings:
+        default = action.default
+        hidden = default is None or default is False or default is argparse.SUPPRESS or default in ((), [], "")
+        if not hidden and "%(default)" not in text and action.option_strings:
             text += " (default: %(default)s)"
         return text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from coordinator.cli import _flag_options
+from coordinator.options import option_pairs
 from coordinator.simulate import SimulationConfig, run_simulation
 from edge_sdk.cli import build_parser, main
 from edge_sdk.training import TrainConfig
@@ -51,22 +51,19 @@ def test_switch_runs_both_stages_and_half_upload_halves_the_factors(switch_half)
     assert max(small_bytes) * 5 < min(big_bytes)
 
 
-def test_dedicated_flags_map_to_options_like_option_pairs():
+def test_fdnnc_settings_have_one_road_the_option_pairs():
     parser = build_parser()
-    flags = parser.parse_args(["simulate", "--method", "fdnnc", "--pattern", "bfirst", "--upload", "full",
-                               "--big-fraction", "0.2"])
     pairs = parser.parse_args(["simulate", "--method", "fdnnc", "--option", "pattern=bfirst",
                                "--option", "upload=full", "--option", "big_fraction=0.2"])
-    assert _flag_options(flags) == _flag_options(pairs) == {"pattern": "bfirst", "upload": "full",
-                                                             "big_fraction": "0.2"}
-    clash = parser.parse_args(["simulate", "--pattern", "both", "--option", "pattern=switch"])
-    with pytest.raises(ValueError, match="contradicts"):
-        _flag_options(clash)
+    assert option_pairs(pairs.option) == {"pattern": "bfirst", "upload": "full", "big_fraction": "0.2"}
+    with pytest.raises(SystemExit):  # the dedicated flags are gone: one way to say it
+        parser.parse_args(["simulate", "--method", "fdnnc", "--pattern", "bfirst"])
 
 
 def test_edgefl_simulate_fdnnc_command(tmp_path, broker, capsys):
     out = tmp_path / "run"
-    code = main(["simulate", "--method", "fdnnc", "--pattern", "bfirst", "--upload", "full", "--big-fraction", "0.5",
+    code = main(["simulate", "--method", "fdnnc", "--option", "pattern=bfirst", "--option", "upload=full",
+                 "--option", "big_fraction=0.5",
                  "--clients", "2", "--rounds", "2", "--model", "mlp", "--throttle", "off", "--broker", broker.url,
                  "--out", str(out), "--local-epochs", "1", "--lr", "0.02", "--option", "rank=16",
                  "--option", "hidden=128,64"])

@@ -74,7 +74,7 @@ FDNNC_OPTIONS = Schema(
 
 @dataclass(frozen=True)
 class FdnncOptions:
-    """FDNNC settings (``--option key=value``; ``--pattern/--upload/--big-fraction`` too)."""
+    """FDNNC settings (``--option key=value``)."""
 
     pattern: str = "both"
     upload: str = "half"

@@ -115,6 +115,12 @@ class DeviceActor:
         return self.host.stop(wait_s) if self.host is not None else []
 
 
+def _token_notice(record: logging.LogRecord) -> bool:
+    """Drop Ray's notice that a local cluster uses token authentication (what edgefl wants: it is
+    said once in the docs, not on every run); its warning that authentication is *off* stays."""
+    return not record.getMessage().startswith("Token authentication is enabled")
+
+
 class RayDevices:
     """The simulated devices of a job on Ray actors; `start` places them, `stop` ends them."""
 
@@ -134,6 +140,7 @@ class RayDevices:
         ray = _ray()
         config = self.config
         if not ray.is_initialized():
+            logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_token_notice)
             try:
                 ray.init(address=config.ray_address, include_dashboard=False, logging_level=logging.WARNING,
                          log_to_driver=log.isEnabledFor(logging.INFO), configure_logging=True)

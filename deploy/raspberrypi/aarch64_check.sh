@@ -71,6 +71,14 @@ if [ ! -x "$ROOT/usr/bin/python3.11" ]; then
     (cd "$WORK/debs" && apt-get download -qq "${PY_DEBS[@]/%/:arm64}" 2>/dev/null)
     for deb in "$WORK"/debs/*.deb; do dpkg-deb -x "$deb" "$ROOT"; done
 fi
+# qemu-user shows the arm64 process this x86 host's /proc/cpuinfo unless the root has one (-L is
+# searched first): onnxruntime >= 1.28 segfaults on import reading the x86 one. An ARM one, as a Pi's:
+case $CPU in cortex-a53) PART=0xd03 ;; cortex-a76) PART=0xd0b ;; *) PART=0xd08 ;; esac
+mkdir -p "$ROOT/proc"
+for ((i = 0; i < $(nproc); i++)); do
+    printf 'processor\t: %d\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm crc32 cpuid\nCPU implementer\t: 0x41\n' "$i"
+    printf 'CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: %s\nCPU revision\t: 3\n\n' "$PART"
+done > "$ROOT/proc/cpuinfo"
 PY=("$QEMU" -cpu "$CPU" -L "$ROOT" "$ROOT/usr/bin/python3.11")
 "${PY[@]}" -c 'import platform, ssl; assert platform.machine() == "aarch64"' \
     || die "the arm64 Python does not run under qemu"

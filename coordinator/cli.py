@@ -141,6 +141,10 @@ def _simulate(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
+    own_lr = strategy_class(config.method).own_lr(config.options)
+    if own_lr is not None and args.lr != args.default_lr:
+        display.console.print(f"[yellow]warning[/yellow]: --lr {args.lr:g} is not used: {config.method} trains with "
+                              f"{escape(own_lr)}", soft_wrap=True)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
                           f"{plural(config.rounds, 'round')}, {config.dataset} ({config.partition})")
     try:
@@ -229,7 +233,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); --option help lists the method's with their "
                         "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")
-    p.set_defaults(func=_simulate)
+    p.set_defaults(func=_simulate, default_lr=p.get_default("lr"))
 
 
 def _coordinator(args: argparse.Namespace) -> int:

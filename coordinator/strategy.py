@@ -151,6 +151,12 @@ class Strategy(ABC):
         return cls.option_schema.parse(cls.name, options)
 
     @classmethod
+    def own_lr(cls, options: Mapping[str, str]) -> str | None:
+        """With these ``--option`` settings, the learning rate the method's devices train with
+        instead of the run's ``--lr``/``[train] lr`` (said to the user), or None when they use it."""
+        return None
+
+    @classmethod
     def options_help(cls) -> str:
         """The table of options, defaults and help that ``--option help`` prints."""
         return cls.option_schema.help_text(cls.name, f"docs/methods/{cls.doc_page or cls.name}.md")

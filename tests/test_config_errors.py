@@ -92,3 +92,17 @@ def test_the_shipped_example_configs_fail_on_this_machine_with_the_missing_file_
         assert proc.returncode == 2, proc.stderr
         line = proc.stderr.strip().splitlines()[-1]
         assert line.startswith(f"edgefl {command}: error: {config}: {key}") and "Traceback" not in proc.stderr
+
+
+def test_an_lr_a_method_does_not_use_is_said(tmp_path):
+    """`--lr` with a method that trains with its own learning rate is not silently ignored."""
+    from coordinator.strategies import strategy_class
+
+    assert strategy_class("fedavg").own_lr({}) is None and strategy_class("flanc").own_lr({}) is None
+    assert "local_lr=0.01" in strategy_class("reft").own_lr({"local_lr": "0.01"})
+    assert strategy_class("fedpara").own_lr({"optimizer": "sgd"}) is None  # SGD trains with the run's --lr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # the job stops right after the warning, before any work
+    for method, said in (("reft", True), ("fedavg", False)):
+        proc = _edgefl("simulate", "--method", method, "--lr", "0.2", "--out", str(blocker / "x"))
+        assert ("--lr 0.2 is not used: reft trains with its own local_lr=0.003" in proc.stdout) == said, proc.stdout

@@ -104,6 +104,14 @@ class FedPara(WidthStrategy):
             self._build(options.gamma)
 
     @classmethod
+    def own_lr(cls, options: Mapping[str, str]) -> str | None:
+        parsed = cls.parse_options(options)
+        if parsed.lr is None:
+            return None
+        return (f"its own lr={parsed.lr:g} with {parsed.optimizer} (--option lr=..., or --option optimizer=sgd "
+                "to train with --lr)")
+
+    @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> FedParaOptions:
         return FedParaOptions.from_options(options, cls.name, cls.option_schema)
 

@@ -178,6 +178,10 @@ class Reft(Strategy):
         self._device_models: dict[str, tuple[_Sent, dict[str, np.ndarray]]] = {}
 
     @classmethod
+    def own_lr(cls, options: Mapping[str, str]) -> str | None:
+        return f"its own local_lr={cls.parse_options(options).local_lr:g} (--option local_lr=...)"
+
+    @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> ReftOptions:
         server = sorted(set(options) & set(SERVER_OPT_KEYS))
         if server:

@@ -94,6 +94,10 @@ class StaticPrune(FedAvg):
             self.fix_level(round_to_level(options.ratio, options.levels))
 
     @classmethod
+    def own_lr(cls, options: Mapping[str, str]) -> str | None:
+        return f"its own local_lr={cls.parse_options(options).local_lr:g} (--option local_lr=...)"
+
+    @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> StaticPruneOptions:
         return StaticPruneOptions.from_options(options)
 

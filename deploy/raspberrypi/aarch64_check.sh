@@ -47,7 +47,7 @@ command -v dpkg-deb >/dev/null || die "needs a Debian host (dpkg-deb, apt-get)"
 mkdir -p "$WORK"/{debs,wheels,run}
 START=$(date +%s)
 
-# A wheel of this checkout (from a copy; a folder named src trips setuptools >= 80).
+# A wheel of this checkout, built from a copy (the work tree stays clean).
 build_wheel() {
     rm -rf "$WORK/edgefl-src" "$WORK/dist"
     mkdir -p "$WORK/edgefl-src"

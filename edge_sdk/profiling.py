@@ -371,21 +371,25 @@ def _time_once(fn: Callable[[], None], device: torch.device) -> float:
 
 
 def _pick_size(make: Callable[[int], Callable[[], None]], flops: Callable[[int], float], sizes: tuple[int, ...],
-               target: float, cap: float, device: torch.device) -> tuple[int, Callable[[], None], float]:
+               target: float, cap: float, device: torch.device,
+               limit_s: float = math.inf) -> tuple[int, Callable[[], None], float]:
     """Warm up and grow the workload; returns ``(size, fn, seconds per run)``.
 
-    Grows until a run (the faster of two after a warm-up) takes ``target`` seconds *and* gains
-    less than 25 % throughput over the size before, or takes ``cap`` seconds. (The old rule, the
-    first size that takes ``target``, picked a tiny conv batch on a busy multi-threaded CPU, where
-    a run is all waiting for descheduled threads: 0.6 GFLOPS where batch 256 made 20.)
+    A run's time is the median of three after a warm-up run. Grows until a run takes ``target``
+    seconds *and* gains less than 25 % throughput over the size before, or takes ``cap`` seconds,
+    or the timed runs (not the warm-ups) have taken ``limit_s`` together. (The old rule, the first size whose faster of two runs
+    took ``target``, picked a tiny conv batch on a busy multi-threaded CPU, where a run is mostly
+    threads waiting for a descheduled one: 0.6 GFLOPS where batch 256 made 20.)
     """
-    prev_rate = None
+    spent, prev_rate = 0.0, None
     for size in sizes:
         fn = make(size)
-        _time_once(fn, device)  # warm-up: allocations, per-shape kernel selection / JIT
-        seconds = max(min(_time_once(fn, device), _time_once(fn, device)), 1e-9)
+        _time_once(fn, device)  # warm-up: allocations, per-shape kernel selection / JIT (not counted)
+        runs = [_time_once(fn, device) for _ in range(3)]
+        spent += sum(runs)
+        seconds = max(statistics.median(runs), 1e-9)
         rate = flops(size) / seconds
-        if size == sizes[-1] or seconds >= cap or (
+        if size == sizes[-1] or seconds >= cap or spent >= limit_s or (
                 seconds >= target and prev_rate is not None and rate < 1.25 * prev_rate):
             return size, fn, seconds
         prev_rate = rate
@@ -394,11 +398,14 @@ def _pick_size(make: Callable[[int], Callable[[], None]], flops: Callable[[int],
 
 def _trials(fn: Callable[[], None], flops: float, budget: float, trials: int, run_s: float,
             device: torch.device) -> list[float]:
-    """GFLOPS of each of up to ``trials`` timed trials (at least 3, a run each) filling ``budget``."""
+    """GFLOPS of each of up to ``trials`` timed trials filling ``budget`` seconds: at least 3
+    trials of a run each; no new trial starts once ``budget`` has passed (a busy machine's runs
+    take longer than the size pick's: the measurement still ends near its budget)."""
     count = max(3, min(trials, int(budget / max(run_s, 1e-9))))
     per = budget / count
-    out = []
-    for _ in range(count):
+    out: list[float] = []
+    begin = time.perf_counter()
+    while len(out) < count and (len(out) < 3 or time.perf_counter() - begin < budget):
         runs, start = 0, time.perf_counter()
         while True:
             fn()
@@ -421,11 +428,15 @@ def measure_flops_detail(seconds: float = 1.0, dtype: torch.dtype = torch.float3
     ``3 * 2*Cout*Cin*k*k*Hout*Wout*batch`` for the conv layer (forward, grad-input and
     grad-weight each cost one forward). After a warm-up the sizes grow (matmul 256..512, conv
     batch 4..256) until one run is long enough to time and a larger one no longer pays off
-    (:func:`_pick_size`); then ``trials`` short trials of the conv (half as many of the matmul)
+    (:func:`_pick_size`); then up to ``trials`` short trials of the conv (half as many of the matmul)
     fill ``seconds`` (3/4 of it the conv's), and each figure is their :data:`QUANTILE`
     throughput quantile. Meanwhile the 1-minute load average, the CPU time the rest of the
     machine used and, afterwards, the CPU clock are noted, and :func:`judge_measurement` says
-    whether the device looked busy. The whole takes about ``seconds`` plus the warm-up.
+    whether the device looked busy. On a busy CPU with several threads (``threads`` not given)
+    the conv is measured once more on one thread (half the budget), and the larger figure is
+    kept: several threads waiting for a descheduled one can make a CPU that others use look tens
+    of times slower than it is, while one thread is slowed only by its share. The whole takes
+    about ``seconds`` plus the warm-up (half as much again when busy with several threads).
     """
     if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and 0 < seconds <= 600):
         raise ValueError(f"seconds must be in (0, 600], got {seconds!r}")
@@ -471,19 +482,34 @@ def measure_flops_detail(seconds: float = 1.0, dtype: torch.dtype = torch.float3
         def conv_flops(batch: int) -> float:
             return 3.0 * 2 * chans * chans * k * k * hw * hw * batch
 
-        n, mm, mm_s = _pick_size(make_matmul, mm_flops, (256, 384, 512), target, max(target, mm_budget / 3), dev)
+        n, mm, mm_s = _pick_size(make_matmul, mm_flops, (256, 384, 512), target, max(target, mm_budget / 3), dev,
+                                 limit_s=mm_budget)
         mm_trials = _trials(mm, mm_flops(n), mm_budget, max(3, trials // 2), mm_s, dev)
         del mm
         batch, conv, conv_s = _pick_size(make_conv, conv_flops, (4, 8, 16, 32, 64, 128, 256), target,
-                                         max(target, conv_budget / 4), dev)
+                                         max(target, conv_budget / 4), dev, limit_s=conv_budget / 2)
         conv_trials = _trials(conv, conv_flops(batch), conv_budget, trials, conv_s, dev)
         used_threads = torch.get_num_threads()
+        note = ""
+        busy, _ = judge_measurement(conv_trials, len(watch.cpus), watch.others(), load_avg, on_cpu=dev.type == "cpu")
+        if busy and threads is None and dev.type == "cpu" and used_threads > 1:
+            # threads that wait for a descheduled one make a busy CPU look tens of times slower than
+            # it is; one thread is slowed only by its share: the device does at least that much
+            torch.set_num_threads(1)
+            batch1, conv1, conv1_s = _pick_size(make_conv, conv_flops, (4, 8, 16, 32, 64, 128, 256), target,
+                                                max(target, conv_budget / 4), dev, limit_s=conv_budget / 4)
+            one = _trials(conv1, conv_flops(batch1), conv_budget / 2, trials, conv1_s, dev)
+            if high_quantile(one) > high_quantile(conv_trials):
+                note = (f"; {used_threads} threads made {high_quantile(conv_trials):.3g} GFLOPS, one thread "
+                        f"{high_quantile(one):.3g}: the figure is one thread's")
+                conv_trials, batch, used_threads = one, batch1, 1
     finally:
         torch.set_num_threads(prev_threads)
     others = watch.others()
     cpu_mhz, max_mhz = read_cpu_mhz(watch.cpus[0] if watch.cpus else 0)
     busy, reason = judge_measurement(conv_trials, len(watch.cpus), others, load_avg, cpu_mhz, max_mhz,
                                      on_cpu=dev.type == "cpu")
+    reason += note if busy else ""
     quality = MeasureQuality(
         trials=len(conv_trials), spread=min(1e6, max(conv_trials) / min(conv_trials)),
         median_gflops=min(1e6, statistics.median(conv_trials)),

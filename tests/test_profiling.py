@@ -437,3 +437,28 @@ def test_profile_command_warns_when_busy(monkeypatch, capsys) -> None:
     monkeypatch.setattr(profiling, "measure_device", lambda **kw: _profile(measured=True))
     assert cli.main(["profile", "--device", "cpu"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_busy_multithreaded_measurement_falls_back_to_one_thread(monkeypatch) -> None:
+    """Two threads made 0.5 GFLOPS on a busy CPU, one thread 30: the figure is one thread's, and
+    the reason says so; asked for two threads explicitly, it stays at two."""
+    import torch
+
+    monkeypatch.setattr(profiling, "_trials", lambda fn, flops, budget, trials, run_s, device: (
+        [30.0, 29.0, 31.0] if torch.get_num_threads() == 1 else [0.5, 0.45, 0.55]))
+    monkeypatch.setattr(profiling.CpuWatch, "others", lambda self: 1.6)
+    monkeypatch.setattr(profiling, "_usable_cpus", lambda: [0, 1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        d = measure_flops_detail(seconds=0.05)
+        assert d["conv_train_gflops"] == pytest.approx(high_quantile([30.0, 29.0, 31.0])) and d["threads"] == 1
+        assert d["quality"].busy and "2 threads made 0.54 GFLOPS, one thread 30.8" in d["quality"].reason
+        assert torch.get_num_threads() == 2  # restored
+        d = measure_flops_detail(seconds=0.05, threads=2)
+        assert d["conv_train_gflops"] == pytest.approx(high_quantile([0.5, 0.45, 0.55])) and d["threads"] == 2
+        monkeypatch.setattr(profiling.CpuWatch, "others", lambda self: 0.0)  # idle: no second measurement
+        d = measure_flops_detail(seconds=0.05)
+        assert d["threads"] == 2 and not d["quality"].busy
+    finally:
+        torch.set_num_threads(before)

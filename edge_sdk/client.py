@@ -147,6 +147,10 @@ class DeviceClient:
         busy_start = profile.quality is not None and profile.quality.busy
         every = config.remeasure_every_s
         self._remeasure_at = time.monotonic() + (min(every, BUSY_RETRY_S) if busy_start else every)
+        if busy_start:
+            log.warning("%s: measured %.1f GFLOPS while busy (%s): %s", config.device_id, profile.gflops,
+                        profile.quality.reason, f"measuring again when idle, in {min(every, BUSY_RETRY_S):.0f} s "
+                        "or later" if every > 0 else "the figure stays ([device] remeasure_every_s = 0)")
         self._idle_watch: tuple[CpuWatch, float] | None = None
         self._expect_plan_until = 0.0
         self._profile_update_id: str | None = None

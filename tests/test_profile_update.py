@@ -325,7 +325,7 @@ def test_a_client_stops_remeasuring_when_an_old_coordinator_does_not_know_the_ki
     assert pi._remeasure_at == float("inf")
 
 
-def test_a_busy_start_up_figure_is_measured_again_sooner() -> None:
+def test_a_busy_start_up_figure_is_measured_again_sooner(caplog) -> None:
     data = _digits()
     busy = load_profile("raspberry-pi-3b")
     from dataclasses import replace
@@ -334,3 +334,5 @@ def test_a_busy_start_up_figure_is_measured_again_sooner() -> None:
     soon = DeviceClient(ClientConfig(device_id="pi", remeasure_every_s=3600.0), local, busy)
     late = DeviceClient(ClientConfig(device_id="pi", remeasure_every_s=3600.0), local, load_profile("raspberry-pi-3b"))
     assert soon._remeasure_at < late._remeasure_at - 3000
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "while busy (x): measuring again when idle, in 300 s" in warned[0]

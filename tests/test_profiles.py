@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from edge_sdk.config import tomllib  # tomllib, or tomli on Python 3.10
 from edge_sdk.profiling import available_profiles, load_profile, profile_to_toml
 from profiles import PROFILE_DIR
 

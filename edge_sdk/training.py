@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterator, Mapping
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
-           "on_device", "proximal_term"]
+           "on_device", "proximal_term", "torch_threads", "default_threads"]
 
 _OPTIMIZERS = ("sgd", "adam")
 #: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
@@ -47,14 +48,18 @@ class TrainConfig:
     """Local training hyper-parameters (validated; may come from untrusted plans).
 
     ``max_steps`` caps optimizer steps over all epochs; ``threads`` sets torch's
-    (process-global) intra-op thread count for the duration of :func:`train_local`.
-    ``momentum`` is ignored by Adam (default betas).
+    (process-global) intra-op thread count for the duration of :func:`train_local` (None: the
+    device's own, a client's ``[schedule] threads``). ``momentum`` is ignored by Adam (default betas).
+
+    SGD's defaults, lr 0.05 with momentum 0.5, learned steadily on IID and on 3-class non-IID
+    devices over seeds; momentum 0.9 (a step 10× the lr once built up) made a device's loss
+    explode now and then and its update drag the average to chance (BENCHMARKS.md, issue 36).
     """
 
     epochs: int = 1
     batch_size: int = 32
     lr: float = 0.05
-    momentum: float = 0.9
+    momentum: float = 0.5
     weight_decay: float = 0.0
     max_steps: int | None = None
     optimizer: str = "sgd"
@@ -110,8 +115,24 @@ class TrainResult:
     seconds: float
 
 
+def default_threads() -> int:
+    """The torch threads a device trains with unless told otherwise (a client TOML without
+    ``[schedule] threads``, ``edgefl simulate`` without ``--threads``): half of the CPUs this
+    process may run on, at least 1. On 2 cores, 2 threads were the fastest on an idle machine but
+    ran 2-11× slower than 1 thread once other processes kept one or both cores busy (OpenMP threads
+    spin, waiting for a descheduled sibling); 1 thread did not slow down while the other core was
+    busy and shared fairly when both were (BENCHMARKS.md, issue 36)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
+
+
 @contextlib.contextmanager
-def _threads(n: int | None) -> Iterator[None]:
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's (process-wide) intra-op thread count is ``n`` for the block (None: left as it is),
+    then restored."""
     if n is None:
         yield
         return
@@ -215,7 +236,7 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
     start = time.perf_counter()
     model.train()
     try:
-        with (on_device(model, device) as dev, _threads(config.threads),
+        with (on_device(model, device) as dev, torch_threads(config.threads),
               torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])):
             xt, yt = xt.to(dev), yt.to(dev)  # a device's shard is small: copied once, not per batch
             proximal = proximal_term(params, config.prox_mu) if config.prox_mu > 0 else None

@@ -154,7 +154,7 @@ def test_fdnnc_steps_its_composed_dense_model_once_per_round(tmp_path, broker) -
                               broker_url=broker.url, job="server-opt-fdnnc", plots=False,
                               checkpoint_dir=str(tmp_path / "ckpt"),
                               options={"server_opt": "fedavgm", "pattern": "both", "big_fraction": "0.5"},
-                              train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+                              train=TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9))  # > 0.3 in 2 rounds
     report = run_simulation(config)
     assert all(r.aggregated for r in report.rounds)
     assert report.rounds[-1].accuracy["big"] > 0.3 and report.rounds[-1].accuracy["small"] > 0.3

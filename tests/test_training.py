@@ -47,8 +47,8 @@ def test_train_config_round_trip_and_validation() -> None:
 @pytest.mark.parametrize("family", ["cnn4", "mlp"])
 def test_train_digits_to_high_accuracy(digits, family: str) -> None:
     xtr, ytr, xte, yte = digits
-    if family == "cnn4":   # default widths; ~98 % over seeds 0-2 in ~4 s
-        spec, cfg = cnn4(image_size=8), TrainConfig(epochs=10, batch_size=16, lr=0.02)
+    if family == "cnn4":   # default widths and SGD settings (lr 0.05, momentum 0.5): 96-98 % over seeds 0-2, ~5 s
+        spec, cfg = cnn4(image_size=8), TrainConfig(epochs=10, batch_size=16)
     else:                  # ~97 % in < 1 s
         spec = mlp(64, 10, hidden=(64,), input_shape=(1, 8, 8))
         cfg = TrainConfig(epochs=10, batch_size=16, lr=0.05)

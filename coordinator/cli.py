@@ -9,7 +9,7 @@ from typing import Any, Callable
 from coordinator.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.link import LinkConfig
-from edge_sdk.training import AUGMENTATIONS, TrainConfig
+from edge_sdk.training import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["simulate_command", "coordinator_command"]
 
@@ -42,6 +42,13 @@ def _finite_float(zero_ok: bool) -> Callable[[str], float]:
 
 _positive_float = _finite_float(zero_ok=False)
 _non_negative_float = _finite_float(zero_ok=True)
+
+
+def _momentum(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 0.999:
+        raise argparse.ArgumentTypeError(f"must be in [0, 0.999], got {text}")
+    return value
 
 
 def _lr_decay(text: str) -> tuple[tuple[int, float], ...]:
@@ -131,14 +138,14 @@ def _simulate(args: argparse.Namespace) -> int:
         profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
         throttle=args.throttle,
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
-                          weight_decay=args.weight_decay, augment=args.augment),
+                          momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment),
         lr_decay=args.lr_decay, eval_samples=args.eval_samples,
         link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=option_pairs(args.option), publish_every=args.publish_every,
         devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
-        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_dir=args.checkpoint_dir, threads=args.threads or default_threads(),
     )
     display = Display(config.rounds, strategy_class(config.method).describe_label)
     own_lr = strategy_class(config.method).own_lr(config.options)
@@ -193,6 +200,13 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
                    help="where simulated devices train and the coordinator evaluates: cpu, cuda, cuda:N or auto; "
                         "the devices' profiled speed is still what the report's seconds count")
+    p.add_argument("--threads", type=_at_least(1), metavar="N",
+                   help=f"torch threads of the simulated devices' training (one device at a time) and of the "
+                        f"evaluation (default: half of this machine's CPUs, here {default_threads()}). All the "
+                        f"cores are fastest on an idle machine, but were 1.7-4x slower than half of them while "
+                        f"other programs kept the cores busy; with OMP_WAIT_POLICY=PASSIVE in the environment "
+                        f"all of them stayed fast (BENCHMARKS.md). A seeded job repeats itself with the same "
+                        f"--threads only")
     p.add_argument("--backend", default="local", choices=["local", "ray"],
                    help="local: every simulated device in this process; ray: spread over Ray actors "
                         "(pip install 'edgefl[ray]'), each a process hosting many devices")
@@ -219,6 +233,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local-epochs", type=_at_least(1), default=2, help="local epochs per round")
     p.add_argument("--batch-size", type=_at_least(1), default=32, help="local batch size")
     p.add_argument("--lr", type=_positive_float, default=0.05, help="local SGD learning rate")
+    p.add_argument("--momentum", type=_momentum, default=TrainConfig.momentum,
+                   help="local SGD momentum (a fresh buffer every round)")
     p.add_argument("--lr-decay", type=_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
     p.add_argument("--weight-decay", type=_non_negative_float, default=0.0, help="local SGD weight decay (L2)")

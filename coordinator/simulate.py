@@ -26,7 +26,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.throttle import MODES
-from edge_sdk.training import TrainConfig
+from edge_sdk.training import TrainConfig, default_threads, torch_threads
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.broker import EmbeddedBroker
@@ -87,12 +87,18 @@ class SimulationConfig:
     ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
     ray_actors_per_worker: int = 2  # actor processes per worker: any free worker trains the next device
     checkpoint_dir: str | None = None  # save the job's state after every round; the same job resumes there
+    #: torch threads of this process while the job runs: the local backend's device training and the
+    #: coordinator's evaluation (Ray actors take ray_cpus_per_worker); None: leave torch's setting.
+    #: Default: half of this machine's CPUs (`edge_sdk.training.default_threads`)
+    threads: int | None = field(default_factory=default_threads)
 
     def __post_init__(self) -> None:
         for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.threads is not None and (type(self.threads) is not int or not 1 <= self.threads <= 1024):
+            raise ValueError(f"threads must be an integer in 1..1024, got {self.threads!r}")
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1, got {self.eval_samples!r}")
         k = self.devices_per_round
@@ -181,11 +187,18 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
 def run_simulation(config: SimulationConfig,
                    on_round: Callable[[RoundRecord], None] | None = None,
                    on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport:
-    """Run the job, write its report into `config.out`, and return the report.
+    """Run the job, write its report into `config.out`, and return the report; torch uses
+    `config.threads` threads meanwhile.
 
     Ctrl-C (KeyboardInterrupt) stops the devices (training stops after its current step) and
     the broker, writes the report of the rounds finished so far, then propagates.
     """
+    with torch_threads(config.threads):
+        return _run_simulation(config, on_round, on_progress)
+
+
+def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
+                    on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
     if config.checkpoint_dir is not None:
         writable_dir(config.checkpoint_dir, "--checkpoint-dir")
@@ -246,7 +259,7 @@ def run_simulation(config: SimulationConfig,
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.
 RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "round_deadline_s", "sim_device", "backend",
                      "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker", "checkpoint_dir",
-                     "job")
+                     "job", "threads")
 #: ...and in its training settings, how many torch threads train (where, not what).
 RESUMABLE_TRAIN_CHANGES = ("threads",)
 #: The job's settings, kept beside its checkpoint.

@@ -156,11 +156,13 @@ def test_a_bad_data_npz_is_one_line_naming_the_file(tmp_path):
             load_dataset(f"npz:{path}")
     # and on a device, `edgefl client` says it in one line (a ValueError is what the CLI reports)
     (tmp_path / "password").write_text("secret\n")
+    (tmp_path / "ca.crt").write_text("")  # named files exist: the data is what is wrong
     config = tmp_path / "client.toml"
     config.write_text((ROOT / "deploy" / "raspberrypi" / "client.toml").read_text()
                       .replace("/var/lib/edgefl/data.npz", str(cut))
-                      .replace("/etc/edgefl/password", str(tmp_path / "password")))
+                      .replace("/etc/edgefl/password", str(tmp_path / "password"))
+                      .replace("/etc/edgefl/ca.crt", str(tmp_path / "ca.crt")))
     proc = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "client", "--config", config],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == f"edgefl client: error: {cut}: damaged .npz file: File is not a zip file\n"
+    assert proc.stderr == f"edgefl client: error: {config}: {cut}: damaged .npz file: File is not a zip file\n"

@@ -35,7 +35,7 @@ def digits_model(tmp_path_factory):
     data = load_dataset("digits")
     torch.manual_seed(0)
     model = build_model(model_for_dataset("cnn4", data.input_shape, data.num_classes, width=0.5))
-    train_local(model, data.x_train, data.y_train, TrainConfig(epochs=2, batch_size=32, lr=0.05))
+    train_local(model, data.x_train, data.y_train, TrainConfig(epochs=2, batch_size=32, lr=0.05, momentum=0.9))
     state_dir = tmp_path_factory.mktemp("state")
     _export(model, default_model_path(state_dir), data.input_shape)
     with torch.no_grad():

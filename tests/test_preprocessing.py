@@ -117,7 +117,7 @@ def published(tmp_path_factory):
     data = load_dataset("digits")
     torch.manual_seed(0)
     model = build_model(model_for_dataset("cnn4", data.input_shape, data.num_classes, width=0.5))
-    train_local(model, data.x_train, data.y_train, TrainConfig(epochs=2, batch_size=32, lr=0.05))
+    train_local(model, data.x_train, data.y_train, TrainConfig(epochs=2, batch_size=32, lr=0.05, momentum=0.9))
     folder = tmp_path_factory.mktemp("models")
     prep = Preprocessing(data.mean, data.std, tuple(f"digit {c}" for c in data.classes), data.input_shape)
     assert export_onnx(model, folder / "new.onnx", data.x_test[:16], preprocessing=prep) < 1e-3

@@ -45,15 +45,19 @@ from edge_sdk.training import TrainConfig, train_local
 __all__ = ["main"]
 
 
-def _train_seconds(spec: dict, x: np.ndarray, y: np.ndarray, repeats: int) -> float:
-    config = TrainConfig(epochs=1, batch_size=32, lr=0.05)
+def _round_times(spec: dict, x: np.ndarray, y: np.ndarray, config: TrainConfig, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` local trainings of a fresh model (after one that warms up)."""
     times = []
-    for i in range(repeats + 1):  # the first warms up
+    for i in range(repeats + 1):
         model = build_model(spec)
         start = time.perf_counter()
         train_local(model, x, y, config, seed=i)
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return times[1:]
+
+
+def _train_seconds(spec: dict, x: np.ndarray, y: np.ndarray, repeats: int) -> float:
+    return statistics.median(_round_times(spec, x, y, TrainConfig(epochs=1, batch_size=32, lr=0.05), repeats))
 
 
 #: one device's round of the README's quick start: 4,000 training digits over 8 devices, 2 epochs
@@ -68,15 +72,8 @@ def _one_cell(threads: int | None, repeats: int) -> dict:
     x = rng.random((ROUND_SAMPLES, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, ROUND_SAMPLES)
     spec = model_for_dataset("cnn4", (1, 28, 28), 10)
-    config = TrainConfig(epochs=ROUND_EPOCHS, batch_size=32)
-    times = []
-    for i in range(repeats + 1):  # the first warms up
-        model = build_model(spec)
-        start = time.perf_counter()
-        train_local(model, x, y, config, seed=i)
-        times.append(time.perf_counter() - start)
-    return {"threads": torch.get_num_threads(), "median_s": statistics.median(times[1:]),
-            "max_s": max(times[1:])}
+    times = _round_times(spec, x, y, TrainConfig(epochs=ROUND_EPOCHS, batch_size=32), repeats)
+    return {"threads": torch.get_num_threads(), "median_s": statistics.median(times), "max_s": max(times)}
 
 
 def _cell_in_subprocess(variant: str, repeats: int) -> dict:

@@ -144,15 +144,9 @@ class OnnxClassifier:
 
 
 def normalize(x: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """``(x - mean) / std`` per channel (axis 1), as the training data was normalised."""
-    if len(mean) != len(std) or not mean or any(s <= 0 for s in std):
-        raise ValueError("need as many means as stds (one per channel), all stds > 0")
-    if x.ndim < 2 or x.shape[1] != len(mean):
-        raise ValueError(f"inputs have {x.shape[1] if x.ndim > 1 else 0} channels, got "
-                         f"{len(mean)} means")
-    shape = (1, len(mean)) + (1,) * (x.ndim - 2)
-    m, s = np.asarray(mean, np.float32).reshape(shape), np.asarray(std, np.float32).reshape(shape)
-    return ((x.astype(np.float32) - m) / s).astype(np.float32)
+    """``(x - mean) / std`` per channel (axis 1), as the training data was normalised
+    (`Preprocessing.apply`)."""
+    return Preprocessing(tuple(mean), tuple(std)).apply(x)
 
 
 def _from_text(text: str) -> np.ndarray:

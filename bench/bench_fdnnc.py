@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.broker import EmbeddedBroker
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.broker import EmbeddedBroker
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
 __all__ = ["main"]

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-import coordinator.simulate as simulate
-from coordinator.broker import EmbeddedBroker
-from coordinator.simulate import SimulationConfig, run_simulation
+import simulation.simulate as simulate
+from coordinator.runtime.broker import EmbeddedBroker
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedpara import FedPara
 from coordinator.strategies.fedpara_options import choose_gamma
-from coordinator.fleet import DeviceRecord
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.runtime.fleet import DeviceRecord
+from coordinator.strategies.base import FederationConfig, StrategyContext
 from edge_sdk.data import load_dataset
 from edge_sdk.methods.pfedpara import PERSONAL_FILE
 from edge_sdk.models.fedpara import FedParaConv2d, FedParaLinear

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from coordinator.options import option_pairs
-from coordinator.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
+from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
 from edge_sdk.models.flanc import flanc_modules
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs, width_label
 from edge_sdk.models.spec import build_model, count_params

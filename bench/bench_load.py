@@ -87,9 +87,9 @@ def run_worker(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- coordinator
 def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     """One job of ``devices`` devices; returns its figures."""
-    from coordinator.fleet import Fleet
-    from coordinator.report import RunReport
-    from coordinator.simulate import SimulationConfig, build_strategy
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.runtime.report import RunReport
+    from simulation.simulate import SimulationConfig, build_strategy
     from edge_sdk.data import load_dataset
     from edge_sdk.link import MessageLink
     from edge_sdk.protocol.topics import Topics
@@ -166,7 +166,7 @@ def main() -> None:
     if args.worker is not None:
         run_worker(args)
         return
-    from coordinator.broker import EmbeddedBroker
+    from coordinator.runtime.broker import EmbeddedBroker
 
     logging.basicConfig(level=logging.ERROR)
     import torch

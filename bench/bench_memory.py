@@ -96,7 +96,7 @@ CASES: tuple[Case, ...] = (
 
 
 def _context(case: Case, data, train):
-    from coordinator.strategy import FederationConfig, StrategyContext
+    from coordinator.strategies.base import FederationConfig, StrategyContext
 
     return StrategyContext(FederationConfig(rounds=1, train=train, publish=False), case.family,
                            tuple(data.input_shape), data.num_classes,
@@ -107,7 +107,7 @@ def build_plan(case: Case, data, train):
     """The plan the coordinator's strategy sends a device of ``case``'s label in round 0."""
     from edge_sdk.profiling import load_profile
 
-    from coordinator.fleet import DeviceRecord
+    from coordinator.runtime.fleet import DeviceRecord
     from coordinator.strategies import create_strategy
 
     strategy = create_strategy(case.method, _context(case, data, train))

@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 import torch
 
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
@@ -60,7 +60,7 @@ def _per_round(report) -> tuple[float, list[float]]:
 def training_turns(loads: list[int], workers: int) -> int:
     """How many training turns a round takes when ``workers`` devices train at once, the actors
     holding ``loads`` participants each train one at a time, and a free worker serves the actor
-    with the most waiting (`coordinator/compute_slots.py`); devices take equal time."""
+    with the most waiting (`simulation/compute_slots.py`); devices take equal time."""
     left, turns = sorted(loads, reverse=True), 0
     while left and left[0] > 0:
         left[:workers] = [n - 1 for n in left[:workers]]

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from coordinator.options import option_pairs
-from coordinator.pruning import prune_spec
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.strategies.pruning import prune_spec
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import cnn4, resnet_small
 from edge_sdk.profiling import DeviceProfile, profile_to_toml

@@ -57,9 +57,9 @@ def _poison(plan_tensors: dict, tensors: dict, scale: float) -> dict:
 
 def poisoned_round(method: str, data, robust: dict[str, str], scale: float | None):
     """The strategy after one aggregated round; d0's upload scaled by ``scale`` (None: honest)."""
-    from coordinator.fleet import DeviceRecord, ReceivedUpdate
+    from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
     from coordinator.strategies import create_strategy
-    from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+    from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
     from edge_sdk.methods import DeviceContext, LocalData, device_method
     from edge_sdk.partition import partition
     from edge_sdk.profiling import DeviceProfile

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.options import option_pairs
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)

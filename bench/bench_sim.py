@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from coordinator import sim_devices
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset

@@ -1,7 +1,7 @@
 """What torch threads cost: (1) a second torch thread in a process, (2) threads on a busy machine.
 
 (1) Local training before and after another thread has run a multi-threaded torch operation
-(why simulated devices hand their rounds to one thread, coordinator/training_queue.py):
+(why simulated devices hand their rounds to one thread, simulation/training_queue.py):
 
     python bench/bench_torch_threads.py [--threads 2] [--repeats 7]
 

@@ -157,7 +157,7 @@ def _rounds_from(folder: Path) -> tuple[dict[str, Any] | None, list[dict[str, An
     if report_path.exists():
         report = json.loads(report_path.read_text())
         return report, report.get("rounds", [])
-    from coordinator.state import load_checkpoint
+    from coordinator.runtime.state import load_checkpoint
 
     try:
         checkpoint = load_checkpoint(folder / "coordinator" / "checkpoint")

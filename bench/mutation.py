@@ -64,11 +64,11 @@ class Target:
 
 
 TARGETS = {
-    "robust": Target("coordinator/robust.py", ("tests/test_robust_exact.py",), "not real_broker",
+    "robust": Target("coordinator/aggregate/robust.py", ("tests/test_robust_exact.py",), "not real_broker",
                      ("tests/test_robust.py",)),
-    "aggregation": Target("coordinator/aggregation.py", ("tests/test_robust_exact.py",), "not real_broker",
+    "aggregation": Target("coordinator/aggregate/averaging.py", ("tests/test_robust_exact.py",), "not real_broker",
                           ("tests/test_robust.py",)),
-    "validation": Target("coordinator/validation.py",
+    "validation": Target("coordinator/aggregate/validation.py",
                          ("tests/test_validation_exact.py", "tests/test_fuzz_validation.py")),
     "chunking": Target("edge_sdk/protocol/chunking.py", ("tests/test_reassembly_exact.py",), "",
                        ("tests/test_chunking.py",)),

@@ -36,9 +36,9 @@ from unittest import mock
 
 import numpy as np
 
-import coordinator.simulate as simulate
+import simulation.simulate as simulate
 from coordinator.options import option_pairs
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import ImageDataset
 from edge_sdk.training import TrainConfig
 

@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/faultproxy.py
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker  # noqa: E402
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker  # noqa: E402
 from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks  # noqa: E402
 
 EDGEFL = str(Path(sys.executable).parent / "edgefl")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
 
 __all__ = ["amqtt_broker", "broker", "mosquitto_broker", "topic_prefix"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from coordinator.fleet import Fleet
-from coordinator.report import RunReport
-from coordinator.strategy import Strategy
+from coordinator.runtime.fleet import Fleet
+from coordinator.runtime.report import RunReport
+from coordinator.strategies.base import Strategy
 from edge_sdk.client import DeviceClient
 from edge_sdk.transport import MqttTransport
 

@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.config import read_toml, transport_from_toml
 from edge_sdk.transport import MqttTransport, TransportConfig
 

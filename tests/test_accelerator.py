@@ -92,7 +92,7 @@ def test_flanc_with_its_orthogonality_penalty_trains_on_cuda() -> None:
 
 
 def test_simulated_devices_of_a_process_train_one_at_a_time(tmp_path, broker, monkeypatch) -> None:
-    from coordinator.simulate import SimulationConfig, run_simulation
+    from simulation.simulate import SimulationConfig, run_simulation
     from edge_sdk.methods import base
 
     calls: list[tuple[str, float, float]] = []  # (thread, start, end) of every local training
@@ -133,8 +133,8 @@ def test_profile_measures_the_named_device(capsys) -> None:
 
 
 def test_the_coordinator_evaluates_where_simulated_devices_train() -> None:
-    from coordinator.simulate import SimulationConfig, build_strategy
-    from coordinator.strategy import FederationConfig
+    from simulation.simulate import SimulationConfig, build_strategy
+    from coordinator.strategies.base import FederationConfig
     from edge_sdk.data import load_dataset
 
     dataset = load_dataset("digits", seed=0)

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from coordinator.assignment import AssignmentConfig, LevelAssigner, assign_levels
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.simulate import DEFAULT_FLEET
+from coordinator.strategies.assignment import AssignmentConfig, LevelAssigner, assign_levels
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from simulation.simulate import DEFAULT_FLEET
 from coordinator.strategies.flanc import Flanc
-from coordinator.strategy import StrategyContext, FederationConfig
+from coordinator.strategies.base import StrategyContext, FederationConfig
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink

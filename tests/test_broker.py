@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.broker import BrokerConfig, BrokerError, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, BrokerError, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 KINDS = ["mosquitto", "amqtt"] if find_mosquitto() else ["amqtt"]
@@ -104,7 +104,7 @@ def test_port_in_use_is_reported(kind: str) -> None:
 def test_a_free_port_taken_before_the_broker_binds_it_is_replaced(kind: str, listening: bool, monkeypatch) -> None:
     """The race of issue 36: the port `free_port` chose is taken by another program before the
     broker binds it (listening: seen before starting; only bound: the broker's bind fails)."""
-    import coordinator.broker as broker_module
+    import coordinator.runtime.broker as broker_module
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -176,7 +176,7 @@ def test_without_persistence_restart_forgets_retained() -> None:
 def test_a_killed_job_leaves_no_broker_behind() -> None:
     import psutil
 
-    script = ("import sys, time\nfrom coordinator.broker import EmbeddedBroker\n"
+    script = ("import sys, time\nfrom coordinator.runtime.broker import EmbeddedBroker\n"
               "b = EmbeddedBroker(); b.start(); print(b._proc.pid, flush=True); time.sleep(120)\n")
     job = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

@@ -40,8 +40,8 @@ def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: l
 
 
 def test_impossible_federation_settings_are_rejected_by_the_config_too() -> None:
-    from coordinator.simulate import SimulationConfig
-    from coordinator.strategy import FederationConfig
+    from simulation.simulate import SimulationConfig
+    from coordinator.strategies.base import FederationConfig
 
     for bad in ({"rounds": 0}, {"rounds": -1}, {"min_devices": 0}, {"quorum": 0.0}, {"quorum": 1.5},
                 {"devices_per_round": 0}, {"round_deadline_s": float("nan")}):
@@ -110,7 +110,7 @@ def test_pruning_methods_do_not_print_nni_info_logs(tmp_path: Path) -> None:
 
 
 def test_a_new_coordinator_job_keeps_the_previous_jobs_report(tmp_path: Path) -> None:
-    from coordinator.report import keep_previous_report as _keep_previous_report
+    from coordinator.runtime.report import keep_previous_report as _keep_previous_report
 
     (tmp_path / "report.json").write_text('{"status": "finished"}')
     _keep_previous_report(tmp_path)

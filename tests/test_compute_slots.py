@@ -1,4 +1,4 @@
-"""Training slots shared by the Ray actors of a job (coordinator/compute_slots.py), without Ray."""
+"""Training slots shared by the Ray actors of a job (simulation/compute_slots.py), without Ray."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from coordinator.compute_slots import ComputeSlots
+from simulation.compute_slots import ComputeSlots
 
 
 def test_no_more_than_the_slots_are_held_and_the_longest_queue_is_served_first() -> None:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from coordinator.server import coordinator_config_from_toml
+from coordinator.runtime.server import coordinator_config_from_toml
 from edge_sdk.device_config import client_from_toml
 from edge_sdk.paths import writable_dir, writable_file
 

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.methods import LocalData
 from edge_sdk.profiling import load_profile

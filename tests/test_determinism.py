@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.device_config import schedule_from_toml
 from edge_sdk.training import TrainConfig, default_threads
 

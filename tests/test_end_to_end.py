@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
 

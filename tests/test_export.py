@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.export import export_onnx, onnx_max_abs_diff
+from coordinator.runtime.export import export_onnx, onnx_max_abs_diff
 from edge_sdk.data import load_dataset
 from edge_sdk.models.flanc import to_dense
 from edge_sdk.models.flanc_zoo import flanc_specs

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from coordinator.options import option_pairs
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.cli import build_parser, main
 from edge_sdk.training import TrainConfig
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.fdnnc import BIG, SMALL, Fdnnc, FdnncOptions
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
 from edge_sdk.methods.fdnnc import train_fdnnc

@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from coordinator.export import export_onnx
+from coordinator.runtime.export import export_onnx
 from edge_sdk.models.fedpara import (INIT_GAIN2, FedParaConv2d, FedParaLinear, personal_names,
                                      precompose, rank_bounds, rank_from_gamma)
 from edge_sdk.models.fedpara_zoo import factorisable_count, fedpara_spec, layer_ranks

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedpara import GAMMA_KEY, FedPara
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
-from coordinator.strategy import FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.models.spec import count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.profiling import load_profile

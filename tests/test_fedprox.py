@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.fleet import DeviceRecord
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.strategies import create_strategy
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.strategies.base import FederationConfig, StrategyContext
 from edge_sdk.methods import device_method
 from edge_sdk.methods.base import DeviceContext, LocalData
 from edge_sdk.training import proximal_term

@@ -141,7 +141,7 @@ def test_orthogonality_penalty_lives_on_the_bases_device():
 
 def test_coefficient_inits_have_he_and_torch_default_scales():
     from coordinator.strategies.flanc import Flanc, FlancOptions
-    from coordinator.strategy import FederationConfig
+    from coordinator.strategies.base import FederationConfig
     from edge_sdk.models.flanc import flanc_modules
     from edge_sdk.models.flanc_zoo import flanc_specs
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from coordinator.fleet import Fleet
+from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import FederationConfig
+from coordinator.strategies.base import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.broker import find_mosquitto
+from coordinator.runtime.broker import find_mosquitto
 from edge_sdk.data import load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

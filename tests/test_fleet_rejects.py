@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.device_budgets import FleetLimits
-from coordinator.fleet import Fleet
+from coordinator.runtime.device_budgets import FleetLimits
+from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import FederationConfig
+from coordinator.strategies.base import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
@@ -148,7 +148,7 @@ def test_a_device_that_declines_does_not_hold_the_round_open(setup):
 
 
 def test_the_rejection_log_is_bounded_but_counts_everything(setup):
-    from coordinator.fleet import MAX_KEPT_REJECTIONS
+    from coordinator.runtime.fleet import MAX_KEPT_REJECTIONS
     fleet = setup[1]
     for i in range(MAX_KEPT_REJECTIONS + 5):
         fleet._reject(f"flood{i % 3}", "malformed", "x" * 5000)

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Envelope, Update, decode_envelope, encode_envelope

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.heterofl import HeteroFL, HeteroFLOptions
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
 from edge_sdk.methods.batchnorm import static_bn_stats

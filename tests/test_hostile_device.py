@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from coordinator.device_budgets import FleetLimits
-from coordinator.fleet import Fleet
+from coordinator.runtime.device_budgets import FleetLimits
+from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
@@ -260,7 +260,7 @@ def test_one_poisoning_device_does_not_destroy_the_model_under_the_defaults(home
 
 
 def test_the_coordinator_toml_sets_the_per_device_budgets(tmp_path):
-    from coordinator.server import coordinator_config_from_toml
+    from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('[limits]\nerror_replies_per_s = 5.0\nplan_resends_per_round = 2\nmessages_per_s = 50.0\n')

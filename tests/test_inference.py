@@ -74,7 +74,7 @@ def test_flat_rows_are_reshaped_and_bad_inputs_refused(digits_model):
 
 
 def test_model_from_the_coordinators_exporter(digits_model, tmp_path):
-    export = pytest.importorskip("coordinator.export")
+    export = pytest.importorskip("coordinator.runtime.export")
     data, model, _, expected = digits_model
     path = default_model_path(tmp_path)
     assert export.export_onnx(model, path, data.x_test[:8]) < 1e-4

@@ -231,7 +231,7 @@ def test_nni_is_required_only_where_it_has_wheels(where):
     env = {"platform_machine": machine, "sys_platform": system, "python_version": "3.11"}
     coordinator = _requirements("coordinator")
     assert coordinator["nni"].marker.evaluate(env) is (machine in ("x86_64", "AMD64"))
-    # REFT's pruning backend where NNI is missing (coordinator/pruning.py) is required everywhere
+    # REFT's pruning backend where NNI is missing (coordinator/strategies/pruning.py) is required everywhere
     assert coordinator["torch-pruning"].marker is None
 
 

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
-from coordinator.fleet import Fleet
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
+from coordinator.runtime.fleet import Fleet
 from edge_sdk.link import LinkConfig, MessageLink, Received
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import split_envelope_payload

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from coordinator.strategies.lowrank import LowRank
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.strategies.base import FederationConfig, StrategyContext
 from edge_sdk.models.fedpara import FedParaLinear, precompose, rank_from_gamma
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks, naive_lowrank_spec
 from edge_sdk.models.lowrank_naive import NaiveLowRankConv2d, NaiveLowRankLinear, naive_rank_matching

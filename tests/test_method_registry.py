@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from coordinator.fleet import Fleet
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import Fleet
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies import STRATEGIES
 from edge_sdk.link import MessageLink
 from edge_sdk.methods import DEVICE_METHODS
@@ -115,7 +115,7 @@ def test_every_methods_checkpoint_state_round_trips_and_rejects_a_stranger(name)
     import numpy as np
 
     from coordinator.strategies import create_strategy
-    from coordinator.strategy import FederationConfig, StrategyContext
+    from coordinator.strategies.base import FederationConfig, StrategyContext
 
     def fresh(seed: int):
         public = np.random.default_rng(0).normal(size=(20, 1, 8, 8)).astype(np.float32)  # for REFT

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.publish import publish_models
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.runtime.publish import publish_models
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.inference import OnnxClassifier
@@ -199,8 +199,8 @@ def test_publish_every_sends_interim_models_and_the_device_ends_with_the_last(br
 def test_a_model_with_large_logits_passes_the_onnx_check_relative_to_its_outputs(tmp_path) -> None:
     """float32 rounding grows with the logits; a model with logits in the thousands must not be
     refused for differing by a few thousandths."""
-    from coordinator.export import export_onnx
-    from coordinator.publish import MAX_ONNX_DIFF, _largest_output, _onnx_bytes
+    from coordinator.runtime.export import export_onnx
+    from coordinator.runtime.publish import MAX_ONNX_DIFF, _largest_output, _onnx_bytes
     from edge_sdk.models.spec import build_model
     from edge_sdk.models.zoo import model_for_dataset
 

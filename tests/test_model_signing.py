@@ -23,11 +23,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.publish import attach_signer, publish_models
-from coordinator.server import coordinator_config_from_toml
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.runtime.publish import attach_signer, publish_models
+from coordinator.runtime.server import coordinator_config_from_toml
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import read_toml
 from edge_sdk.data import load_dataset

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from coordinator.options import Option, Schema, boolean, choice, integer, number, option_pairs
-from coordinator.robust import RobustConfig
+from coordinator.aggregate.robust import RobustConfig
 from coordinator.strategies import STRATEGIES, create_strategy
 from coordinator.strategies.fdnnc import FdnncOptions
 from coordinator.strategies.fedpara_options import FedParaOptions
 from coordinator.strategies.flanc import FlancOptions
 from coordinator.strategies.heterofl import HeteroFLOptions
 from coordinator.strategies.reft import ReftOptions
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.strategies.base import FederationConfig, StrategyContext
 
 
 @pytest.mark.parametrize("text, value", [("true", True), ("Yes", True), ("ON", True), ("1", True),

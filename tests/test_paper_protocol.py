@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.assignment import AssignmentConfig, LevelAssigner
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.lr_schedule import lr_factor, parse_lr_decay
-from coordinator.simulate import SimulationConfig, run_simulation
-from coordinator.strategy import EvalData, FederationConfig, _stratified
+from coordinator.strategies.assignment import AssignmentConfig, LevelAssigner
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.runtime.lr_schedule import lr_factor, parse_lr_decay
+from simulation.simulate import SimulationConfig, run_simulation
+from coordinator.strategies.base import EvalData, FederationConfig, _stratified
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import cnn4, mlp
@@ -153,7 +153,7 @@ def test_the_cli_rejects_a_bad_lr_decay_in_one_line() -> None:
 
 
 def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
-    from coordinator.server import coordinator_config_from_toml
+    from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('[federation]\nrounds = 200\ndevices_per_round = 10\neval_every = 10\n'
@@ -195,7 +195,7 @@ def _paper_bench():
 
 
 def test_the_static_fleet_of_the_paper_bench_puts_a_quarter_of_the_devices_on_each_width() -> None:
-    from coordinator.assignment import assign_levels
+    from coordinator.strategies.assignment import assign_levels
 
     bench = _paper_bench()
     fleet = bench.STATIC_FLEET

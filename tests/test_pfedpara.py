@@ -8,11 +8,11 @@ import uuid
 import numpy as np
 import pytest
 
-from coordinator.fleet import DeviceRecord
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import DeviceRecord
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.pfedpara import PFedPara
-from coordinator.strategy import FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink, Received
 from edge_sdk.methods import LocalData

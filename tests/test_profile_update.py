@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from coordinator.device_budgets import FleetLimits
-from coordinator.fleet import Fleet
+from coordinator.runtime.device_budgets import FleetLimits
+from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.strategies.base import FederationConfig, StrategyContext
 from edge_sdk import client as client_module
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
@@ -134,7 +134,7 @@ def test_a_new_figure_reassigns_the_device_but_keeps_its_samples(job, caplog) ->
     slow = fleet.devices["slow"]
     slow.num_samples = 140  # what it had grown to: must not be reset
     assert strategy.configure_train(0, slow).label == "0.25"
-    caplog.set_level(logging.INFO, logger="coordinator.fleet")
+    caplog.set_level(logging.INFO, logger="coordinator.runtime.fleet")
     msg_id = peers["slow"].send(ProfileUpdate(150.0, trials=10, spread=1.06, median_gflops=148.0, load_avg=0.1,
                                               others_cpu=0.02, cpu_mhz=2400.0))
     ack = peers["slow"].reply(fleet)
@@ -217,7 +217,7 @@ def test_profile_updates_are_rate_limited(job) -> None:
 
 def test_heterofl_dynamic_relabels_the_fleet() -> None:
     """In dynamic mode a new figure relabels everyone (cluster assignment is relative to the fleet)."""
-    from coordinator.fleet import DeviceRecord
+    from coordinator.runtime.fleet import DeviceRecord
 
     data = _digits()
     strategy = HeteroFL.create(StrategyContext(FederationConfig(seed=0), "mlp", data.input_shape, data.num_classes,
@@ -235,7 +235,7 @@ def test_heterofl_dynamic_relabels_the_fleet() -> None:
 
 def test_methods_that_fix_one_model_keep_it() -> None:
     """FedAvg trains one model for all: a new figure changes no label."""
-    from coordinator.fleet import DeviceRecord
+    from coordinator.runtime.fleet import DeviceRecord
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.models.zoo import mlp
 

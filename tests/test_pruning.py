@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.pruning import (DEFAULT_LEVELS, available_backends, capacity_level, derive_spec,
+from coordinator.strategies.pruning import (DEFAULT_LEVELS, available_backends, capacity_level, derive_spec,
                                  level_label, parse_levels, prune_spec, pruning_ratio, resolve_backend,
                                  round_to_level)
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coordinator.ray_devices import _ray
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.ray_devices import _ray
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 
 RAY = Path(sys.executable).with_name("ray")

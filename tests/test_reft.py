@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.distillation import DistillConfig, class_importance, distill, ensemble_logits
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.strategies.distillation import DistillConfig, class_importance, distill, ensemble_logits
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.reft import Reft, ReftOptions
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData
 from edge_sdk.methods.reft import (decode_public, dequantize_logits, encode_public, public_digest,

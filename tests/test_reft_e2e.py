@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.models.zoo import cnn4
 from edge_sdk.models.spec import count_params
 from edge_sdk.training import TrainConfig

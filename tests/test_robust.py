@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.fleet import Fleet
-from coordinator.robust import RobustConfig, robust_aggregate
+from coordinator.runtime.fleet import Fleet
+from coordinator.aggregate.robust import RobustConfig, robust_aggregate
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink

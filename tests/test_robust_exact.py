@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pytest
 
-from coordinator.aggregation import capped_shares, check_weights, mean_train_loss, weighted_average
-from coordinator.robust import RobustConfig, reference_norm, robust_aggregate
+from coordinator.aggregate.averaging import capped_shares, check_weights, mean_train_loss, weighted_average
+from coordinator.aggregate.robust import RobustConfig, reference_norm, robust_aggregate
 from edge_sdk.protocol.messages import Update
 
 F32 = np.float32

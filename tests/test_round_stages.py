@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.report import RoundRecord, merge_stages
+from coordinator.runtime.report import RoundRecord, merge_stages
 
 
 def _stage(participants, down, up, seconds, acc, metrics):

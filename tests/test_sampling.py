@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.simulate import SimulationConfig, run_simulation
-from coordinator.strategy import FederationConfig
+from simulation.simulate import SimulationConfig, run_simulation
+from coordinator.strategies.base import FederationConfig
 from edge_sdk.training import TrainConfig
 
 

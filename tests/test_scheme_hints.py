@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
 
 MAKE_CERTS = Path(__file__).resolve().parents[1] / "deploy" / "homeserver" / "make-certs.sh"

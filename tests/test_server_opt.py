@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.report import RunReport
-from coordinator.robust import RobustConfig
-from coordinator.server_opt import ServerOptConfig, ServerOptimizer
-from coordinator.simulate import SimulationConfig, run_simulation
-from coordinator.state import load_checkpoint
+from coordinator.runtime.report import RunReport
+from coordinator.aggregate.robust import RobustConfig
+from coordinator.aggregate.server_opt import ServerOptConfig, ServerOptimizer
+from simulation.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import STRATEGIES, create_strategy
-from coordinator.strategy import FederationConfig, StrategyContext
+from coordinator.strategies.base import FederationConfig, StrategyContext
 from edge_sdk.training import TrainConfig
 
 B1, B2, TAU = 0.9, 0.99, 1e-3
@@ -138,7 +138,7 @@ def test_flanc_steps_its_basis_and_each_width_as_groups(tmp_path, broker) -> Non
 
 
 def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
-    from coordinator.server import coordinator_config_from_toml
+    from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('method = "heterofl"\n[options]\nserver_opt = "fedyogi"\nserver_lr = 0.003\nprox_mu = 0.01\n')

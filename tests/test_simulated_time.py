@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from coordinator.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
 from edge_sdk.methods.fedavg import train_fedavg

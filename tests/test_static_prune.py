@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.static_prune import StaticPrune, StaticPruneOptions
-from coordinator.strategy import FederationConfig, StrategyContext
-from coordinator.validation import UpdateRejected
+from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.models.spec import count_params
 from edge_sdk.models.zoo import cnn4
 from edge_sdk.profiling import load_profile

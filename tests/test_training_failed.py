@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from coordinator.simulate import STOP_AFTER_FAILED_ROUNDS, SimulationConfig, run_simulation
-from coordinator.strategy import FederationConfig, TrainingFailed
+from simulation.simulate import STOP_AFTER_FAILED_ROUNDS, SimulationConfig, run_simulation
+from coordinator.strategies.base import FederationConfig, TrainingFailed
 from edge_sdk.cli import main as edgefl
 from edge_sdk.methods import base
 from edge_sdk.training import TrainConfig

@@ -1,4 +1,4 @@
-"""The one thread per process that runs simulated devices' rounds (coordinator/training_queue.py)."""
+"""The one thread per process that runs simulated devices' rounds (simulation/training_queue.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.training_queue import TrainingQueue
+from simulation.training_queue import TrainingQueue
 from edge_sdk.training import TrainingStopped
 
 
@@ -129,7 +129,7 @@ def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_pa
     """The in-process backend: the coordinator's thread (here, the test's) trains the devices while
     it waits for them and evaluates on the same thread, so torch has one OpenMP team in the process."""
     import edge_sdk.client as client_module
-    from coordinator.simulate import SimulationConfig, run_simulation
+    from simulation.simulate import SimulationConfig, run_simulation
     from edge_sdk.training import TrainConfig
 
     ran_on: list[int] = []

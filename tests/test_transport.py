@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.fair_inbox import InboxLimits
 from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
 from tests.faultproxy import FaultProxy

@@ -1,4 +1,4 @@
-"""Every rejection code of `coordinator.validation.validate_update` at its exact boundary (issue 35)."""
+"""Every rejection code of `coordinator.aggregate.validation.validate_update` at its exact boundary (issue 35)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from coordinator.validation import MAX_SAMPLES, TensorSpec, UpdateRejected, expected_from, validate_update
+from coordinator.aggregate.validation import MAX_SAMPLES, TensorSpec, UpdateRejected, expected_from, validate_update
 from edge_sdk.protocol.messages import Update
 
 EXPECTED = {"w": TensorSpec((2, 3)), "n": TensorSpec((), "int64"), "h": TensorSpec((4,), "float16")}

@@ -12,8 +12,8 @@ from coordinator.strategies.lowrank import LowRank
 from coordinator.strategies.pfedpara import PFedPara
 from coordinator.strategies.reft import Reft
 from coordinator.strategies.static_prune import StaticPrune
-from coordinator.proximal import with_prox_mu
-from coordinator.strategy import Strategy, StrategyContext
+from coordinator.strategies.proximal import with_prox_mu
+from coordinator.strategies.base import Strategy, StrategyContext
 
 __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
 

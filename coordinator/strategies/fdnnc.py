@@ -35,15 +35,15 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
-from coordinator.aggregation import mean_train_loss
-from coordinator.state import flat_groups, restore_groups
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.state import flat_groups, restore_groups
+from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
-from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
-from coordinator.server_opt import ServerOptConfig
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
-from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
+from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.aggregate.server_opt import ServerOptConfig
+from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
 __all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS", "HALF_SPLITS"]
 

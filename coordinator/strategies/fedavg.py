@@ -4,7 +4,7 @@
 baseline of FLANC/HeteroFL); its label is then the width (``"0.25"``), else ``"global"``.
 ``--option norm=none|batchnorm|groupnorm`` overrides the family's norm layers.
 ``--option aggregate=mean|median|trimmed``, ``trim=F`` and ``clip=auto|BOUND`` turn on
-robust aggregation (:mod:`coordinator.robust`).
+robust aggregation (:mod:`coordinator.aggregate.robust`).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-from coordinator.aggregation import mean_train_loss
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.options import Option, Schema, choice, number
-from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
-from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
+from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
-from coordinator.validation import expected_from, validate_update
+from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.aggregate.validation import expected_from, validate_update
 
 __all__ = ["FedAvg", "FedAvgOptions", "FEDAVG_OPTIONS"]
 

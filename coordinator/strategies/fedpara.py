@@ -5,7 +5,7 @@ Every conv/linear layer of the zoo network is a FedPara layer (:mod:`edge_sdk.mo
 by default, the largest ``γ`` whose plan + update fit the fleet's measured link
 budget (:func:`coordinator.strategies.fedpara_options.choose_gamma`, chosen when the
 first round starts). With several ``widths`` a device trains the width its FLOPS
-afford (:mod:`coordinator.assignment`): it holds the first ``ceil(p·m)`` rows of every
+afford (:mod:`coordinator.strategies.assignment`): it holds the first ``ceil(p·m)`` rows of every
 ``X`` and ``ceil(p·n)`` rows of every ``Y`` (cores and ranks are shared), so its
 weights are exactly the top-left blocks of the full network's. Aggregation averages
 every element over the devices that hold it, weighted by sample counts (elements
@@ -29,14 +29,14 @@ from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
 
-from coordinator.assignment import LevelAssigner
-from coordinator.aggregation import mean_train_loss
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.width_slicing import leading_block
+from coordinator.strategies.assignment import LevelAssigner
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.aggregate.width_slicing import leading_block
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma, fedpara_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import expected_from
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import expected_from
 
 __all__ = ["FedPara", "GAMMA_KEY"]
 

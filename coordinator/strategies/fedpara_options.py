@@ -14,7 +14,7 @@ every registered device moves its plan and update (float32 bytes of the tensors 
 travel for its width) within ``comm_s`` at its *measured* down/uplink speed. When
 even ``γ = 0`` does not fit, ``γ = 0`` is used and the budget is reported as missed.
 Compute does not depend on ``γ`` (layers run on the composed dense weight): a device's
-*width* comes from its FLOPS (:mod:`coordinator.assignment`).
+*width* comes from its FLOPS (:mod:`coordinator.strategies.assignment`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping
 
 from edge_sdk.training import TrainConfig
 
-from coordinator.fleet import DeviceRecord
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.options import Option, Schema, boolean, choice, number
 from coordinator.strategies.width_options import WidthOptions, width_schema
 

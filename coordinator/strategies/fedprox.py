@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from edge_sdk.protocol.messages import Plan
 
-from coordinator.fleet import DeviceRecord
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.options import Option, Schema, number
 from coordinator.strategies.fedavg import FEDAVG_OPTIONS, FedAvg, FedAvgOptions
-from coordinator.strategy import StrategyContext
+from coordinator.strategies.base import StrategyContext
 
 __all__ = ["FedProx", "FedProxOptions", "FEDPROX_OPTIONS"]
 

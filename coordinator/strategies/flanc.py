@@ -3,7 +3,7 @@
 Every width ``p`` of the model family is a network whose hidden layers are composed
 from a basis ``V`` (shared by all widths) and coefficients ``U_p`` (see
 :mod:`edge_sdk.models.flanc`). A device is given the width its *measured* FLOPS
-affords (:mod:`coordinator.assignment`), downloads ``V`` and the tensors of its width
+affords (:mod:`coordinator.strategies.assignment`), downloads ``V`` and the tensors of its width
 only (``U_p``, stem, norms, classifier) and uploads the same. Aggregation is the
 paper's Eq. 4: each basis is averaged over every participant, weighted by sample
 counts; every width-specific tensor over the participants of that width only (a
@@ -26,16 +26,16 @@ from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-from coordinator.assignment import LevelAssigner
-from coordinator.aggregation import mean_train_loss
-from coordinator.state import flat_groups, restore_groups
-from coordinator.fleet import ReceivedUpdate
-from coordinator.width_slicing import pool_bn_stats
+from coordinator.strategies.assignment import LevelAssigner
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.state import flat_groups, restore_groups
+from coordinator.runtime.fleet import ReceivedUpdate
+from coordinator.aggregate.width_slicing import pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice, number
 from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import expected_from
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import expected_from
 
 __all__ = ["Flanc", "FlancOptions", "BASIS"]
 

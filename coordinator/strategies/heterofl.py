@@ -1,7 +1,7 @@
 """HeteroFL (Diao et al., ICLR 2021): width-p sub-networks sliced out of one global network.
 
 The global network is the family's full-width network (:func:`heterofl_spec`); a
-device of width ``p`` (from its measured FLOPS, :mod:`coordinator.assignment`) gets
+device of width ``p`` (from its measured FLOPS, :mod:`coordinator.strategies.assignment`) gets
 the prefix slice of every tensor: the first ``ceil(p·c)`` channels of every hidden
 layer, every input channel of the stem and every class of the classifier. The server
 averages each element of the global tensors over the devices whose sub-network holds
@@ -26,15 +26,15 @@ from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-from coordinator.assignment import LevelAssigner
-from coordinator.aggregation import mean_train_loss
-from coordinator.fleet import ReceivedUpdate
-from coordinator.width_slicing import leading_block, pool_bn_stats
+from coordinator.strategies.assignment import LevelAssigner
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.fleet import ReceivedUpdate
+from coordinator.aggregate.width_slicing import leading_block, pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice
 from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import expected_from
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import expected_from
 
 __all__ = ["HeteroFL", "HeteroFLOptions"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.fleet import ReceivedUpdate
+from coordinator.runtime.fleet import ReceivedUpdate
 from coordinator.strategies.fedpara import GLOBAL, FedPara
 from coordinator.strategies.fedpara_options import fedpara_schema
 

@@ -1,10 +1,10 @@
 """REFT (Desai, Hilal, Eldardiry 2024): variable pruning by measured FLOPS + one-shot distillation.
 
 Every device gets the initial global model pruned to its capacity (``P = max(0, 1 - F/F_lambda)``,
-rounded up to a level; :mod:`coordinator.pruning`), trains it on its private data and uploads only
+rounded up to a level; :mod:`coordinator.strategies.pruning`), trains it on its private data and uploads only
 its logits on a public unlabeled set and its per-class sample counts. The coordinator ensembles the
 logits with per-class importance weights and distils them into the unpruned global model
-(:mod:`coordinator.distillation`). One round by default; with ``oneshot=false`` every further
+(:mod:`coordinator.strategies.distillation`). One round by default; with ``oneshot=false`` every further
 round sends the distilled model back, pruned per device, and distils again.
 
 The public set travels once per device, in its first plan (uint8 by default, counted in the
@@ -27,18 +27,18 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-from coordinator.distillation import DistillConfig, DistillResult, distill, ensemble_logits
-from coordinator.aggregation import mean_train_loss
-from coordinator.state import flat_groups, restore_groups
-from coordinator.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
+from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits
+from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.runtime.state import flat_groups, restore_groups
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.strategies.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
-from coordinator.strategy import EvalData, FederationConfig, Strategy, StrategyContext
-from coordinator.proximal import PROX_OPTIONS, without_prox
-from coordinator.robust import DEFAULT_CLIP, ROBUST_OPTIONS, RobustConfig
-from coordinator.server_opt import SERVER_OPT_KEYS
+from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.strategies.proximal import PROX_OPTIONS, without_prox
+from coordinator.aggregate.robust import DEFAULT_CLIP, ROBUST_OPTIONS, RobustConfig
+from coordinator.aggregate.server_opt import SERVER_OPT_KEYS
 from coordinator.options import Option, Schema, boolean, choice, integer, number
-from coordinator.validation import TensorSpec, UpdateRejected, expected_from, validate_update
+from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
 __all__ = ["Reft", "ReftOptions", "REFT_OPTIONS", "pruning_options", "GLOBAL", "option_levels"]
 
@@ -48,7 +48,7 @@ GLOBAL = "global"
 
 # ----------------------------------------------------------------- option parsing
 def option_levels(key: str, text: str) -> tuple[float, ...] | None:
-    """Pruning levels (``0,0.5,0.9`` or ``exact``), as :func:`coordinator.pruning.parse_levels`."""
+    """Pruning levels (``0,0.5,0.9`` or ``exact``), as :func:`coordinator.strategies.pruning.parse_levels`."""
     try:
         return parse_levels(text)
     except ValueError as exc:

@@ -20,17 +20,17 @@ from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state
 
-from coordinator.state import flat_groups, restore_groups
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
+from coordinator.runtime.state import flat_groups, restore_groups
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.strategies.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
-from coordinator.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
-from coordinator.proximal import PROX_KEYS, PROX_OPTIONS
+from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
+from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, choice, number
 from coordinator.strategies.reft import pruning_options
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
-from coordinator.validation import expected_from
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.aggregate.validation import expected_from
 
 __all__ = ["StaticPrune", "StaticPruneOptions", "STATIC_PRUNE_OPTIONS"]
 

@@ -20,11 +20,11 @@ import torch
 from edge_sdk.models.spec import count_params
 from edge_sdk.protocol.messages import Plan, Update
 
-from coordinator.assignment import LevelAssigner
-from coordinator.fleet import DeviceRecord, Fleet
-from coordinator.report import RoundRecord, RunReport
-from coordinator.strategy import Strategy
-from coordinator.validation import UpdateRejected, validate_update
+from coordinator.strategies.assignment import LevelAssigner
+from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.strategies.base import Strategy
+from coordinator.aggregate.validation import UpdateRejected, validate_update
 
 __all__ = ["WidthStrategy"]
 
@@ -113,7 +113,7 @@ class WidthStrategy(Strategy):
         torch (``precompose_max_abs_diff``) and between onnxruntime and torch
         (``max_abs_diff``), on ``inputs`` (default: up to 64 held-out samples).
         """
-        from coordinator.export import export_onnx
+        from coordinator.runtime.export import export_onnx
 
         if inputs is None:
             if self.eval_data is None:

@@ -3,10 +3,10 @@
 Keys: ``widths`` (comma-separated, increasing, in (0, 1]), ``norm`` (none |
 batchnorm | groupnorm; default: the method's, see :meth:`WidthOptions.zoo_kwargs_for`), ``export`` (a folder: after
 training every width is exported there as ONNX), the assignment keys of
-:class:`coordinator.assignment.AssignmentConfig` (``assign``, ``budget_s``,
+:class:`coordinator.strategies.assignment.AssignmentConfig` (``assign``, ``budget_s``,
 ``override``, ``dynamic``, ``sample``) and the robust-aggregation keys of
-:class:`coordinator.robust.RobustConfig` (``aggregate``, ``trim``, ``clip`` and the server
-optimizer's ``server_opt``, ``server_lr``, ...) and ``prox_mu`` (:mod:`coordinator.proximal`).
+:class:`coordinator.aggregate.robust.RobustConfig` (``aggregate``, ``trim``, ``clip`` and the server
+optimizer's ``server_opt``, ``server_lr``, ...) and ``prox_mu`` (:mod:`coordinator.strategies.proximal`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 from edge_sdk.models.flanc_zoo import width_label
 
-from coordinator.assignment import ASSIGNMENT_OPTIONS, AssignmentConfig
+from coordinator.strategies.assignment import ASSIGNMENT_OPTIONS, AssignmentConfig
 from coordinator.options import Option, Schema, choice, number
-from coordinator.proximal import PROX_OPTIONS
-from coordinator.robust import ROBUST_OPTIONS, RobustConfig
+from coordinator.strategies.proximal import PROX_OPTIONS
+from coordinator.aggregate.robust import ROBUST_OPTIONS, RobustConfig
 
 __all__ = ["WidthOptions", "NORMS", "width_schema"]
 

@@ -107,8 +107,8 @@ t0 = time.time()
 import numpy as np
 import torch
 from sklearn.datasets import load_digits
-from coordinator.export import export_onnx
-from coordinator.pruning import available_backends, prune_spec, resolve_backend
+from coordinator.runtime.export import export_onnx
+from coordinator.strategies.pruning import available_backends, prune_spec, resolve_backend
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import cnn4
 from edge_sdk.tensors import load_numpy_state, state_to_numpy

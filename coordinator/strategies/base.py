@@ -21,13 +21,13 @@ from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Plan, RoundStart, Stop, Update
 from edge_sdk.training import TrainConfig, evaluate
 
-from coordinator.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
 from coordinator.options import Schema
-from coordinator.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
-from coordinator.report import RoundRecord, RunReport, merge_stages
-from coordinator.robust import RobustConfig, robust_aggregate
-from coordinator.server_opt import ServerOptimizer
-from coordinator.state import load_checkpoint, save_checkpoint
+from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
+from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
+from coordinator.aggregate.robust import RobustConfig, robust_aggregate
+from coordinator.aggregate.server_opt import ServerOptimizer
+from coordinator.runtime.state import load_checkpoint, save_checkpoint
 
 __all__ = ["FederationConfig", "Strategy", "StrategyContext", "EvalData", "TrainingFailed"]
 
@@ -293,7 +293,7 @@ class Strategy(ABC):
     def _publish(self, fleet: Fleet, rnd: int) -> None:
         """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
         if self.config.publish:
-            from coordinator.publish import publish_models
+            from coordinator.runtime.publish import publish_models
             self.published = publish_models(self, fleet, rnd, retain=self.config.retain_models)
 
     def setup(self, fleet: Fleet) -> None:
@@ -426,7 +426,7 @@ class Strategy(ABC):
 
         The norm screen of a round with three or more devices in ``group`` sets the group's trusted
         reference norm, which bounds the rounds in which only one or two report
-        (:func:`coordinator.robust.reference_norm`)."""
+        (:func:`coordinator.aggregate.robust.reference_norm`)."""
         aggregate, metrics = robust_aggregate(current, tensor_sets, weights, rule,
                                               trusted_norm=self._trusted_norms.get(group))
         if len(tensor_sets) >= 3 and "norm_reference" in metrics:

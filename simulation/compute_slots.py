@@ -6,7 +6,7 @@ worker, a round lasts as long as the actor that drew the most participants (10 o
 over 4 actors: 2.44x the speed of one, not 4x; ``bench/bench_ray.py binding``). `--backend ray`
 therefore starts more actors than workers, each training one device at a time, and lets no
 more than the workers' count train at once on a node: an actor asks its node's `ComputeSlots`
-for a slot before each round it trains (its training thread: coordinator/training_queue.py)
+for a slot before each round it trains (its training thread: simulation/training_queue.py)
 and gives it back after. Waiting actors are served by how many of
 their devices wait (the longest queue first), which keeps the round short.
 """

@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from coordinator.fleet import DeviceRecord
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.options import Option, Schema, boolean, choice, number
 
 __all__ = ["MODES", "ASSIGNMENT_KEYS", "ASSIGNMENT_OPTIONS", "assign_levels", "AssignmentConfig", "LevelAssigner"]

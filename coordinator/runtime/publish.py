@@ -34,10 +34,10 @@ from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Model
 from edge_sdk.signing import ModelSigner
 
-from coordinator.fleet import Fleet
+from coordinator.runtime.fleet import Fleet
 
 if TYPE_CHECKING:
-    from coordinator.strategy import Strategy
+    from coordinator.strategies.base import Strategy
 
 __all__ = ["PublishedModel", "publish_models", "attach_signer"]
 
@@ -64,7 +64,7 @@ class PublishedModel:
 
 def _onnx_bytes(model, input_shape: tuple[int, ...], inputs: np.ndarray | None,
                 preprocessing: Preprocessing | None = None) -> tuple[bytes, float]:
-    from coordinator.export import export_onnx
+    from coordinator.runtime.export import export_onnx
 
     if inputs is None:
         inputs = np.random.default_rng(0).normal(size=(4, *input_shape)).astype(np.float32)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from coordinator.fleet import Fleet
+    from coordinator.runtime.fleet import Fleet
 
 __all__ = ["RoundRecord", "RunReport", "merge_stages", "keep_previous_report"]
 

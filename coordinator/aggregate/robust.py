@@ -4,7 +4,7 @@ A device's *update* is its tensors minus the current global tensors. Three defen
 every method that averages weights, in this order:
 
 1. **Weight shares.** A device's weight is its sample count (bounded by what it registered and
-   how fast the fleet lets that grow: `coordinator.device_budgets`); once three or more devices
+   how fast the fleet lets that grow: `coordinator.runtime.device_budgets`); once three or more devices
    report, no device keeps more than ``max_share`` (default half) of the round's weight — the
    largest weights are lowered to a common cap until none is above it.
 2. **Norm screening** (``clip``, on by default: ``3x``). Every update whose L2 norm (over all
@@ -39,10 +39,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from coordinator.aggregation import capped_shares, weighted_average
+from coordinator.aggregate.averaging import capped_shares, weighted_average
 from coordinator.options import Option, Schema, choice, number
-from coordinator.server_opt import SERVER_OPT_OPTIONS, ServerOptConfig
-from coordinator.width_slicing import leading_block
+from coordinator.aggregate.server_opt import SERVER_OPT_OPTIONS, ServerOptConfig
+from coordinator.aggregate.width_slicing import leading_block
 
 __all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "DEFAULT_CLIP", "RobustConfig", "robust_aggregate",
            "reference_norm"]
@@ -86,7 +86,7 @@ def _clip(key: str, text: str) -> float | str | None:
 
 
 #: The ``--option`` keys of :class:`RobustConfig`: the rule, then the server optimizer applied to
-#: what it returns (:mod:`coordinator.server_opt`).
+#: what it returns (:mod:`coordinator.aggregate.server_opt`).
 ROBUST_OPTIONS = Schema(
     Option("aggregate", choice(*RULES), "mean", "how updates are combined: mean (sample-weighted), median, trimmed"),
     Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5) "

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from coordinator.sim_devices import MAX_DEVICES_PER_PROCESS
+from simulation.config import MAX_DEVICES_PER_PROCESS
 
 if TYPE_CHECKING:
-    from coordinator.simulate import SimulationConfig
+    from simulation.config import SimulationConfig
 
 __all__ = ["RayDevices", "DeviceActor"]
 
@@ -72,7 +72,7 @@ class DeviceActor:
 
         from edge_sdk.data import load_dataset
 
-        from coordinator.simulate import SimulationConfig, split_public
+        from simulation.config import SimulationConfig, split_public
 
         torch.set_num_threads(max(1, threads))
         self.config = SimulationConfig.from_plain(json.loads(config_json))
@@ -99,8 +99,8 @@ class DeviceActor:
         where they run."""
         import threading
 
-        from coordinator.sim_devices import DeviceHost
-        from coordinator.training_queue import TrainingQueue
+        from simulation.sim_devices import DeviceHost
+        from simulation.training_queue import TrainingQueue
 
         queue = TrainingQueue(None if slots is None else node_slot(slots))
         self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue,
@@ -182,7 +182,7 @@ class RayDevices:
         """The `ComputeSlots` actor of ``node`` (no CPU of its own, on that node where it can)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from coordinator.compute_slots import ComputeSlots
+        from simulation.compute_slots import ComputeSlots
 
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
         return ray.remote(ComputeSlots).options(num_cpus=0, scheduling_strategy=strategy).remote(slots)

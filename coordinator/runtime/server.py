@@ -19,13 +19,13 @@ from edge_sdk.signing import ModelSigner
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
-from coordinator.device_budgets import FleetLimits
-from coordinator.fleet import Fleet, FleetProgress
-from coordinator.publish import attach_signer
-from coordinator.report import RoundRecord, RunReport, keep_previous_report
-from coordinator.state import load_checkpoint
+from coordinator.runtime.device_budgets import FleetLimits
+from coordinator.runtime.fleet import Fleet, FleetProgress
+from coordinator.runtime.publish import attach_signer
+from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
-from coordinator.strategy import EvalData, FederationConfig, StrategyContext
+from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
 
 __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator"]
 

@@ -3,7 +3,7 @@ connection, private shard and profile; the torch part of their rounds runs on on
 process (a `TrainingQueue`), one round at a time, with all of the process' torch threads.
 
 `edgefl simulate` runs one host in its own process (the default backend) or one per Ray actor
-(`coordinator/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
+(`simulation/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
 """
 
 from __future__ import annotations
@@ -25,24 +25,20 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
-from coordinator.training_queue import TrainingQueue
+from simulation.training_queue import TrainingQueue
 
 if TYPE_CHECKING:
-    from coordinator.simulate import SimulationConfig
+    from simulation.config import SimulationConfig
 
-__all__ = ["DeviceHost", "MAX_DEVICES_PER_PROCESS", "training_queue", "device_id", "build_clients"]
+__all__ = ["training_queue", "device_id", "build_clients"]
 
-#: paho-mqtt polls its socket with select(), which takes only file descriptors below 1024: past
-#: about 200 connected clients in one process, new connections never see their CONNACK
-#: (measured: 202 of 300 registered). `--backend ray` spreads larger fleets over processes.
-MAX_DEVICES_PER_PROCESS = 180
 
 log = logging.getLogger(__name__)
 
 
 def training_queue() -> TrainingQueue | None:
     """Where the simulated devices of one process run the torch part of their rounds: one
-    thread, one round at a time (coordinator/training_queue.py). bench/bench_sim.py compares with
+    thread, one round at a time (simulation/training_queue.py). bench/bench_sim.py compares with
     None: every device training at once on its own thread."""
     return TrainingQueue()
 

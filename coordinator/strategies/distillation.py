@@ -12,7 +12,7 @@ first centred per sample (softmax ignores a per-sample shift), then the teacher 
 ``I_c^t``-weighted median over devices instead of the weighted sum.
 
 Against one hostile device the teacher also takes the defences of weight averaging
-(`coordinator.robust`): once three or more devices hold a class, none keeps more than
+(`coordinator.aggregate.robust`): once three or more devices hold a class, none keeps more than
 ``max_share`` of that class's importance; and with ``clip_factor`` K every device's centred logits
 (the whole ``(N, classes)`` matrix) longer than K times the reference norm — the median over the
 devices, or with fewer than three the smallest — are scaled back to it, and its importance for
@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coordinator.aggregation import capped_shares
-from coordinator.robust import reference_norm
+from coordinator.aggregate.averaging import capped_shares
+from coordinator.aggregate.robust import reference_norm
 
 __all__ = ["DistillConfig", "DistillResult", "class_importance", "capped_importance", "ensemble_logits", "distill"]
 
@@ -94,7 +94,7 @@ def _weighted_median(stack: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def capped_importance(counts: np.ndarray, max_share: float) -> np.ndarray:
     """:func:`class_importance` with every class held by three or more devices capped so that no
-    device keeps more than ``max_share`` of it (`coordinator.aggregation.capped_shares`)."""
+    device keeps more than ``max_share`` of it (`coordinator.aggregate.averaging.capped_shares`)."""
     weights = class_importance(counts)
     n = np.asarray(counts, dtype=np.float64)
     for c in range(weights.shape[1]):
@@ -127,7 +127,7 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
             scales = np.minimum(1.0, clip_factor * ref / np.maximum(norms, 1e-300))
             centred = centred * scales[:, None, None]
             stack = centred  # softmax ignores the per-sample shift that centring removed
-            weights = weights * scales[:, None]  # a clipped device also weighs less, as in coordinator/robust.py
+            weights = weights * scales[:, None]  # a clipped device also weighs less, as in coordinator/aggregate/robust.py
             weights = weights / np.where(weights.sum(axis=0) > 0, weights.sum(axis=0), 1.0)
     if rule == "median":
         return _weighted_median(centred, weights).astype(np.float32)

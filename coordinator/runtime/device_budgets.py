@@ -18,7 +18,7 @@ __all__ = ["FleetLimits", "TokenBucket", "grown_sample_limit"]
 
 @dataclass(frozen=True)
 class FleetLimits:
-    """Per-device budgets of a `coordinator.fleet.Fleet`."""
+    """Per-device budgets of a `coordinator.runtime.fleet.Fleet`."""
 
     #: messages per second a device may have queued for the coordinator (a token bucket per topic,
     #: up to ``message_burst``): the rest are dropped unread and counted as its rejections

@@ -1,6 +1,6 @@
 """Server-side optimizers (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
 
-A round's aggregate (after the robust rule, :mod:`coordinator.robust`) is not taken as the new
+A round's aggregate (after the robust rule, :mod:`coordinator.aggregate.robust`) is not taken as the new
 global model: the difference ``Δ = aggregate − current`` is treated as a pseudo-gradient and
 applied with server momentum (FedAvgM, Hsu et al. 2019) or with Adam / Yogi (FedAdam, FedYogi):
 

@@ -5,7 +5,7 @@ caller's), replies with acks and errors, and hands valid updates to the round
 loop. Every rejection is logged and reported to the sender; none reaches
 aggregation. A device is known by the topic the broker let it publish on, never
 by a name inside a message, and what it may cost is bounded by its budgets
-(`coordinator.device_budgets.FleetLimits`): error replies per second (the rest
+(`coordinator.runtime.device_budgets.FleetLimits`): error replies per second (the rest
 are counted and named in the next reply), plan re-sends per round, bytes in
 flight, how fast its sample count may grow, and how often it may report a new
 measurement of its compute (`ProfileUpdate`, which changes nothing but its GFLOPS).
@@ -28,8 +28,8 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.token_bucket import TokenBucket
 
-from coordinator.device_budgets import FleetLimits, grown_sample_limit
-from coordinator.validation import MAX_SAMPLES, UpdateRejected
+from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
+from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 
 __all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
@@ -117,7 +117,7 @@ class Fleet:
         self.link = link
         self.topics = topics
         self.limits = limits
-        #: the key that signs the models published to this fleet (`coordinator.publish.attach_signer`)
+        #: the key that signs the models published to this fleet (`coordinator.runtime.publish.attach_signer`)
         self.model_signer: ModelSigner | None = None
         self._reply_budget: dict[str, TokenBucket] = {}
         self._suppressed: dict[str, int] = {}  # error replies not sent, per device, since its last one
@@ -156,7 +156,7 @@ class Fleet:
         #: work for the coordinator's thread while it waits for updates: given up to how many
         #: seconds it may wait for some, it returns whether it did any. A simulation runs its
         #: devices' training here, so that one thread of the process runs torch
-        #: (coordinator/training_queue.py); messages are then handled between two pieces of work.
+        #: (simulation/training_queue.py); messages are then handled between two pieces of work.
         self.while_waiting: Callable[[float], bool] | None = None
 
     def start(self) -> None:

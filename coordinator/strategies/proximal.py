@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from coordinator.options import Option, Schema, number
-from coordinator.strategy import StrategyContext
+from coordinator.strategies.base import StrategyContext
 
 __all__ = ["PROX_OPTIONS", "PROX_KEYS", "with_prox_mu", "without_prox"]
 

@@ -1,0 +1,1 @@
+"""Aggregation maths: averaging, robust rules, server optimizers, update validation."""

@@ -1,0 +1,1 @@
+"""The fleet runtime: broker, fleet, round loop, publishing, checkpoints, report."""

@@ -1,0 +1,144 @@
+"""`edgefl simulate` (an edgefl.commands entry point): a whole federated job on this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
+from coordinator.options import option_pairs
+from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
+from edge_sdk.link import LinkConfig
+from edge_sdk.training import AUGMENTATIONS, TrainConfig, default_threads
+
+__all__ = ["simulate_command"]
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
+    from coordinator.strategies import strategy_class
+    from coordinator.strategies.base import TrainingFailed
+    from rich.markup import escape
+
+    if "help" in args.option:
+        print(strategy_class(args.method).options_help())
+        return 0
+
+    config = SimulationConfig(
+        method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset,
+        data_root=args.data_root, partition=args.partition, seed=args.seed, out=args.out,
+        broker_url=args.broker, model=args.model,
+        profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
+        throttle=args.throttle,
+        train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
+                          momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment),
+        lr_decay=args.lr_decay, eval_samples=args.eval_samples,
+        link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
+        options=option_pairs(args.option), publish_every=args.publish_every,
+        devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
+        backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
+        ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
+        checkpoint_dir=args.checkpoint_dir, threads=args.threads or default_threads(),
+    )
+    display = Display(config.rounds, strategy_class(config.method).describe_label)
+    own_lr = strategy_class(config.method).own_lr(config.options)
+    if own_lr is not None and args.lr != args.default_lr:
+        display.console.print(f"[yellow]warning[/yellow]: --lr {args.lr:g} is not used: {config.method} trains with "
+                              f"{escape(own_lr)}", soft_wrap=True)
+    display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
+                          f"{plural(config.rounds, 'round')}, {config.dataset} ({config.partition})")
+    try:
+        with display.console.status("starting the broker and the devices...") as display.status:
+            report = run_simulation(config, on_round=display.round, on_progress=display.progress)
+    except KeyboardInterrupt:
+        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {config.rounds} rounds; "
+                              + (f"the report of those rounds is in {config.out}/report.json" if display.done
+                                 else "no round finished, no report written")
+                              + ("; run the same command again to resume" if config.checkpoint_dir else ""),
+                              soft_wrap=True)
+        return EXIT_INTERRUPTED
+    except TrainingFailed as exc:
+        display.console.print(f"[red]error[/red]: {escape(str(exc))}; the report of those rounds is in "
+                              f"{config.out}/report.json", soft_wrap=True)
+        return 2
+    display.final(report, config.out)
+    return 0
+
+
+def simulate_command(sub: argparse._SubParsersAction) -> None:
+    """Register `edgefl simulate`."""
+    from coordinator.strategies import STRATEGIES
+
+    p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)",
+                       formatter_class=HelpFormatter,
+                       description="A whole federated job on this machine: a broker, a coordinator and N "
+                                   "simulated devices, each with its own MQTT connection, device profile "
+                                   "and private shard of a real dataset.")
+    verbosity(p)
+    p.add_argument("--method", default="fedavg", choices=sorted(STRATEGIES), help="federated method")
+    p.add_argument("--clients", type=at_least(1), default=4, help="number of simulated devices")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="federated rounds")
+    p.add_argument("--dataset", default="mnist-sample",
+                   help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE")
+    p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
+    p.add_argument("--partition", default="iid", help="how data is split over devices: iid | shards:K (K classes "
+                                                      "per device) | dirichlet:ALPHA")
+    p.add_argument("--devices-per-round", type=at_least(1), metavar="K",
+                   help="sample K of the devices each round, as the papers do (default: every device)")
+    p.add_argument("--eval-every", type=at_least(1), default=1, metavar="N",
+                   help="evaluate on the test set after every N rounds; the last round always")
+    p.add_argument("--eval-samples", type=at_least(1), metavar="N",
+                   help="interim evaluations on a fixed stratified N of the held-out samples (default: all); "
+                        "the last round always evaluates on all of them")
+    p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
+                   help="where simulated devices train and the coordinator evaluates: cpu, cuda, cuda:N or auto; "
+                        "the devices' profiled speed is still what the report's seconds count")
+    p.add_argument("--threads", type=at_least(1), metavar="N",
+                   help=f"torch threads of the simulated devices' training (one device at a time) and of the "
+                        f"evaluation (default: half of this machine's CPUs, here {default_threads()}). All the "
+                        f"cores are fastest on an idle machine, but were 1.7-4x slower than half of them while "
+                        f"other programs kept the cores busy; with OMP_WAIT_POLICY=PASSIVE in the environment "
+                        f"all of them stayed fast (BENCHMARKS.md). A seeded job repeats itself with the same "
+                        f"--threads only")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="local: every simulated device in this process; ray: spread over Ray actors "
+                        "(pip install 'edgefl[ray]'), each a process hosting many devices")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="join this running Ray cluster (default: start one on this machine); devices on "
+                        "other machines need a --broker they can reach")
+    p.add_argument("--ray-workers", type=at_least(1), metavar="N",
+                   help="devices training at once (default: one per CPU of the cluster, at most --clients)")
+    p.add_argument("--ray-cpus-per-worker", type=positive_float, default=1.0, metavar="CPUS",
+                   help="CPUs (torch threads) of each training")
+    p.add_argument("--ray-actors-per-worker", type=at_least(1), default=2, metavar="K",
+                   help="Ray actor processes per worker, each hosting some devices; a worker trains whichever "
+                        "actor's device is next, so a round is not held up by one actor's share of it")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
+    p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
+    p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
+    p.add_argument("--model", default="cnn4", help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), "
+                                                        "resnet_small, mlp")
+    p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
+                                      "files), taken in turn (default: a mixed home fleet)")
+    p.add_argument("--throttle", default="virtual", choices=["virtual", "sleep", "off"],
+                   help="virtual: report the profiled devices' time; sleep: also really run that slowly; "
+                        "off: report this machine's time")
+    p.add_argument("--local-epochs", type=at_least(1), default=2, help="local epochs per round")
+    p.add_argument("--batch-size", type=at_least(1), default=32, help="local batch size")
+    p.add_argument("--lr", type=positive_float, default=0.05, help="local SGD learning rate")
+    p.add_argument("--momentum", type=momentum, default=TrainConfig.momentum,
+                   help="local SGD momentum (a fresh buffer every round)")
+    p.add_argument("--lr-decay", type=lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
+                   help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="local SGD weight decay (L2)")
+    p.add_argument("--augment", default="none", choices=list(AUGMENTATIONS),
+                   help="local data augmentation: hflip mirrors a random half of every batch")
+    p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="save the job's state there after every round; the same command again resumes after "
+                        "the last finished round (it may raise --rounds)")
+    p.add_argument("--publish-every", type=at_least(0), default=0, metavar="N",
+                   help="also send every device its ONNX model after every N rounds (0: after the last only)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method-specific setting (repeatable); --option help lists the method's with their "
+                        "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")
+    p.set_defaults(func=_simulate, default_lr=p.get_default("lr"))

@@ -1,0 +1,105 @@
+"""The house's import graph: no circles, and each layer imports only the layers below it.
+
+Every import counts — at module level, inside functions, and under ``TYPE_CHECKING`` — because a
+lazy import hides a circle rather than removing it. Layers, bottom to top: ``edge_sdk`` (the
+device SDK), ``coordinator`` (the coordinator), ``simulation`` (a whole fleet on one machine).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("edge_sdk", "coordinator", "simulation")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for layer in LAYERS for p in sorted((ROOT / layer).rglob("*.py"))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the house's modules it imports (any import statement anywhere in the file)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from a.b import c` imports the module a.b.c when there is one, else names of a.b
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # `import a.b.c` of a name: its module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_reads_lazy_and_type_checking_imports():
+    graph = import_graph()
+    # a function-level import (simulation/cli.py) and one under TYPE_CHECKING (runtime/publish.py)
+    assert "simulation.simulate" in graph["simulation.cli"]
+    assert "coordinator.strategies.base" in graph["coordinator.runtime.publish"]
+
+
+def test_no_import_circles():
+    assert _cycles(import_graph()) == []
+
+
+def test_a_made_up_circle_is_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    upward = sorted(f"{src} -> {dst}" for src, targets in import_graph().items() for dst in targets
+                    if rank[dst.split(".")[0]] > rank[src.split(".")[0]])
+    assert upward == []

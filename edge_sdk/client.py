@@ -116,7 +116,7 @@ class DeviceClient:
             key_id(key)  # a raw 32-byte Ed25519 public key, or a ValueError now rather than at the first model
         self.torch_device = resolve_device(config.device)
         #: where the torch part of a round runs (None: on this device's own thread); simulated
-        #: devices of one process hand it to one shared thread (coordinator/training_queue.py)
+        #: devices of one process hand it to one shared thread (simulation/training_queue.py)
         self.run_compute = run_compute
         self.on_round = on_round  # called after every round this device trained and uploaded
         self.data = data

@@ -40,7 +40,8 @@ from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedpara import FedPara
 from coordinator.strategies.fedpara_options import choose_gamma
 from coordinator.runtime.fleet import DeviceRecord
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.data import load_dataset
 from edge_sdk.methods.pfedpara import PERSONAL_FILE
 from edge_sdk.models.fedpara import FedParaConv2d, FedParaLinear
@@ -91,13 +92,13 @@ def _capture() -> dict[str, Any]:
 
     def build(*args: Any, **kw: Any) -> Any:
         strategy = captured["strategy"] = original(*args, **kw)
-        aggregate = strategy.aggregate_train
+        aggregate = strategy.aggregate
 
         def keep(rnd: int, updates: list) -> dict[str, float]:
             captured["last"].update({u.device_id: u.update.tensors for u in updates})
             return aggregate(rnd, updates)
 
-        strategy.aggregate_train = keep
+        strategy.aggregate = keep
         return strategy
 
     simulate.build_strategy = build  # type: ignore[assignment]

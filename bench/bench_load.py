@@ -89,6 +89,7 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     """One job of ``devices`` devices; returns its figures."""
     from coordinator.runtime.fleet import Fleet
     from coordinator.runtime.report import RunReport
+    from coordinator.runtime.round_loop import RoundLoop
     from simulation.simulate import SimulationConfig, build_strategy
     from edge_sdk.data import load_dataset
     from edge_sdk.link import MessageLink
@@ -129,7 +130,7 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
         fleet.wait_for_devices(devices, 300.0)
         registered = time.monotonic() - started
         marks.update(cpu=time.process_time(), wall=time.monotonic())
-        strategy.run(fleet, RunReport(method="fedavg", config={}), on_round=on_round)
+        RoundLoop(strategy, fleet, RunReport(method="fedavg", config={})).run(on_round)
         transport.wait_published(10.0)
     finally:
         for worker in workers:

@@ -96,7 +96,8 @@ CASES: tuple[Case, ...] = (
 
 
 def _context(case: Case, data, train):
-    from coordinator.strategies.base import FederationConfig, StrategyContext
+    from coordinator.runtime.federation import FederationConfig
+    from coordinator.strategies.base import StrategyContext
 
     return StrategyContext(FederationConfig(rounds=1, train=train, publish=False), case.family,
                            tuple(data.input_shape), data.num_classes,
@@ -116,7 +117,6 @@ def build_plan(case: Case, data, train):
     record.label = strategy.assign(record)
     if case.method == "fdnnc":
         strategy.begin_stage(0, ("big", "small"))
-    strategy.sample([record.device_id])
     plan = strategy.configure_train(0, record)
     if plan.label != case.label:
         raise RuntimeError(f"{case.method}: expected label {case.label}, the strategy chose {plan.label}")

@@ -59,7 +59,8 @@ def poisoned_round(method: str, data, robust: dict[str, str], scale: float | Non
     """The strategy after one aggregated round; d0's upload scaled by ``scale`` (None: honest)."""
     from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
     from coordinator.strategies import create_strategy
-    from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+    from coordinator.runtime.federation import FederationConfig
+    from coordinator.strategies.base import StrategyContext
     from edge_sdk.methods import DeviceContext, LocalData, device_method
     from edge_sdk.partition import partition
     from edge_sdk.profiling import DeviceProfile
@@ -69,7 +70,7 @@ def poisoned_round(method: str, data, robust: dict[str, str], scale: float | Non
     reft = method == "reft"
     train = TrainConfig(epochs=4, batch_size=32) if reft else TrainConfig(epochs=1, max_steps=15, lr=0.05)
     ctx = StrategyContext(FederationConfig(rounds=1, seed=0, train=train), "mlp", data.input_shape,
-                          data.num_classes, eval_data=EvalData(data.x_test, data.y_test),
+                          data.num_classes,
                           public_data=data.x_train[:PUBLIC], options=_options(method, robust))
     strategy = create_strategy(method, ctx)
     private = np.arange(PUBLIC, len(data.y_train)) if reft else np.arange(len(data.y_train))
@@ -83,7 +84,6 @@ def poisoned_round(method: str, data, robust: dict[str, str], scale: float | Non
         record.label = strategy.assign(record)
         records.append(record)
     strategy.begin_stage(0, ("big", "small") if method == "fdnnc" else None)
-    strategy.sample([r.device_id for r in records])
     received = []
     for record, shard in zip(records, shards):
         plan = strategy.configure_train(0, record)
@@ -96,7 +96,7 @@ def poisoned_round(method: str, data, robust: dict[str, str], scale: float | Non
         received.append(ReceivedUpdate(record.device_id, 0, update, 0))
     if len({r.label for r in records}) != 2:
         raise RuntimeError(f"{method}: expected two labels, got {sorted({r.label for r in records})}")
-    strategy.aggregate_train(0, received)
+    strategy.aggregate(0, received)
     return strategy
 
 
@@ -112,6 +112,7 @@ def distance(a: dict, b: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from coordinator.runtime.federation import EvalData
     from edge_sdk.data import load_dataset
 
     data = load_dataset("digits")
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     teachers = {"mean, no screen": {"aggregate": "mean", **PLAIN}, "mean (default: clip 3x, max_share 0.5)": {},
                 "median": {"aggregate": "median"}}
     for name, robust in teachers.items():
-        acc = [poisoned_round("reft", data, robust, scale).evaluate(0)[0]["global"] for scale in (None, -20.0)]
+        acc = [poisoned_round("reft", data, robust, scale).evaluate(0, EvalData(data.x_test, data.y_test))[0]["global"] for scale in (None, -20.0)]
         print(f"| {name} | {acc[0]:.3f} | {acc[1]:.3f} |", flush=True)
     return 0
 

@@ -31,11 +31,13 @@ from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from simulation.ray_devices import RayDevices
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import CHECKPOINT_FILE
 from simulation.config import DEFAULT_FLEET, SimulationConfig, split_public
 from simulation.sim_devices import DeviceHost
 from coordinator.strategies import create_strategy
-from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import Strategy, StrategyContext
 
 __all__ = ["SimulationConfig", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation", "build_strategy", "split_public"]
 
@@ -59,8 +61,7 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
     )
     return create_strategy(config.method, StrategyContext(
         federation=federation, model_family=config.model, input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes, eval_data=EvalData(dataset.x_test, dataset.y_test),
-        public_data=public_data, options=dict(config.options), preprocessing=dataset.preprocessing,
+        num_classes=dataset.num_classes, public_data=public_data, options=dict(config.options),
     ))
 
 
@@ -119,7 +120,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
                 devices.start()
-            strategy.run(fleet, report, on_round=on_round)
+            RoundLoop(strategy, fleet, report, eval_data=EvalData(dataset.x_test, dataset.y_test),
+                      preprocessing=dataset.preprocessing).run(on_round)
             transport.wait_published(10.0)
             finished = True
         finally:

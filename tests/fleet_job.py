@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RunReport
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.strategies.base import Strategy
 from edge_sdk.client import DeviceClient
 from edge_sdk.transport import MqttTransport
@@ -22,7 +23,7 @@ def run_job(strategy: Strategy, fleet: Fleet, clients: Sequence[DeviceClient], c
     for thread in threads:
         thread.start()
     try:
-        return strategy.run(fleet, RunReport(method=method, config={}))
+        return RoundLoop(strategy, fleet, RunReport(method=method, config={})).run()
     finally:
         for thread in threads:
             thread.join(timeout=20)

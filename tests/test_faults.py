@@ -25,13 +25,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.server import coordinator_config_from_toml, run_coordinator
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
@@ -49,6 +51,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 
 from tests.device_configs import device_toml
 from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks
+from tests.requirements import require
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 CHUNK = 2048  # an update of the width-0.25 MLP (~170 KB) travels as ~110 chunks
@@ -80,7 +83,7 @@ downlink_chunks = edgefl_chunks("down")  # the chunks of what the coordinator se
 
 # -- the pieces of a job -------------------------------------------------------------------------
 class Coordinator:
-    """Fleet + FedAvg strategy running `Strategy.run` in a thread, as `edgefl coordinator` does."""
+    """Fleet + FedAvg strategy running the round loop in a thread, as `edgefl coordinator` does."""
 
     def __init__(self, url: str, job: str, mnist, rounds: int, min_devices: int, deadline_s: float,
                  reassembly_timeout_s: float = 30.0) -> None:
@@ -89,8 +92,8 @@ class Coordinator:
                                       train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
         self.strategy = create_strategy("fedavg", StrategyContext(
             federation=federation, model_family="mlp", input_shape=mnist.input_shape,
-            num_classes=mnist.num_classes, eval_data=EvalData(mnist.x_test, mnist.y_test),
-            options={"width": LABEL}))
+            num_classes=mnist.num_classes, options={"width": LABEL}))
+        self.eval_data = EvalData(mnist.x_test, mnist.y_test)
         self.transport = MqttTransport(TransportConfig(url=url, client_id=f"{job}-coordinator"))
         self.transport.connect()
         link = MessageLink(self.transport, LinkConfig(chunk_size=CHUNK, reassembly_timeout_s=reassembly_timeout_s))
@@ -104,7 +107,7 @@ class Coordinator:
 
     def _run(self) -> None:
         try:
-            self.strategy.run(self.fleet, self.report, on_round=self._on_round)
+            RoundLoop(self.strategy, self.fleet, self.report, eval_data=self.eval_data).run(self._on_round)
             self.transport.wait_published(10.0)
         except BaseException as exc:  # reported by finish()
             self.error = exc
@@ -449,8 +452,8 @@ def test_broker_restarted_mid_round(kind, mnist, shards, cleanup):
     shuts down), the coordinator's roll call and the devices' births say who is back, the
     plans are sent again, and round 1 closes within seconds of the broker's return, with the
     default 600 s deadline and every device's update: no round lost, none counted twice."""
-    if kind == "mosquitto" and not find_mosquitto():
-        pytest.skip("mosquitto is not installed")
+    if kind == "mosquitto":
+        require("mosquitto")
     broker = cleanup.enter_context(EmbeddedBroker(BrokerConfig(port=free_port(), prefer=kind)))
     job = f"broker{uuid.uuid4().hex[:6]}"
     coordinator = Coordinator(broker.url, job, mnist, rounds=3, min_devices=3, deadline_s=600.0)

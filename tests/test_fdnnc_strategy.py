@@ -6,7 +6,8 @@ import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.fdnnc import BIG, SMALL, Fdnnc, FdnncOptions
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
@@ -26,7 +27,7 @@ def _strategy(digits, **options: str) -> Fdnnc:
     ctx = StrategyContext(
         federation=FederationConfig(rounds=4, train=TrainConfig(epochs=1, lr=1e-3, optimizer="adam")),
         model_family="mlp", input_shape=(1, 28, 28), num_classes=10,
-        eval_data=EvalData(digits.x_test[:300], digits.y_test[:300]), options={"hidden": "64,32", "rank": "8", **options})
+        options={"hidden": "64,32", "rank": "8", **options})
     return Fdnnc.create(ctx)
 
 
@@ -38,7 +39,7 @@ def _plan_and_label(s: Fdnnc, rnd: int, devices: list[DeviceRecord]) -> None:
     for d in devices:
         d.label = s.assign(d)
     s._active = (BIG, SMALL)
-    s.begin_round_plans(rnd, s.sample([d.device_id for d in devices]))
+    s.begin_round_plans(rnd, s.candidates([d.device_id for d in devices]))
 
 
 def test_options_are_parsed_and_checked() -> None:
@@ -132,7 +133,7 @@ def test_aggregation_formulas(digits) -> None:
     small_b = _update(SMALL, {**{k: w_big[k] for k in s.shared}, **{k: a[k] for k in s.b_names}})
     big = _update(BIG, w_big)
     # BOTH with half upload: each factor from its sender, then W+ = (A B^T + W) / 2, re-decomposed
-    metrics = s.aggregate_train(0, [_Received(big), _Received(small_a), _Received(small_b)])
+    metrics = s.aggregate(0, [_Received(big), _Received(small_a), _Received(small_b)])
     expected_w = (compose(small_a.tensors["layers.1.A"], small_b.tensors["layers.1.B"]) + big.tensors["layers.1.weight"]) / 2
     np.testing.assert_allclose(s.dense["layers.1.weight"], expected_w, atol=1e-5)
     ref_a, ref_b = decompose(s.dense["layers.1.weight"], 8)
@@ -143,19 +144,19 @@ def test_aggregation_formulas(digits) -> None:
     # both_weight=samples: W+ = (n_big W + n_small A B^T) / (n_big + n_small)
     weighted = _strategy(digits, both_weight="samples")
     heavy = _update(BIG, w_big, n=300)
-    weighted.aggregate_train(0, [_Received(heavy), _Received(small_a), _Received(small_b)])
+    weighted.aggregate(0, [_Received(heavy), _Received(small_a), _Received(small_b)])
     n_small = small_a.num_samples + small_b.num_samples
     low = compose(small_a.tensors["layers.1.A"], small_b.tensors["layers.1.B"])
     np.testing.assert_allclose(weighted.dense["layers.1.weight"],
                                (300 * w_big["layers.1.weight"] + n_small * low) / (300 + n_small), atol=1e-5)
     # only small devices (BFIRST fine-tuning / SWITCH second stage): W+ = A+ B+^T, factors kept
     full = _update(SMALL, {**{k: w_big[k] for k in s.shared}, **a})
-    s.aggregate_train(1, [_Received(full)])
+    s.aggregate(1, [_Received(full)])
     np.testing.assert_allclose(s.factors["layers.3.A"], a["layers.3.A"], atol=1e-6)
     np.testing.assert_allclose(s.dense["layers.3.weight"], compose(full.tensors["layers.3.A"], full.tensors["layers.3.B"]), atol=1e-5)
     # only big devices: W+ = weighted mean of W, factors = its truncated SVD
     other = _update(BIG, {k: v + 1 for k, v in w_big.items()}, n=300)
-    s.aggregate_train(2, [_Received(big), _Received(other)])
+    s.aggregate(2, [_Received(big), _Received(other)])
     np.testing.assert_allclose(s.dense["layers.1.weight"], w_big["layers.1.weight"] + 0.75, atol=1e-5)
     np.testing.assert_allclose(compose(s.factors["layers.1.A"], s.factors["layers.1.B"]),
                                compose(*decompose(s.dense["layers.1.weight"], 8)), atol=1e-4)
@@ -188,6 +189,6 @@ def test_device_uploads_only_what_it_was_asked(digits) -> None:
 
 def test_evaluate_reports_both_models(digits) -> None:
     s = _strategy(digits)
-    accuracy, loss = s.evaluate(0)
+    accuracy, loss = s.evaluate(0, EvalData(digits.x_test[:300], digits.y_test[:300]))
     assert set(accuracy) == {BIG, SMALL} and np.isfinite(loss)
     assert all(0.0 <= v <= 0.3 for v in accuracy.values())  # untrained: near chance

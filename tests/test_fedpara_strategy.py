@@ -9,7 +9,8 @@ from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedpara import GAMMA_KEY, FedPara
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.models.spec import count_params
 from edge_sdk.models.zoo import model_for_dataset
@@ -60,7 +61,7 @@ def test_gamma_follows_the_measured_link_budget() -> None:
     g_none, info = choose_gamma(slow, strategy.sent_bytes, 1e-4)
     assert g_none == 0.0 and info["budget_met"] == 0.0
     strategy.devices = {d.device_id: d for d in slow}
-    strategy.setup(None)  # what the round loop does once the fleet has registered (FedPara reads its own records)
+    strategy.setup(strategy.devices, [d.device_id for d in slow])  # what the round loop does once the fleet registered
     plan = strategy.configure_train(0, slow[2])
     assert strategy.gamma == g_slow and sum(t.nbytes for t in plan.tensors.values()) == nbytes
     assert plan.train["optimizer"] == "adam"
@@ -113,7 +114,7 @@ def test_overlapping_rows_are_averaged_over_their_holders() -> None:
                                               tensors={name: np.full_like(half, 1.0)}), 0),
            ReceivedUpdate("big", 0, _update(plans["big"].tensors, "1.0", 100,
                                             tensors={name: np.full_like(full, 5.0)}), 0)]
-    metrics = strategy.aggregate_train(0, ups)
+    metrics = strategy.aggregate(0, ups)
     merged = strategy.weights[name]
     assert np.allclose(merged[:32], (300 * 1.0 + 100 * 5.0) / 400)  # rows both hold: weighted mean
     assert np.allclose(merged[32:], 5.0)  # rows only the full-width device holds

@@ -10,7 +10,8 @@ import pytest
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.flanc import Flanc, FlancOptions
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
@@ -40,7 +41,7 @@ def fleet(strategy: Flanc) -> dict[str, DeviceRecord]:
     records = {}
     for label, profile in PROFILES.items():
         record = DeviceRecord(f"dev-{label}", load_profile(profile), 300)
-        strategy.on_register(record)
+        record.label = strategy.assign(record)
         records[label] = record
     return records
 
@@ -102,7 +103,7 @@ def test_aggregation_is_eq4_basis_over_all_coefficients_within_width(mnist):
     updates = [ReceivedUpdate("dev-0.25", 0, _update(strategy, "0.25", 1.0, 100), 0),
                ReceivedUpdate("dev-1.0", 0, _update(strategy, "1.0", 4.0, 300), 0),
                ReceivedUpdate("dev-1.0b", 0, _update(strategy, "1.0", 2.0, 100), 0)]
-    metrics = strategy.aggregate_train(0, updates)
+    metrics = strategy.aggregate(0, updates)
     for v in strategy.basis.values():  # all participants, weighted by samples
         assert np.allclose(v, (1.0 * 100 + 4.0 * 300 + 2.0 * 100) / 500)
     for v in strategy.private["0.25"].values():

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.errors import ProtocolError
@@ -140,7 +141,7 @@ def test_generated_updates_are_judged_like_the_oracle_and_never_poison_the_model
         verdicts["accepted"] = verdicts.get("accepted", 0) + 1
         before = dict(strategy.weights)
         try:
-            strategy.aggregate_train(0, [honest, ReceivedUpdate("dev0", 0, received, 0)])
+            strategy.aggregate(0, [honest, ReceivedUpdate("dev0", 0, received, 0)])
             for name, ref in reference.items():
                 merged = strategy.weights[name]
                 assert merged.shape == ref.shape and merged.dtype == np.float32

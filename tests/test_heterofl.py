@@ -10,7 +10,8 @@ from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.heterofl import HeteroFL, HeteroFLOptions
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
@@ -41,7 +42,7 @@ def fleet(strategy) -> dict[str, DeviceRecord]:
     records = {}
     for label, profile in PROFILES.items():
         records[label] = DeviceRecord(f"dev-{label}", load_profile(profile), 300)
-        strategy.on_register(records[label])
+        records[label].label = strategy.assign(records[label])
     return records
 
 
@@ -83,14 +84,14 @@ def test_elementwise_average_over_the_devices_holding_each_element(mnist):
     old = {k: v.copy() for k, v in strategy.weights.items()}
     for label in ("0.5", "1.0"):
         strategy.configure_train(0, records[label])
-    strategy.aggregate_train(0, [ReceivedUpdate("dev-0.5", 0, _update(strategy, "0.5", 1.0, 100), 0),
+    strategy.aggregate(0, [ReceivedUpdate("dev-0.5", 0, _update(strategy, "0.5", 1.0, 100), 0),
                                  ReceivedUpdate("dev-1.0", 0, _update(strategy, "1.0", 4.0, 300), 0)])
     w = strategy.weights["layers.5.weight"]  # second conv: 64 x 32 x 3 x 3 globally, 32 x 16 at p = 0.5
     assert np.allclose(w[:32, :16], (100 * 1.0 + 300 * 4.0) / 400)
     assert np.allclose(w[32:], 4.0) and np.allclose(w[:32, 16:], 4.0)
     # only the small width trains: elements outside its slice keep their values
     strategy.configure_train(1, records["0.25"])
-    strategy.aggregate_train(1, [ReceivedUpdate("dev-0.25", 1, _update(strategy, "0.25", -1.0, 50), 1)])
+    strategy.aggregate(1, [ReceivedUpdate("dev-0.25", 1, _update(strategy, "0.25", -1.0, 50), 1)])
     w = strategy.weights["layers.5.weight"]
     assert np.allclose(w[:16, :8], -1.0) and np.allclose(w[16:32, :16], 3.25) and np.allclose(w[32:], 4.0)
     assert not np.allclose(old["layers.5.weight"], strategy.weights["layers.5.weight"])
@@ -102,7 +103,7 @@ def test_bn_statistics_are_per_width_and_pooled_from_larger_devices(mnist):
     strategy.configure_train(0, records["1.0"])
     up = _update(strategy, "1.0", 2.0, 100)  # carries its own stats and those of every smaller width
     assert any(k.startswith("bn/0.25/") for k in up.tensors)
-    strategy.aggregate_train(0, [ReceivedUpdate("dev-1.0", 0, up, 0)])
+    strategy.aggregate(0, [ReceivedUpdate("dev-1.0", 0, up, 0)])
     stats = strategy.stats["0.25"]
     assert all(np.allclose(v, 2.0) for k, v in stats.items() if k.endswith("running_mean"))
     assert all(np.allclose(v, 2.0) for k, v in stats.items() if k.endswith("running_var"))

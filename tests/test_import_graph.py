@@ -85,9 +85,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_reads_lazy_and_type_checking_imports():
     graph = import_graph()
-    # a function-level import (simulation/cli.py) and one under TYPE_CHECKING (runtime/publish.py)
+    # a function-level import (simulation/cli.py) and one under TYPE_CHECKING (runtime/report.py)
     assert "simulation.simulate" in graph["simulation.cli"]
-    assert "coordinator.strategies.base" in graph["coordinator.runtime.publish"]
+    assert "coordinator.runtime.fleet" in graph["coordinator.runtime.report"]
 
 
 def test_no_import_circles():

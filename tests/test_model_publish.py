@@ -15,7 +15,8 @@ from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.publish import publish_models
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.inference import OnnxClassifier
@@ -123,8 +124,7 @@ def test_a_device_offline_at_the_end_installs_its_model_when_it_next_connects(br
     """The model is retained on the device's downlink: no coordinator needs to be running."""
     job = "publish-late"
     data = load_dataset("digits")
-    ctx = StrategyContext(FederationConfig(rounds=1), "mlp", data.input_shape, data.num_classes,
-                          eval_data=EvalData(data.x_test, data.y_test))
+    ctx = StrategyContext(FederationConfig(rounds=1), "mlp", data.input_shape, data.num_classes)
     strategy = FedAvg.create(ctx)
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
     transport.connect()
@@ -133,7 +133,7 @@ def test_a_device_offline_at_the_end_installs_its_model_when_it_next_connects(br
         for device in ("asleep", "unlabelled"):
             fleet.devices[device] = DeviceRecord(device, load_profile("raspberry-pi-4b"), 20, online=False)
         fleet.devices["asleep"].label = strategy.assign(fleet.devices["asleep"])
-        published, = publish_models(strategy, fleet, 0, wait_s=1.0)
+        published, = publish_models(strategy.inference_model, fleet, 0, wait_s=1.0, inputs=data.x_test)
         transport.wait_published(10.0)
     finally:
         transport.close()

@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -27,7 +26,8 @@ from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.publish import attach_signer, publish_models
 from coordinator.runtime.server import coordinator_config_from_toml
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import read_toml
 from edge_sdk.data import load_dataset
@@ -47,6 +47,7 @@ from edge_sdk.signing import (
     verify_model,
 )
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "deploy" / "homeserver"
@@ -233,7 +234,7 @@ def test_key_files_load_and_every_bad_one_is_one_clear_line(tmp_path) -> None:
             ModelSigner.from_pem_file(key)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed")
+@needs("openssl")
 def test_keys_made_by_openssl_as_add_device_makes_them_load(tmp_path) -> None:
     key, pub = tmp_path / "k.pem", tmp_path / "k.pub"
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", key], check=True, capture_output=True)
@@ -397,8 +398,7 @@ def test_a_real_publish_signs_each_model_for_its_device(broker, tmp_path) -> Non
     its own when it connects; one's model replayed to the other is refused."""
     job = "signed-publish"
     data = load_dataset("digits")
-    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=1), "mlp", data.input_shape, data.num_classes,
-                                             eval_data=EvalData(data.x_test, data.y_test)))
+    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=1), "mlp", data.input_shape, data.num_classes))
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
     transport.connect()
     try:
@@ -407,7 +407,7 @@ def test_a_real_publish_signs_each_model_for_its_device(broker, tmp_path) -> Non
         for device in ("dev-a", "dev-b"):
             fleet.devices[device] = DeviceRecord(device, load_profile("raspberry-pi-4b"), 20, online=False)
             fleet.devices[device].label = strategy.assign(fleet.devices[device])
-        published, = publish_models(strategy, fleet, 0, wait_s=1.0)
+        published, = publish_models(strategy.inference_model, fleet, 0, wait_s=1.0, inputs=data.x_test)
         transport.wait_published(10.0)
     finally:
         transport.close()
@@ -443,8 +443,7 @@ def test_a_real_publish_signs_each_model_for_its_device(broker, tmp_path) -> Non
 
 # --------------------------------------------------------------------------- the home server's scripts
 
-needs_tools = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None or shutil.which("openssl") is None,
-                                 reason="mosquitto_passwd and openssl are needed")
+needs_tools = needs("mosquitto_passwd", "openssl")
 
 
 def _add_device(tmp: Path, *args: object, check: bool = True) -> subprocess.CompletedProcess:

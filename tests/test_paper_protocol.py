@@ -15,7 +15,7 @@ from coordinator.strategies.assignment import AssignmentConfig, LevelAssigner
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.lr_schedule import lr_factor, parse_lr_decay
 from simulation.simulate import SimulationConfig, run_simulation
-from coordinator.strategies.base import EvalData, FederationConfig, _stratified
+from coordinator.runtime.federation import EvalData, FederationConfig
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import cnn4, mlp
@@ -82,11 +82,11 @@ def test_lr_factor_compounds_after_each_milestone() -> None:
 def test_the_stratified_subset_keeps_class_proportions() -> None:
     y = np.repeat(np.arange(10), [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000])
     data = EvalData(np.arange(len(y))[:, None].astype(np.float32), y)
-    sub = _stratified(data, 550, seed=0)
+    sub = data.stratified(550, seed=0)
     assert len(sub.y) == 550
     assert np.bincount(sub.y, minlength=10).tolist() == [10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
     assert np.array_equal(sub.y, y[sub.x[:, 0].astype(int)])  # inputs stay with their labels
-    assert np.array_equal(_stratified(data, 550, seed=0).x, sub.x)
+    assert np.array_equal(data.stratified(550, seed=0).x, sub.x)
 
 
 def test_a_flanc_job_with_the_papers_protocol(tmp_path, broker, monkeypatch) -> None:

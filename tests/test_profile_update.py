@@ -10,11 +10,14 @@ import time
 
 import pytest
 
+from coordinator.runtime.report import RunReport
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk import client as client_module
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
@@ -105,14 +108,14 @@ def _digits():
 @pytest.fixture()
 def job(broker, request):
     """A FLANC strategy (cluster assignment, static) with a fleet over the broker, the hooks wired as
-    `Strategy.run` wires them; a slow device (Pi 3B, 1 GFLOPS) and a fast one (laptop) registered."""
+    the round loop wires them; a slow device (Pi 3B, 1 GFLOPS) and a fast one (laptop) registered."""
     limits = getattr(request, "param", FleetLimits(error_reply_burst=100))
     data = _digits()
     strategy = Flanc.create(StrategyContext(FederationConfig(seed=0), "mlp", data.input_shape, data.num_classes))
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{JOB}-coordinator-{time.monotonic_ns()}"))
     transport.connect()
     fleet = Fleet(MessageLink(transport), Topics(job=JOB), limits=limits)
-    fleet.on_register, fleet.on_profile_update = strategy.on_register, strategy.on_profile_update
+    RoundLoop(strategy, fleet, RunReport(method="flanc", config={}))  # wires the fleet's registrations to the method
     fleet.start()
     peers = {d: Peer(broker.url, d) for d in ("slow", "fast")}
     time.sleep(0.2)
@@ -225,11 +228,11 @@ def test_heterofl_dynamic_relabels_the_fleet() -> None:
     records = {d: DeviceRecord(d, load_profile(p), 100) for d, p in
                (("a", "raspberry-pi-3b"), ("b", "raspberry-pi-4b"), ("c", "laptop"))}
     for record in records.values():
-        strategy.on_register(record)
+        record.label = strategy.assign(record)
     assert [records[d].label for d in "abc"] == ["0.25", "0.75", "1.0"]  # 3 groups over 4 widths
     strategy.assigner.freeze()
     records["a"].profile = load_profile("laptop")  # its new figure
-    strategy.on_profile_update(records["a"])
+    records["a"].label = strategy.reassign(records["a"])
     assert records["a"].label == "1.0" and records["b"].label == "0.25"  # b is now the slowest group
 
 
@@ -241,10 +244,10 @@ def test_methods_that_fix_one_model_keep_it() -> None:
 
     strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(8,)))
     record = DeviceRecord("a", load_profile("raspberry-pi-3b"), 100)
-    strategy.on_register(record)
+    record.label = strategy.assign(record)
     label = record.label
     record.profile = load_profile("laptop")
-    strategy.on_profile_update(record)
+    record.label = strategy.reassign(record)
     assert record.label == label
 
 
@@ -278,7 +281,7 @@ def test_a_client_remeasures_when_idle_and_the_coordinator_reassigns_it(broker, 
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{JOB}-coord-client-{time.monotonic_ns()}"))
     transport.connect()
     fleet = Fleet(MessageLink(transport), Topics(job=JOB))
-    fleet.on_register, fleet.on_profile_update = strategy.on_register, strategy.on_profile_update
+    RoundLoop(strategy, fleet, RunReport(method="flanc", config={}))  # wires the fleet's registrations to the method
     fleet.start()
     clients = {}
     for device, profile in (("pi", "raspberry-pi-3b"), ("laptop", "laptop")):

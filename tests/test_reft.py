@@ -11,7 +11,8 @@ import torch
 from coordinator.strategies.distillation import DistillConfig, class_importance, distill, ensemble_logits
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.reft import Reft, ReftOptions
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData
@@ -110,7 +111,7 @@ def _strategy(digits, **options: str) -> Reft:
     ctx = StrategyContext(
         federation=FederationConfig(rounds=1, train=TrainConfig(epochs=4, batch_size=32)),
         model_family="mlp", input_shape=digits.input_shape, num_classes=10,
-        eval_data=EvalData(digits.x_test, digits.y_test), public_data=digits.x_train[:300],
+        public_data=digits.x_train[:300],
         options={"backend": "torch-pruning", "distill_epochs": "30", "local_lr": "0.01", **options})
     return Reft.create(ctx)
 
@@ -127,7 +128,7 @@ def _fleet(digits, strategy: Reft, gflops=(10.0, 40.0, 100.0)) -> list[tuple[Dev
 
 def _round(strategy: Reft, fleet, rnd: int, tmp_path) -> tuple[list, list[ReceivedUpdate]]:
     plans, updates = [], []
-    strategy.begin_round_plans(rnd, strategy.sample([record.device_id for record, _ in fleet]))
+    strategy.begin_round_plans(rnd, strategy.candidates([record.device_id for record, _ in fleet]))
     # every level is pruned before the first plan leaves (torch.fx patches nn.Module process-wide)
     assert set(strategy._pruned) == {strategy.levels[record.device_id] for record, _ in fleet}
     for record, data in fleet:
@@ -149,8 +150,8 @@ def test_one_round_then_a_further_round_without_the_public_set(digits, tmp_path)
     assert plans[0].model_spec["layers"][1]["out"] == 20  # mlp hidden 200 at p0.9
     assert updates[0].update.tensors["logits"].shape == (300, 10)
     assert updates[0].update.tensors["logits"].dtype == np.float16
-    metrics = strategy.aggregate_train(0, updates)
-    accuracy, _ = strategy.evaluate(0)
+    metrics = strategy.aggregate(0, updates)
+    accuracy, _ = strategy.evaluate(0, EvalData(digits.x_test, digits.y_test))
     assert set(accuracy) == {"global", "p0.9", "p0.6", "p0"}
     assert accuracy["global"] > 0.75 and metrics["distill_agreement"] > 0.8, (accuracy, metrics)
     plans2, _ = _round(strategy, fleet, 1, tmp_path)  # devices kept the public set on disk
@@ -247,8 +248,8 @@ def test_a_median_teacher_survives_a_device_sending_poisoned_logits(digits, tmp_
             z = dequantize_logits(u.tensors).astype(np.float32)
             tensors = {**u.tensors, **quantize_logits(-20.0 * z, "float16")}
             updates[0] = ReceivedUpdate(updates[0].device_id, 0, Update(u.label, tensors, u.num_samples, u.metrics), 0)
-        strategy.aggregate_train(0, updates)
-        accuracy[(name, poison)] = strategy.evaluate(0)[0]["global"]
+        strategy.aggregate(0, updates)
+        accuracy[(name, poison)] = strategy.evaluate(0, EvalData(digits.x_test, digits.y_test))[0]["global"]
     honest = accuracy[("plain mean", False)]
     assert honest > 0.75, accuracy
     assert accuracy[("plain mean", True)] < honest - 0.3, accuracy

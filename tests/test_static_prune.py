@@ -10,7 +10,8 @@ import pytest
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.static_prune import StaticPrune, StaticPruneOptions
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.models.spec import count_params
 from edge_sdk.models.zoo import cnn4
@@ -79,7 +80,7 @@ def test_robust_options_bound_a_poisoned_update() -> None:
     rng = np.random.default_rng(0)
     honest = [{k: v + rng.normal(0, 0.01, v.shape).astype(np.float32) for k, v in start.items()} for _ in range(4)]
     poisoned = {k: v + 100.0 for k, v in start.items()}
-    strategy.aggregate_train(0, [ReceivedUpdate(f"d{i}", 0, Update(strategy.label, t, 10, {}), 0)
+    strategy.aggregate(0, [ReceivedUpdate(f"d{i}", 0, Update(strategy.label, t, 10, {}), 0)
                                  for i, t in enumerate([*honest, poisoned])])
     assert all(np.abs(strategy.weights[k] - start[k]).max() < 0.1 for k in start)  # the mean would move 20
     with pytest.raises(ValueError, match="aggregate"):

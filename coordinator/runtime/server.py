@@ -23,9 +23,11 @@ from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 
 __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator"]
 
@@ -158,8 +160,7 @@ def run_coordinator(config: CoordinatorConfig,
         public = preprocessing.convert_from(public_set.preprocessing, public_set.x_train)
     strategy = create_strategy(config.method, StrategyContext(
         federation=config.federation, model_family=config.model, input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes, eval_data=EvalData(eval_x, dataset.y_test),
-        public_data=public, options=dict(config.options), preprocessing=preprocessing,
+        num_classes=dataset.num_classes, public_data=public, options=dict(config.options),
     ))
     out = Path(config.out)
     if checkpoint is None:
@@ -176,7 +177,8 @@ def run_coordinator(config: CoordinatorConfig,
         if signer is not None:
             attach_signer(fleet, signer)
         fleet.start()
-        strategy.run(fleet, report, on_round=on_round)
+        RoundLoop(strategy, fleet, report, eval_data=EvalData(eval_x, dataset.y_test),
+                  preprocessing=preprocessing).run(on_round)
         transport.wait_published(10.0)
         finished = True
     finally:

@@ -32,6 +32,4 @@ def strategy_class(name: str) -> type[Strategy]:
 
 def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
     """Build the strategy `name` from `ctx` (``prox_mu`` goes into every plan's training settings)."""
-    strategy = strategy_class(name).create(with_prox_mu(ctx, name))
-    strategy.preprocessing = ctx.preprocessing
-    return strategy
+    return strategy_class(name).create(with_prox_mu(ctx, name))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -34,15 +34,17 @@ from edge_sdk.models.spec import build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
 from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 from coordinator.aggregate.server_opt import ServerOptConfig
-from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
 __all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS", "HALF_SPLITS"]
@@ -126,16 +128,15 @@ class Fdnnc(Strategy):
     def describe_label(cls, label: str) -> str:
         return {BIG: "big (dense)", SMALL: "small (low-rank)"}.get(label, label)
 
-    def __init__(self, config: FederationConfig, options: FdnncOptions, dense_spec: dict,
-                 eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+    def __init__(self, config: FederationConfig, options: FdnncOptions, dense_spec: dict) -> None:
+        super().__init__(config)
         self.options = options
         self.dense_spec = dense_spec
         self.small_spec = lowrank_spec(dense_spec, options.rank)
         self.lowrank = lowrank_layers(dense_spec, options.rank)
-        torch.manual_seed(config.seed)
-        self.big_model = build_model(dense_spec)
-        self.small_model = build_model(self.small_spec)
+        with seeded_init(config.seed):
+            self.big_model = build_model(dense_spec)
+            self.small_model = build_model(self.small_spec)
         self.dense = {k: np.array(v) for k, v in state_to_numpy(self.big_model).items()}
         self.factors: dict[str, np.ndarray] = {}
         self._decompose()
@@ -155,7 +156,7 @@ class Fdnnc(Strategy):
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
         options = cls.parse_options(ctx.options)
         spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
-        return cls(ctx.federation, options, spec, ctx.eval_data)
+        return cls(ctx.federation, options, spec)
 
     # -- tensors ------------------------------------------------------------
     def _decompose(self) -> None:
@@ -190,9 +191,9 @@ class Fdnnc(Strategy):
         big = device.profile.gflops >= self.options.big_gflops and device.profile.ram_mb >= self.options.big_ram_mb
         return BIG if big else SMALL
 
-    def _fix_fraction(self, fleet: Fleet) -> None:
+    def _fix_fraction(self, registered: Mapping[str, DeviceRecord]) -> None:
         """Under `big_fraction`: the round(F * N) most capable registered devices are big."""
-        devices = sorted(fleet.devices.values(), key=lambda d: (*self._capacity(d), d.device_id), reverse=True)
+        devices = sorted(registered.values(), key=lambda d: (*self._capacity(d), d.device_id), reverse=True)
         n_big = int(math.floor(self.options.big_fraction * len(devices) + 0.5))
         for k, device in enumerate(devices):
             device.label = BIG if k < n_big else SMALL
@@ -210,18 +211,18 @@ class Fdnnc(Strategy):
         wanted = BIG if rnd < big_rounds else SMALL
         return [(wanted,)] if wanted in present else [tuple(present)]
 
-    def setup(self, fleet: Fleet) -> None:
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
         if self.options.big_fraction is not None and self._floor is None:
-            self._fix_fraction(fleet)
+            self._fix_fraction(devices)
 
-    def round_stages(self, fleet: Fleet, rnd: int) -> list[tuple[str, ...]]:
-        return self.stages(rnd, {fleet.devices[d].label for d in fleet.online()})
+    def round_stages(self, rnd: int, online: Sequence[DeviceRecord]) -> list[tuple[str, ...]]:
+        return self.stages(rnd, {d.label for d in online if d.label is not None})
 
     def begin_stage(self, rnd: int, stage: tuple[str, ...]) -> None:
         self._active = stage
 
-    def sample(self, online: list[str]) -> list[str]:
-        return super().sample([d for d in online if self._records[d].label in self._active])
+    def candidates(self, online: list[str]) -> list[str]:
+        return [d for d in online if self._records[d].label in self._active]
 
     def begin_round_plans(self, rnd: int, participants: list[str]) -> None:
         """What each participant uploads: everything, or with ``upload=half`` a small device's A or B."""
@@ -233,9 +234,9 @@ class Fdnnc(Strategy):
                 self._asked[device_id] = "a" if turn % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
         mode = self._asked.setdefault(device.device_id, "full")
-        train = self.config.train.to_dict()
+        train = (train_config or self.config.train).to_dict()
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
                         train={**train, "upload": "full", "freeze": False})
@@ -248,7 +249,8 @@ class Fdnnc(Strategy):
             raise UpdateRejected("not_asked", f"{device.device_id} was sent no plan in this stage")
         validate_update(update, self.expected(device.label, mode), device.label, device.num_samples)
 
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         big = [u.update for u in updates if u.update.label == BIG]
         small = [u.update for u in updates if u.update.label == SMALL]
         everyone = big + small
@@ -300,13 +302,11 @@ class Fdnnc(Strategy):
                 metrics[f"train_loss_{label}"] = mean_train_loss(group)
         return metrics
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
+    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         load_numpy_state(self.big_model, self.dense)
         load_numpy_state(self.small_model, self.small_tensors())
-        acc_big, loss_big = self.evaluate_model(self.big_model)
-        acc_small, loss_small = self.evaluate_model(self.small_model)
+        acc_big, loss_big = self.evaluate_model(self.big_model, data)
+        acc_small, loss_small = self.evaluate_model(self.small_model, data)
         return {BIG: acc_big, SMALL: acc_small}, (loss_big + loss_small) / 2
 
     def inference_model(self, label: str) -> torch.nn.Module | None:

@@ -19,6 +19,7 @@ from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
@@ -26,7 +27,9 @@ from coordinator.options import Option, Schema, choice, number
 from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 
-from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+
+from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from, validate_update
 
 __all__ = ["FedAvg", "FedAvgOptions", "FEDAVG_OPTIONS"]
@@ -59,15 +62,14 @@ class FedAvg(Strategy):
     option_schema = FEDAVG_OPTIONS
     options_type: type[FedAvgOptions] = FedAvgOptions
 
-    def __init__(self, config: FederationConfig, model_spec: dict[str, Any],
-                 eval_data: EvalData | None = None, label: str = GLOBAL,
+    def __init__(self, config: FederationConfig, model_spec: dict[str, Any], label: str = GLOBAL,
                  robust: RobustConfig = RobustConfig()) -> None:
-        super().__init__(config, eval_data)
+        super().__init__(config)
         self._label = label
         self.robust = robust
         self.model_spec = model_spec
-        torch.manual_seed(config.seed)
-        self.model = build_model(model_spec)
+        with seeded_init(config.seed):
+            self.model = build_model(model_spec)
         self.weights = {k: np.array(v) for k, v in state_to_numpy(self.model).items()}
         self.expected = expected_from(self.weights)
 
@@ -91,31 +93,30 @@ class FedAvg(Strategy):
             kw["norm"] = None if options.norm == "none" else options.norm
         if options.width is None:
             spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, **kw)
-            return cls(ctx.federation, spec, ctx.eval_data, robust=options.robust)
+            return cls(ctx.federation, spec, robust=options.robust)
         spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=options.width, **kw)
-        return cls(ctx.federation, spec, ctx.eval_data, label=str(options.width), robust=options.robust)
+        return cls(ctx.federation, spec, label=str(options.width), robust=options.robust)
 
     def assign(self, device: DeviceRecord) -> str:
         return self.label
 
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
         return Plan(method=self.device_part(), label=self.label, model_spec=self.model_spec,
-                    tensors=self.weights, train=self.config.train.to_dict())
+                    tensors=self.weights, train=(train or self.config.train).to_dict())
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         validate_update(update, self.expected, self.label, device.num_samples)
 
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         counts = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(self.label, self.weights, [u.update.tensors for u in updates], counts,
                                           self.robust)
         return {**metrics, "train_loss": mean_train_loss([u.update for u in updates])}
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
+    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         load_numpy_state(self.model, self.weights)
-        accuracy, loss = self.evaluate_model(self.model)
+        accuracy, loss = self.evaluate_model(self.model, data)
         return {self.label: accuracy}, loss
 
     def inference_model(self, label: str) -> torch.nn.Module | None:

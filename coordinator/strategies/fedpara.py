@@ -17,8 +17,8 @@ nobody held keep their value). Evaluation is per width on the held-out data;
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any, ClassVar, Mapping
+from dataclasses import asdict, replace
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,14 +28,16 @@ from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.tensors import SKIPPED_SUFFIXES, load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.aggregate.width_slicing import leading_block
 from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma, fedpara_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
 __all__ = ["FedPara", "GAMMA_KEY"]
@@ -79,8 +81,8 @@ class FedPara(WidthStrategy):
     personal: ClassVar[bool] = False
 
     def __init__(self, config: FederationConfig, options: FedParaOptions, family: str,
-                 input_shape: tuple[int, ...], num_classes: int, eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+                 input_shape: tuple[int, ...], num_classes: int) -> None:
+        super().__init__(config)
         self.options = options
         self.family, self.input_shape, self.num_classes = family, tuple(input_shape), num_classes
         self.zoo_kw = options.width.zoo_kwargs()
@@ -118,8 +120,7 @@ class FedPara(WidthStrategy):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedPara":
         options = cls.parse_options(dict(ctx.options))
-        return cls(ctx.federation, options, ctx.model_family, tuple(ctx.input_shape), ctx.num_classes,
-                   ctx.eval_data)
+        return cls(ctx.federation, options, ctx.model_family, tuple(ctx.input_shape), ctx.num_classes)
 
     # -- the networks -------------------------------------------------------
     def spec_for(self, gamma: float, width: float) -> dict:
@@ -142,11 +143,11 @@ class FedPara(WidthStrategy):
         self.specs = {label: self.spec_for(gamma, p) for label, p in self.widths.items()}
         self.global_spec = self.specs[self.labels[-1]] if self.widths[self.labels[-1]] == 1.0 \
             else self.spec_for(gamma, 1.0)
-        torch.manual_seed(self.config.seed)
-        full = build_model(self.global_spec)
-        state = state_to_numpy(full, copy=True)
-        self.weights = {k: state[k] for k in self._sent_names(full)}
-        self.models = {label: build_model(spec) for label, spec in self.specs.items()}
+        with seeded_init(self.config.seed):
+            full = build_model(self.global_spec)
+            state = state_to_numpy(full, copy=True)
+            self.weights = {k: state[k] for k in self._sent_names(full)}
+            self.models = {label: build_model(spec) for label, spec in self.specs.items()}
         self.expected = {}
         for label, model in self.models.items():
             own = set(personal_names(model))
@@ -178,7 +179,7 @@ class FedPara(WidthStrategy):
         """What a width-``label`` device receives: the leading block of every shared tensor."""
         return {k: np.ascontiguousarray(self.weights[k][leading_block(s)]) for k, s in self._shapes(label).items()}
 
-    def setup(self, fleet: Fleet) -> None:
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
         self._ensure_built()  # γ=auto: from the registered fleet's links
 
     def loaded_model(self, label: str) -> torch.nn.Module:
@@ -192,9 +193,13 @@ class FedPara(WidthStrategy):
         self.devices[device.device_id] = device
         return GLOBAL if self.assigner is None else self.assigner.observe(device)
 
-    def train_settings(self, label: str = GLOBAL) -> dict[str, Any]:
-        """``plan.train``: the run's settings with this method's optimizer and lr (pFedPara adds keys)."""
-        return self.options.train_config(self.config.train).to_dict()
+    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
+        """``plan.train``: the round's settings with this method's optimizer and its own lr, when it
+        has one, under the job's lr schedule (pFedPara adds keys)."""
+        config = self.options.train_config(train)
+        if self.options.lr is not None:
+            config = replace(config, lr=self.scheduled_lr(self.options.lr, rnd))
+        return config.to_dict()
 
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         if self.assigner is not None:
@@ -204,7 +209,8 @@ class FedPara(WidthStrategy):
         return label
 
     # -- aggregation: element-wise over the holders --------------------------
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(
             "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
@@ -254,7 +260,7 @@ class FedPara(WidthStrategy):
         o = self.options
         config: dict[str, Any] = {
             "gamma": "auto" if o.gamma is None else o.gamma, "layer_gammas": dict(o.layer_gammas),
-            "comm_s": o.comm_s, "tanh": o.tanh, "train": self.train_settings(), "widths": list(o.width.widths), "norm": o.width.norm,
+            "comm_s": o.comm_s, "tanh": o.tanh, "train": self.train_settings(GLOBAL, self.config.train, 0), "widths": list(o.width.widths), "norm": o.width.norm,
             "assignment": asdict(o.width.assignment), "robust": asdict(o.width.robust)}
         if self.gamma is not None:
             config["ranks"] = {label: layer_ranks(spec) for label, spec in self.specs.items()}

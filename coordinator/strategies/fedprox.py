@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from edge_sdk.protocol.messages import Plan
+from edge_sdk.training import TrainConfig
 
 from coordinator.runtime.fleet import DeviceRecord
 from coordinator.options import Option, Schema, number
@@ -51,6 +52,6 @@ class FedProx(FedAvg):
     def method_config(self) -> dict[str, Any]:
         return {**super().method_config(), "mu": self.mu}
 
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
-        plan = super().configure_train(rnd, device)
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+        plan = super().configure_train(rnd, device, train)
         return replace(plan, train={**plan.train, "mu": self.mu})

@@ -25,6 +25,7 @@ from edge_sdk.models.flanc import COEFF_INITS, basis_names, init_coefficients, t
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
@@ -34,7 +35,8 @@ from coordinator.aggregate.width_slicing import pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice, number
 from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
 __all__ = ["Flanc", "FlancOptions", "BASIS"]
@@ -87,18 +89,17 @@ class Flanc(WidthStrategy):
     name = "flanc"
     option_schema = FLANC_OPTIONS
 
-    def __init__(self, config: FederationConfig, options: FlancOptions, specs: dict[str, dict],
-                 eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+    def __init__(self, config: FederationConfig, options: FlancOptions, specs: dict[str, dict]) -> None:
+        super().__init__(config)
         self.options = options
         self.specs = specs
         self.labels = list(specs)
         self.export_dir = options.width.export
-        torch.manual_seed(config.seed)
-        self.models = {label: build_model(spec) for label, spec in specs.items()}
-        if options.coeff_init != "he":  # `build_model` drew He coefficients
-            for model in self.models.values():
-                init_coefficients(model, options.coeff_init)
+        with seeded_init(config.seed):
+            self.models = {label: build_model(spec) for label, spec in specs.items()}
+            if options.coeff_init != "he":  # `build_model` drew He coefficients
+                for model in self.models.values():
+                    init_coefficients(model, options.coeff_init)
         top = self.models[self.labels[-1]]
         self.basis_keys = basis_names(top)
         top_state = state_to_numpy(top, copy=True)
@@ -127,7 +128,7 @@ class Flanc(WidthStrategy):
                                 options.flanc_config(), **options.width.zoo_kwargs_for(ctx.model_family))
         except TypeError as exc:
             raise ValueError(f"flanc: model family {ctx.model_family!r} does not take these options: {exc}") from None
-        return cls(ctx.federation, options, specs, ctx.eval_data)
+        return cls(ctx.federation, options, specs)
 
     # -- tensors ------------------------------------------------------------
     def tensors(self, label: str) -> dict[str, np.ndarray]:
@@ -135,12 +136,13 @@ class Flanc(WidthStrategy):
         return {**self.basis, **self.private[label]}
 
     # -- who trains what ----------------------------------------------------
-    def train_settings(self, label: str) -> dict[str, Any]:
-        return {**self.config.train.to_dict(), "orth_lambda": self.options.orth_lambda,
+    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
+        return {**train.to_dict(), "orth_lambda": self.options.orth_lambda,
                 "static_bn": self.options.static_bn}
 
     # -- aggregation (Eq. 4) --------------------------------------------------
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
         robust = self.options.width.robust
         self.basis, metrics = self.fold(

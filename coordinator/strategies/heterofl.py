@@ -25,6 +25,7 @@ from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
@@ -33,7 +34,8 @@ from coordinator.aggregate.width_slicing import leading_block, pool_bn_stats
 from coordinator.options import Option, Schema, boolean, choice
 from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
 __all__ = ["HeteroFL", "HeteroFLOptions"]
@@ -78,20 +80,20 @@ class HeteroFL(WidthStrategy):
     option_schema = HETEROFL_OPTIONS
 
     def __init__(self, config: FederationConfig, options: HeteroFLOptions, global_spec: dict,
-                 specs: dict[str, dict], eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+                 specs: dict[str, dict]) -> None:
+        super().__init__(config)
         self.options = options
         self.global_spec = global_spec
         self.specs = specs
         self.labels = list(specs)
         self.export_dir = options.width.export
-        torch.manual_seed(config.seed)
-        global_model = build_model(global_spec)
-        if options.init == "he":
-            _he_init(global_model)
-        full = state_to_numpy(global_model, copy=True)
-        self.weights = {k: v for k, v in full.items() if not k.endswith(STAT_SUFFIXES)}
-        self.models = {label: build_model(spec) for label, spec in specs.items()}
+        with seeded_init(config.seed):
+            global_model = build_model(global_spec)
+            if options.init == "he":
+                _he_init(global_model)
+            full = state_to_numpy(global_model, copy=True)
+            self.weights = {k: v for k, v in full.items() if not k.endswith(STAT_SUFFIXES)}
+            self.models = {label: build_model(spec) for label, spec in specs.items()}
         self.stats: dict[str, dict[str, np.ndarray]] = {}
         self.shapes: dict[str, dict[str, tuple[int, ...]]] = {}
         for label, model in self.models.items():
@@ -122,7 +124,7 @@ class HeteroFL(WidthStrategy):
                      for label, p in zip(options.width.labels, options.width.widths)}
         except TypeError as exc:
             raise ValueError(f"heterofl: model family {ctx.model_family!r} does not take these options: {exc}") from None
-        return cls(ctx.federation, options, global_spec, specs, ctx.eval_data)
+        return cls(ctx.federation, options, global_spec, specs)
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """The width-``label`` sub-network: prefix slices of the global tensors, its BN statistics."""
@@ -141,12 +143,13 @@ class HeteroFL(WidthStrategy):
         return {**self.tensors(label), **extra}
 
     # -- who trains what ----------------------------------------------------
-    def train_settings(self, label: str) -> dict[str, Any]:
-        return {**self.config.train.to_dict(), "static_bn": self.options.static_bn,
+    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
+        return {**train.to_dict(), "static_bn": self.options.static_bn,
                 "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
 
     # -- aggregation: element-wise over the holders --------------------------
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(
             "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,

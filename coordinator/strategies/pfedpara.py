@@ -14,12 +14,15 @@ held-out sample counts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
+from edge_sdk.training import TrainConfig
+
+from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import ReceivedUpdate
-from coordinator.strategies.fedpara import GLOBAL, FedPara
+from coordinator.strategies.fedpara import FedPara
 from coordinator.strategies.fedpara_options import fedpara_schema
 
 __all__ = ["PFedPara", "DEFAULT_HOLDOUT"]
@@ -36,11 +39,12 @@ class PFedPara(FedPara):
 
     option_schema = fedpara_schema(holdout=DEFAULT_HOLDOUT)
 
-    def train_settings(self, label: str = GLOBAL) -> dict[str, Any]:
-        return {**super().train_settings(label), "holdout": self.options.holdout}
+    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
+        return {**super().train_settings(label, train, rnd), "holdout": self.options.holdout}
 
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
-        metrics = super().aggregate_train(rnd, updates)
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
+        metrics = super().aggregate(rnd, updates, failures)
         self._local = None
         held = [(u.update.metrics["local_acc"], u.update.metrics.get("local_n", 0.0)) for u in updates
                 if "local_acc" in u.update.metrics]
@@ -49,8 +53,8 @@ class PFedPara(FedPara):
             metrics["local_accuracy"] = self._local
         return metrics
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        accuracy, loss = super().evaluate(rnd)
+    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
+        accuracy, loss = super().evaluate(rnd, data)
         local, self._local = getattr(self, "_local", None), None  # this round's reports only
         if local is not None:
             accuracy["local"] = local

@@ -18,7 +18,6 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 import numpy as np
-import torch
 
 from edge_sdk.methods.reft import (LOGITS_DTYPES, PUBLIC_DTYPES, decode_public, dequantize_logits,
                                    encode_public, public_digest)
@@ -26,6 +25,7 @@ from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits
 from coordinator.aggregate.averaging import mean_train_loss
@@ -33,7 +33,8 @@ from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
                                  parse_levels, prune_spec, resolve_backend)
-from coordinator.strategies.base import EvalData, FederationConfig, Strategy, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.strategies.proximal import PROX_OPTIONS, without_prox
 from coordinator.aggregate.robust import DEFAULT_CLIP, ROBUST_OPTIONS, RobustConfig
 from coordinator.aggregate.server_opt import SERVER_OPT_KEYS
@@ -149,14 +150,13 @@ class Reft(Strategy):
     def describe_label(cls, label: str) -> str:
         return describe_level(label)
 
-    def __init__(self, config: FederationConfig, options: ReftOptions, spec: dict, public_x: np.ndarray,
-                 eval_data: EvalData | None = None) -> None:
-        super().__init__(config, eval_data)
+    def __init__(self, config: FederationConfig, options: ReftOptions, spec: dict, public_x: np.ndarray) -> None:
+        super().__init__(config)
         self.options = options
         self.spec = spec
         self.backend = resolve_backend(options.backend)
-        torch.manual_seed(config.seed)
-        self.model = build_model(spec)
+        with seeded_init(config.seed):
+            self.model = build_model(spec)
         self.weights = state_to_numpy(self.model, copy=True)
         if options.public_samples is not None and options.public_samples < len(public_x):
             keep = np.random.default_rng(config.seed + 17).choice(len(public_x), options.public_samples,
@@ -201,7 +201,7 @@ class Reft(Strategy):
                         "rounds that send the distilled model back)", federation.rounds)
             federation = replace(federation, rounds=1)
         spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes)
-        return cls(federation, options, spec, np.asarray(ctx.public_data), ctx.eval_data)
+        return cls(federation, options, spec, np.asarray(ctx.public_data))
 
     # -- pruning ------------------------------------------------------------
     def pruned(self, level: float) -> PruneResult:
@@ -229,7 +229,7 @@ class Reft(Strategy):
         return level_label(level)
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
         level = self.levels.get(device.device_id)
         if level is None:
             level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
@@ -240,7 +240,9 @@ class Reft(Strategy):
             tensors.update(self.public)
         sent = _Sent(level_label(level), level, pruned.spec)
         self._sent[device.device_id] = sent
-        train = {**self.options.local_train(self.config.train.to_dict()), "public_digest": self.digest,
+        local = self.options.local_train((train_config or self.config.train).to_dict())
+        local["lr"] = self.scheduled_lr(self.options.local_lr, rnd)  # REFT's own lr, under the job's schedule
+        train = {**local, "public_digest": self.digest,
                  "logits_dtype": self.options.logits_dtype, "upload_weights": self.options.device_eval}
         return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors, train=train)
 
@@ -268,7 +270,8 @@ class Reft(Strategy):
             raise UpdateRejected("bad_scale", "int8 logit scales must be > 0")
         self._has_public.add(device.device_id)
 
-    def aggregate_train(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
+                  failures: Mapping[str, str] | None = None) -> dict[str, float]:
         logits = [dequantize_logits(u.update.tensors) for u in updates]
         counts = np.stack([u.update.tensors["counts"] for u in updates])
         clip = None if self.options.clip is None else RobustConfig(clip=self.options.clip).clip_factor
@@ -290,17 +293,15 @@ class Reft(Strategy):
                 "distill_seconds": self.last_distill.seconds, "teachers": float(len(updates)),
                 "classes_covered": float((counts.sum(axis=0) > 0).sum())}
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
+    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         load_numpy_state(self.model, self.weights)
-        accuracy, loss = self.evaluate_model(self.model)
+        accuracy, loss = self.evaluate_model(self.model, data)
         result = {GLOBAL: accuracy}
         per_label: dict[str, list[float]] = {}
         for sent, tensors in self._device_models.values():
             model = build_model(sent.spec)
             load_numpy_state(model, tensors)
-            per_label.setdefault(sent.label, []).append(self.evaluate_model(model)[0])
+            per_label.setdefault(sent.label, []).append(self.evaluate_model(model, data)[0])
         result.update({label: float(np.mean(accs)) for label, accs in sorted(per_label.items())})
         return result, loss
 

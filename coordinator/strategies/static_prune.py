@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -19,9 +19,10 @@ from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state
+from edge_sdk.training import TrainConfig
 
 from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.strategies.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
                                  level_label, prune_spec, resolve_backend, round_to_level)
 from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
@@ -29,7 +30,8 @@ from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
 from coordinator.options import Option, Schema, choice, number
 from coordinator.strategies.reft import pruning_options
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import expected_from
 
 __all__ = ["StaticPrune", "StaticPruneOptions", "STATIC_PRUNE_OPTIONS"]
@@ -80,9 +82,8 @@ class StaticPrune(FedAvg):
     def describe_label(cls, label: str) -> str:
         return describe_level(label)
 
-    def __init__(self, config: FederationConfig, options: StaticPruneOptions, spec: dict,
-                 eval_data: EvalData | None = None) -> None:
-        super().__init__(config, spec, eval_data, robust=options.robust)  # the dense model, seeded
+    def __init__(self, config: FederationConfig, options: StaticPruneOptions, spec: dict) -> None:
+        super().__init__(config, spec, robust=options.robust)  # the dense model, seeded
         self.options = options
         self.dense_spec = spec
         self.backend = resolve_backend(options.backend)
@@ -104,8 +105,7 @@ class StaticPrune(FedAvg):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "StaticPrune":
         options = cls.parse_options(ctx.options)
-        return cls(ctx.federation, options, model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes),
-                   ctx.eval_data)
+        return cls(ctx.federation, options, model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes))
 
     # -- the level ----------------------------------------------------------
     def device_level(self, device: DeviceRecord) -> float:
@@ -131,19 +131,18 @@ class StaticPrune(FedAvg):
     def assign(self, device: DeviceRecord) -> str:
         return self.label if self.level is not None else level_label(self.device_level(device))
 
-    def setup(self, fleet: Fleet) -> None:
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
         """Before the first round: prune for the weakest device present; every device trains that."""
         if self.level is None:
-            online = [fleet.devices[d] for d in fleet.online()]
-            self.fix_level(max(self.device_level(d) for d in online))
-        for device in fleet.devices.values():  # devices registering later are assigned self.label
+            self.fix_level(max(self.device_level(devices[d]) for d in online))
+        for device in devices.values():  # devices registering later are assigned self.label
             device.label = self.label
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
         assert self.pruned is not None
-        train = {**self.config.train.to_dict(), "optimizer": self.options.local_optimizer,
-                 "lr": self.options.local_lr}
+        train = {**(train_config or self.config.train).to_dict(), "optimizer": self.options.local_optimizer,
+                 "lr": self.scheduled_lr(self.options.local_lr, rnd)}
         return Plan(method=self.device_part(), label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
                     train=train)
 

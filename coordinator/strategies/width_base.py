@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from edge_sdk.models.spec import count_params
 from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
-from coordinator.runtime.fleet import DeviceRecord, Fleet
-from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.runtime.federation import EvalData
+from coordinator.runtime.fleet import DeviceRecord
 from coordinator.strategies.base import Strategy
 from coordinator.aggregate.validation import UpdateRejected, validate_update
 
@@ -61,14 +62,14 @@ class WidthStrategy(Strategy):
         self._planned[device.device_id] = label
         return label
 
-    def train_settings(self, label: str) -> dict[str, Any]:
-        """``plan.train`` of a width-``label`` plan (default: the run's settings)."""
-        return self.config.train.to_dict()
+    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
+        """``plan.train`` of a width-``label`` plan in round ``rnd`` (default: the round's ``train``)."""
+        return train.to_dict()
 
-    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
         label = self.plan_label(rnd, device)
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=self.train_settings(label))
+                    tensors=self.tensors(label), train=self.train_settings(label, train or self.config.train, rnd))
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         """An update must be exactly what the device's last plan asked of its width."""
@@ -96,29 +97,23 @@ class WidthStrategy(Strategy):
         if self.assigner is not None:
             self.assigner.draw_round(participants, rnd, self.config.seed)
 
-    def evaluate(self, rnd: int) -> tuple[dict[str, float], float]:
-        if self.eval_data is None:
-            return {}, float("nan")
+    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         accuracy, losses = {}, []
         for label in self.labels:
-            accuracy[label], loss = self.evaluate_model(self.loaded_model(label))
+            accuracy[label], loss = self.evaluate_model(self.loaded_model(label), data)
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 
-    def export(self, out_dir: str | Path, inputs: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+    def export(self, out_dir: str | Path, inputs: np.ndarray) -> dict[str, dict[str, Any]]:
         """Write every width's dense network as ``<method>-w<label>.onnx`` in ``out_dir``.
 
         Returns (and writes to ``export.json`` there), per width: the path, the dense
         parameter count, the largest difference between the trained and the dense network in
         torch (``precompose_max_abs_diff``) and between onnxruntime and torch
-        (``max_abs_diff``), on ``inputs`` (default: up to 64 held-out samples).
+        (``max_abs_diff``), on ``inputs``.
         """
         from coordinator.runtime.export import export_onnx
 
-        if inputs is None:
-            if self.eval_data is None:
-                raise ValueError("export needs inputs when there is no eval data")
-            inputs = self.eval_data.x[:64]
         x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
         out: dict[str, dict[str, Any]] = {}
         for label in self.labels:
@@ -131,12 +126,13 @@ class WidthStrategy(Strategy):
         (Path(out_dir) / "export.json").write_text(json.dumps(out, indent=1))
         return out
 
-    def run(self, fleet: Fleet, report: RunReport,
-            on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
-        result = super().run(fleet, report, on_round)
+    def finished(self, data: EvalData | None) -> None:
+        """With ``export_dir``: every width's dense network as ONNX, checked on up to 64 held-out
+        samples (:meth:`export`)."""
         if self.export_dir:
-            self.exported = self.export(self.export_dir)
-        return result
+            if data is None:
+                raise ValueError("export needs held-out inputs to check the ONNX graphs on")
+            self.exported = self.export(self.export_dir, data.x[:64])
 
     def model_params(self) -> dict[str, int]:
         return {label: count_params(spec) for label, spec in self.specs.items()}

@@ -1,0 +1,97 @@
+"""What a federated job is, for every method: its round-loop settings, its held-out data, and the
+error that stops it when no device can train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edge_sdk.accelerator import resolve_device
+from edge_sdk.training import TrainConfig
+
+from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, parse_lr_decay
+
+__all__ = ["FederationConfig", "EvalData", "TrainingFailed"]
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    """Round-loop settings shared by every method."""
+
+    rounds: int = 5
+    min_devices: int = 2
+    devices_per_round: int | None = None  # None: every online device
+    quorum: float = 0.5  # fraction of participants needed to aggregate
+    round_deadline_s: float = 600.0
+    register_timeout_s: float = 120.0
+    seed: int = 0
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint_dir: str | None = None
+    publish: bool = True  # after the last round, send every device the ONNX model of its label
+    #: ...as a retained message, so a device that is offline then installs it when it reconnects
+    retain_models: bool = True
+    #: also publish after every this many rounds (0: only after the last), for long jobs
+    publish_every: int = 0
+    #: evaluate on the held-out data after every this many rounds; the last round always does
+    eval_every: int = 1
+    #: ((round, factor), ...): after `round` rounds every plan's lr is multiplied by `factor`
+    lr_decay: LrDecay = ()
+    #: interim evaluations use a fixed stratified subset of this many held-out samples (None:
+    #: all of them); the last round always evaluates on the whole held-out set
+    eval_samples: int | None = None
+    #: where the coordinator evaluates: cpu, cuda, cuda:N or auto (a GPU when torch sees one)
+    eval_device: str = "cpu"
+    #: stop the job (`TrainingFailed`) when every device asked reports a failed local training
+    #: this many rounds in a row (0: never; a simulation uses 3: its devices fail alike every round)
+    stop_after_failed_rounds: int = 0
+
+    def __post_init__(self) -> None:
+        decay = self.lr_decay
+        object.__setattr__(self, "lr_decay", parse_lr_decay(decay) if isinstance(decay, str) else check_lr_decay(decay))
+        for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
+                          ("stop_after_failed_rounds", 0)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        resolve_device(self.eval_device)
+        if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
+            raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
+        k = self.devices_per_round
+        if k is not None and (type(k) is not int or k < 1):
+            raise ValueError(f"devices_per_round must be an integer >= 1 (or absent: every device), got {k!r}")
+        if not (isinstance(self.quorum, (int, float)) and 0 < self.quorum <= 1):
+            raise ValueError(f"quorum must be a fraction in (0, 1], got {self.quorum!r}")
+        for name in ("round_deadline_s", "register_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if type(self.seed) is not int:
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+
+class TrainingFailed(RuntimeError):
+    """Every device asked failed its local training in `FederationConfig.stop_after_failed_rounds`
+    rounds in a row (e.g. a model that cannot train where the devices train): the job stops."""
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Held-out real data the coordinator evaluates on."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def stratified(self, n: int, seed: int) -> "EvalData":
+        """``n`` samples, each class in proportion (seeded, in their original order)."""
+        rng = np.random.default_rng([seed, 0xE5A1])
+        order = rng.permutation(len(self.y))
+        key = np.empty(len(order))
+        for c in np.unique(self.y):  # a sample's rank within its class, as a fraction
+            members = order[self.y[order] == c]
+            key[members] = (np.arange(len(members)) + 0.5) / len(members)
+        pick = np.sort(order[np.argsort(key[order], kind="stable")[:n]])
+        return EvalData(self.x[pick], self.y[pick])

@@ -1,0 +1,233 @@
+"""The round loop: the one place that runs a federated job's rounds, for every method.
+
+A round: sample online devices → announce the round → send each its plan → collect valid
+updates until all arrived or the deadline → aggregate when a quorum arrived → evaluate →
+checkpoint. The loop owns the fleet, the report, checkpoints, publishing, the held-out data and
+failure accounting; the method (:class:`coordinator.strategies.base.Strategy`) only answers its
+hooks, with every input passed explicitly (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.protocol.messages import RoundStart, Stop
+
+from coordinator.runtime.federation import EvalData, FederationConfig, TrainingFailed
+from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.runtime.lr_schedule import lr_factor
+from coordinator.runtime.publish import publish_models
+from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
+from coordinator.runtime.state import load_checkpoint, save_checkpoint
+from coordinator.strategies.base import Strategy
+
+__all__ = ["RoundLoop"]
+
+log = logging.getLogger(__name__)
+_SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's moments
+
+
+class RoundLoop:
+    """Runs ``strategy``'s rounds on ``fleet`` and fills ``report``.
+
+    ``eval_data``: the held-out set the coordinator evaluates on (None: none);
+    ``preprocessing``: the job's input normalisation, sent with every plan and published with
+    the models (None: devices keep their own).
+    """
+
+    def __init__(self, strategy: Strategy, fleet: Fleet, report: RunReport, *,
+                 eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None) -> None:
+        self.strategy = strategy
+        self.fleet = fleet
+        self.report = report
+        self.eval_data = eval_data
+        self.preprocessing = preprocessing
+        self.config: FederationConfig = strategy.config
+        #: the first bytes sent of each label's plan (the report's payload_bytes)
+        self.payload_bytes: dict[str, int] = {}
+        self.published: list = []  # what the last publishing sent
+        self._eval_subset: EvalData | None = None  # the interim evaluations' subset (eval_samples)
+        self._failed_in_a_row = 0  # rounds (stages) in a row in which every device asked failed
+        self._last_failure = ""
+        fleet.on_register = self._on_register
+        fleet.on_profile_update = self._on_profile_update
+
+    # -- fleet events -------------------------------------------------------
+    def _on_register(self, device: DeviceRecord) -> None:
+        device.label = self.strategy.assign(device)
+
+    def _on_profile_update(self, device: DeviceRecord) -> None:
+        """Between rounds: a registered device measured itself again; its label from now on."""
+        device.label = self.strategy.reassign(device)
+
+    # -- the job ------------------------------------------------------------
+    def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:
+        """Run every remaining round; returns the filled report."""
+        config, fleet, report = self.config, self.fleet, self.report
+        for device in fleet.devices.values():
+            self._on_register(device)
+        start = self._resume()
+        if start < config.rounds:
+            online = fleet.wait_for_devices(config.min_devices, config.register_timeout_s)
+            if len(online) < config.min_devices:
+                raise TimeoutError(f"only {len(online)} of {config.min_devices} devices registered "
+                                   f"within {config.register_timeout_s} s")
+            self.strategy.setup(dict(fleet.devices), fleet.online())
+        every = config.publish_every
+        try:
+            for rnd in range(start, config.rounds):
+                record = self._round(rnd)
+                report.add_round(record)
+                self._checkpoint(rnd)
+                if on_round is not None:
+                    on_round(record)
+                self._stop_if_training_fails(rnd)
+                if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < config.rounds:
+                    self._publish(rnd)  # an interim model
+        except BaseException:  # Ctrl-C or an error: the report of the finished rounds names the devices
+            report.finish(fleet, self.strategy.model_params(), self.payload_bytes)
+            raise
+        self._publish(config.rounds - 1)
+        fleet.broadcast(Stop("training finished"))
+        report.finish(fleet, self.strategy.model_params(), self.payload_bytes)
+        self.strategy.finished(self.eval_data)
+        return report
+
+    def _stop_if_training_fails(self, rnd: int) -> None:
+        limit = self.config.stop_after_failed_rounds
+        if limit and self._failed_in_a_row >= limit:
+            raise TrainingFailed(f"every device failed its training in the last {self._failed_in_a_row} rounds "
+                                 f"(to round {rnd + 1}): {self._last_failure}")
+
+    def _publish(self, rnd: int) -> None:
+        """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
+        if self.config.publish:
+            inputs = self.eval_data.x if self.eval_data is not None else None
+            self.published = publish_models(self.strategy.inference_model, self.fleet, rnd, retain=self.config.retain_models,
+                                            preprocessing=self.preprocessing, inputs=inputs)
+
+    def evaluates(self, rnd: int) -> bool:
+        """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""
+        return (rnd + 1) % self.config.eval_every == 0 or rnd + 1 == self.config.rounds
+
+    # -- one round ----------------------------------------------------------
+    def _round(self, rnd: int) -> RoundRecord:
+        fleet = self.fleet
+        if not fleet.online():  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
+            fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
+        rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
+        records = []
+        online = [fleet.devices[d] for d in fleet.online()]
+        for stage in self.strategy.round_stages(rnd, online):
+            self.strategy.begin_stage(rnd, stage)
+            records.append(self._stage(rnd, rng))
+        return merge_stages(records)
+
+    def _sample(self, candidates: list[str], rng: np.random.Generator) -> list[str]:
+        k = self.config.devices_per_round
+        if k is None or k >= len(candidates):
+            return list(candidates)
+        return sorted(rng.choice(candidates, size=k, replace=False).tolist())
+
+    def _stage(self, rnd: int, rng: np.random.Generator) -> RoundRecord:
+        strategy, fleet, config = self.strategy, self.fleet, self.config
+        started = time.monotonic()
+        participants = self._sample(strategy.candidates(fleet.online()), rng)
+        strategy.begin_round_plans(rnd, participants)
+        down = fleet.broadcast(RoundStart(config.round_deadline_s, tuple(participants)), rnd)
+        factor = lr_factor(config.lr_decay, rnd)
+        train = config.train if factor == 1.0 else replace(config.train, lr=config.train.lr * factor)
+        sent: dict[str, int] = {}
+        for device_id in participants:
+            plan = strategy.configure_train(rnd, fleet.devices[device_id], train)
+            if self.preprocessing is not None:
+                plan = replace(plan, preprocessing=self.preprocessing.normalisation())
+            sent[device_id] = fleet.send(device_id, plan, rnd)
+            self.payload_bytes.setdefault(plan.label, sent[device_id])
+        updates = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update)
+        failures = dict(fleet.round_failures)
+        if participants and set(failures) >= set(participants):
+            self._failed_in_a_row += 1
+            self._last_failure = next(iter(failures.values()))
+        else:
+            self._failed_in_a_row = 0
+        needed = max(1, int(np.ceil(config.quorum * len(participants))))
+        metrics: dict[str, float] = {}
+        if len(updates) >= needed:
+            metrics = strategy.aggregate(rnd, list(updates.values()), failures)
+        else:
+            log.warning("round %d: %d of %d updates, below quorum %d; model unchanged",
+                        rnd + 1, len(updates), len(participants), needed)
+        accuracy: dict[str, float] = {}
+        loss: float | None = None
+        if self.evaluates(rnd):
+            held_out = self._eval_set(last=rnd + 1 == config.rounds)
+            if held_out is None:
+                loss = float("nan")
+            else:
+                accuracy, loss = strategy.evaluate(rnd, held_out)
+                metrics = {**metrics, "eval_samples": float(len(held_out))}
+        return RoundRecord(
+            round=rnd, accuracy=accuracy, loss=loss,
+            bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),
+            seconds=self._simulated_seconds(sent, updates),
+            host_seconds=time.monotonic() - started,
+            participants=sorted(updates), aggregated=len(updates) >= needed,
+            metrics=metrics,
+        )
+
+    def _eval_set(self, last: bool) -> EvalData | None:
+        """The held-out data of an evaluation: all of it in the last round or without
+        ``eval_samples``, else a fixed stratified subset of ``eval_samples`` (seeded)."""
+        full, n = self.eval_data, self.config.eval_samples
+        if full is None or last or n is None or n >= len(full):
+            return full
+        if self._eval_subset is None:
+            self._eval_subset = full.stratified(n, self.config.seed)
+        return self._eval_subset
+
+    def _simulated_seconds(self, sent: dict[str, int], updates: dict[str, ReceivedUpdate]) -> float:
+        """Round wall-clock on the profiled devices: the slowest download+compute+upload."""
+        slowest = 0.0
+        for device_id, received in updates.items():
+            profile = self.fleet.devices[device_id].profile
+            down_s = sent[device_id] * 8 / (profile.downlink_mbps * 1e6)
+            up_s = received.nbytes * 8 / (profile.uplink_mbps * 1e6)
+            compute_s = float(received.update.metrics.get("compute_s", 0.0))
+            slowest = max(slowest, down_s + compute_s + up_s)
+        if len(updates) < len(sent):
+            slowest = max(slowest, self.config.round_deadline_s)
+        return slowest
+
+    # -- checkpoints --------------------------------------------------------
+    def _checkpoint(self, rnd: int) -> None:
+        if self.config.checkpoint_dir is None:
+            return
+        strategy = self.strategy
+        tensors: dict[str, Any] = {**strategy.state_tensors(),
+                                   **{_SERVER_OPT + k: v for k, v in strategy.server_opt.state_tensors().items()}}
+        save_checkpoint(Path(self.config.checkpoint_dir), strategy.name, rnd, self.report.rounds_as_dicts(), tensors)
+
+    def _resume(self) -> int:
+        if self.config.checkpoint_dir is None:
+            return 0
+        checkpoint = load_checkpoint(Path(self.config.checkpoint_dir))
+        if checkpoint is None:
+            return 0
+        strategy = self.strategy
+        if checkpoint.method != strategy.name:
+            raise ValueError(f"checkpoint is for {checkpoint.method!r}, not {strategy.name!r}")
+        own = {k: v for k, v in checkpoint.tensors.items() if not k.startswith(_SERVER_OPT)}
+        strategy.load_state_tensors(own)
+        strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
+                                                if k.startswith(_SERVER_OPT)})
+        self.report.restore_rounds(checkpoint.rounds)
+        log.info("resumed after round %d", checkpoint.round + 1)
+        return checkpoint.round + 1

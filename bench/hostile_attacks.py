@@ -52,6 +52,7 @@ import numpy as np
 
 from edge_sdk.link import MessageLink, Received, Rejected
 from edge_sdk.protocol.codec import encode_frame
+from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
     SCHEMA_VERSION, Ack, Chunk, Envelope, Error, Model, Plan, Register, RoundStart, Status, Update,
     encode_envelope,
@@ -366,7 +367,7 @@ class Attacker:
             update = Update(plan.label, tensors, self.config.claimed_samples, {"loss": 0.4, "compute_s": 3.0})
             self._send(self.tally["update"], self.topics.uplink(self.me), Envelope.of(update, self.me, env.round))
         elif "amplify" in attacks:
-            decline = Envelope.of(Error("not_training", "busy"), self.me, round=env.round, reply_to=env.msg_id)
+            decline = Envelope.of(Error(ErrorCode.NOT_TRAINING, "busy"), self.me, round=env.round, reply_to=env.msg_id)
             self._send(self.tally["decline"], self.topics.uplink(self.me), decline)
 
     def _amplify(self, rnd: int) -> None:
@@ -376,7 +377,7 @@ class Attacker:
         while time.monotonic() < end and pacer.wait(self.stop):
             stamp += 1
             if stamp % 2:
-                error = Error("incomplete", f"transfer {uuid.uuid4().hex} timed out with 0/2 chunks")
+                error = Error(ErrorCode.INCOMPLETE, f"transfer {uuid.uuid4().hex} timed out with 0/2 chunks")
                 self._send(tally, self.topics.uplink(self.me), Envelope.of(error, self.me))
             else:
                 status = Status("idle", connection=self.transport.connection_stamp + stamp)

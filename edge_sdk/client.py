@@ -26,7 +26,7 @@ from edge_sdk.profiling import (
     measure_flops_detail, with_measurement,
 )
 from edge_sdk.protocol.codec import packb
-from edge_sdk.protocol.errors import ProtocolError
+from edge_sdk.protocol.errors import ErrorCode, ProtocolError
 from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, Model, Plan, ProfileUpdate, Register, RoundStart, Status, Stop, Update, encode_envelope,
 )
@@ -272,7 +272,7 @@ class DeviceClient:
         for sender, transfer_id, got, count in self.link.expire():
             log.warning("%s: a message from %s stalled at %d/%d chunks: asking for it again",
                         self.config.device_id, sender, got, count)
-            self._send(Error("incomplete", f"transfer {transfer_id} timed out with {got}/{count} chunks"), -1)
+            self._send(Error(ErrorCode.INCOMPLETE, f"transfer {transfer_id} timed out with {got}/{count} chunks"), -1)
 
     def _handle(self, env: Envelope) -> str | None:
         body = env.body
@@ -283,12 +283,12 @@ class DeviceClient:
         elif isinstance(body, Error):
             self.errors.append(body)
             log.warning("%s: coordinator error %s: %s", self.config.device_id, body.code, body.message)
-            if body.code == "unknown_device":
+            if body.code == ErrorCode.UNKNOWN_DEVICE:
                 self._registered = False
                 self._last_register = 0.0
-            if body.code == "unsupported_method":  # this job needs a method this SDK lacks: no use retrying
+            if body.code == ErrorCode.UNSUPPORTED_METHOD:  # this job needs a method this SDK lacks: no use retrying
                 return f"the coordinator turned this device away: {body.message}"
-            if body.code == "kind" and env.reply_to is not None and env.reply_to == self._profile_update_id:
+            if body.code == ErrorCode.KIND and env.reply_to is not None and env.reply_to == self._profile_update_id:
                 log.warning("%s: the coordinator does not take profile updates (an older edgefl): not "
                             "re-measuring any more", self.config.device_id)
                 self._remeasure_at = float("inf")
@@ -319,7 +319,7 @@ class DeviceClient:
             self._check_origin(model)
         except SignatureRejected as exc:
             log.error("%s: published model of round %d refused: %s", self.config.device_id, model.round + 1, exc)
-            self._send_reply(Error("bad_model", f"refused: {exc}"[:1000]), env)
+            self._send_reply(Error(ErrorCode.BAD_MODEL, f"refused: {exc}"[:1000]), env)
             return
         self.published_model = model
         if state_dir is None:
@@ -331,7 +331,7 @@ class DeviceClient:
             path = save_model(state_dir, model)
         except (ModelRejected, OSError) as exc:
             log.error("%s: published model refused: %s", self.config.device_id, exc)
-            self._send_reply(Error("bad_model", str(exc)[:1000]), env)
+            self._send_reply(Error(ErrorCode.BAD_MODEL, str(exc)[:1000]), env)
             return
         log.info("%s: installed the %s model of round %d (%s) at %s", self.config.device_id, model.label,
                  model.round + 1, f"signed by key {model.key_id}" if self.config.trusted_keys else "unchecked", path)
@@ -378,7 +378,7 @@ class DeviceClient:
             return None
         except (KeyError, ValueError, RuntimeError, ArithmeticError) as exc:
             log.error("%s: round %d failed: %s", self.config.device_id, rnd + 1, exc)
-            self._send(Error("train_failed", str(exc)[:1000]), rnd)
+            self._send(Error(ErrorCode.TRAIN_FAILED, str(exc)[:1000]), rnd)
             self._status("idle", f"round {rnd + 1} failed: {exc}"[:200])
             return None
         if deferred:
@@ -467,7 +467,7 @@ class DeviceClient:
         """Tell the coordinator this device will not train that plan (`not_training`)."""
         log.info("%s: not training round %d: %s", self.config.device_id, env.round + 1, reason)
         self.declined.append(env.round)
-        self._send_envelope(Envelope.of(Error("not_training", reason[:1000]), self.config.device_id,
+        self._send_envelope(Envelope.of(Error(ErrorCode.NOT_TRAINING, reason[:1000]), self.config.device_id,
                                         round=env.round, reply_to=env.msg_id))
         self._status("paused", reason, decision)
 

@@ -8,6 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
+from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import Update
 
 __all__ = ["TensorSpec", "UpdateRejected", "validate_update", "expected_from"]
@@ -27,9 +28,9 @@ class TensorSpec:
 
 
 class UpdateRejected(ValueError):
-    """An update that must not be aggregated; `code` goes back to the device."""
+    """An update that must not be aggregated; `code` (an `ErrorCode`) goes back to the device."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -44,24 +45,24 @@ def validate_update(update: Update, expected: Mapping[str, TensorSpec], label: s
                     max_samples: int) -> None:
     """Raise `UpdateRejected` unless `update` is exactly what was asked for and sane."""
     if update.label != label:
-        raise UpdateRejected("wrong_label", f"update is for {update.label!r}, device was assigned {label!r}")
+        raise UpdateRejected(ErrorCode.WRONG_LABEL, f"update is for {update.label!r}, device was assigned {label!r}")
     n = update.num_samples
     if not 1 <= n <= min(max_samples, MAX_SAMPLES):
         raise UpdateRejected(
-            "bad_samples", f"num_samples={n} is impossible: must be 1..{min(max_samples, MAX_SAMPLES)}")
+            ErrorCode.BAD_SAMPLES, f"num_samples={n} is impossible: must be 1..{min(max_samples, MAX_SAMPLES)}")
     missing = sorted(set(expected) - set(update.tensors))
     extra = sorted(set(update.tensors) - set(expected))
     if missing or extra:
-        raise UpdateRejected("bad_tensors", f"missing tensors {missing[:5]}, unexpected {extra[:5]}")
+        raise UpdateRejected(ErrorCode.BAD_TENSORS, f"missing tensors {missing[:5]}, unexpected {extra[:5]}")
     for name, spec in expected.items():
         array = update.tensors[name]
         if tuple(array.shape) != spec.shape:
-            raise UpdateRejected("bad_shape", f"{name}: shape {tuple(array.shape)}, expected {spec.shape}")
+            raise UpdateRejected(ErrorCode.BAD_SHAPE, f"{name}: shape {tuple(array.shape)}, expected {spec.shape}")
         allowed = _FLOAT_WIRE if spec.dtype in _FLOAT_WIRE else {spec.dtype}
         if str(array.dtype) not in allowed:
-            raise UpdateRejected("bad_dtype", f"{name}: dtype {array.dtype}, expected {spec.dtype}")
+            raise UpdateRejected(ErrorCode.BAD_DTYPE, f"{name}: dtype {array.dtype}, expected {spec.dtype}")
         if array.dtype.kind == "f" and not np.isfinite(array).all():
-            raise UpdateRejected("nonfinite", f"{name}: contains NaN or Inf")
+            raise UpdateRejected(ErrorCode.NONFINITE, f"{name}: contains NaN or Inf")
     for key, value in update.metrics.items():
         if not math.isfinite(value):
-            raise UpdateRejected("nonfinite", f"metric {key!r} is not finite")
+            raise UpdateRejected(ErrorCode.NONFINITE, f"metric {key!r} is not finite")

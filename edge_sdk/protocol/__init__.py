@@ -19,7 +19,7 @@ from .codec import (
     unpack_tensors,
     unpackb,
 )
-from .errors import ERROR_CODES, ProtocolError
+from .errors import ERROR_CODES, ErrorCode, ProtocolError
 from .messages import (
     MESSAGE_TYPES,
     SCHEMA_VERSION,
@@ -43,7 +43,7 @@ from .messages import (
 from .topics import Topics, is_valid_id, validate_id
 
 __all__ = [
-    "ProtocolError", "ERROR_CODES",
+    "ProtocolError", "ERROR_CODES", "ErrorCode",
     "CodecLimits", "pack_tensor", "unpack_tensor", "pack_tensors", "unpack_tensors", "check_finite",
     "packb", "unpackb", "MAX_HEADER_BYTES", "Blob", "DataRegion", "encode_frame", "decode_frame",
     "SCHEMA_VERSION", "Message", "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status",

@@ -19,7 +19,7 @@ import numpy as np
 from edge_sdk.preprocessing import Preprocessing
 
 from .codec import Blob, CodecLimits, DataRegion, decode_frame, encode_frame, pack_tensors, unpack_tensors
-from .errors import ProtocolError
+from .errors import ErrorCode, ProtocolError
 from .topics import is_valid_id
 
 __all__ = [
@@ -250,14 +250,17 @@ class Ack(Message):
 
 @dataclass(frozen=True)
 class Error(Message):
-    """Either side: the message ``reply_to`` was rejected (``code`` as in ProtocolError)."""
+    """Either side: the message ``reply_to`` was rejected, or a device will not or could not
+    train a plan; ``code`` is an `ErrorCode` (decoded: a plain ``str``, which compares equal to
+    one; a code this side does not know is kept as it came)."""
 
     KIND: ClassVar[str] = "error"
     code: str
     message: str
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"code": self.code, "message": self.message}
+        code = self.code.value if isinstance(self.code, ErrorCode) else self.code  # the same bytes either way
+        return {"code": code, "message": self.message}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Error:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from edge_sdk.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
+from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, Plan, ProfileUpdate, Register, Status, Update,
 )
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
 #: How many of the latest rejections the fleet keeps for the report.
 MAX_KEPT_REJECTIONS = 10_000
+#: How many of a device's latest acknowledgements (the ids of the messages they answer) the fleet keeps.
+MAX_KEPT_ACKS = 64
 
 
 @dataclass
@@ -52,13 +55,20 @@ class DeviceRecord:
     reason: str = ""
     bytes_down: int = 0
     bytes_up: int = 0
-    last_ack: str = ""  # the device's latest acknowledgement (e.g. of a published model)
+    last_ack: str = ""  # the note of the device's latest acknowledgement, for people (e.g. "model ... installed")
+    #: the ``reply_to`` ids of its latest acknowledgements (`MAX_KEPT_ACKS`): what it acknowledged
+    #: (`acknowledged`), whatever the note says
+    acked: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_KEPT_ACKS))
     #: the newest MQTT connection (`Status.connection`) the device has reported from; a last
     #: will of an older connection is stale and ignored
     connection: int = 0
     offline_since: float = 0.0  # time.monotonic() when it went offline
     #: `Fleet.rounds_collected` when ``num_samples`` was last raised (its growth is counted from there)
     samples_since: int = 0
+
+    def acknowledged(self, msg_id: str) -> bool:
+        """Has the device acknowledged the message ``msg_id`` (an `ack` whose ``reply_to`` is it)?"""
+        return msg_id in self.acked
 
 
 @dataclass(frozen=True)
@@ -172,7 +182,13 @@ class Fleet:
     def send(self, device_id: str, body: object, rnd: int = -1, reply_to: str | None = None,
              retain: bool = False) -> int:
         """Send one message to one device; returns the payload bytes (``retain``: see `MessageLink.send`)."""
-        env = Envelope.of(body, COORDINATOR_ID, round=rnd, reply_to=reply_to)
+        return self.send_envelope(device_id, Envelope.of(body, COORDINATOR_ID, round=rnd, reply_to=reply_to),
+                                  retain=retain)
+
+    def send_envelope(self, device_id: str, env: Envelope, retain: bool = False) -> int:
+        """`send` an envelope made by the caller, who then knows its ``msg_id`` (the ``reply_to``
+        of the device's answer: `DeviceRecord.acknowledged`); returns the payload bytes."""
+        body, rnd = env.body, env.round
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
         if isinstance(body, Plan):
             self._plans[device_id] = (rnd, body)
@@ -209,11 +225,11 @@ class Fleet:
                     break
         for topic, transfer_id, got, count in self.link.expire():
             if (device := self.topics.device_from_topic(topic)) is not None:
-                self._reject(device, "incomplete", f"transfer {transfer_id} timed out or was dropped with "
+                self._reject(device, ErrorCode.INCOMPLETE, f"transfer {transfer_id} timed out or was dropped with "
                              f"{got}/{count} chunks")
         for topic, dropped in self.link.transport.take_dropped().items():
             if (device := self.topics.device_from_topic(topic)) is not None:
-                self._reject(device, "flood", f"{dropped} messages dropped: over this device's receive budget",
+                self._reject(device, ErrorCode.FLOOD, f"{dropped} messages dropped: over this device's receive budget",
                              count=dropped)
 
     def _roll_call_if_reconnected(self) -> None:
@@ -331,7 +347,7 @@ class Fleet:
         env = item.envelope
         self._count_up(device, item.nbytes)
         if env.sender != device:
-            self._reject(device, "sender_mismatch",
+            self._reject(device, ErrorCode.SENDER_MISMATCH,
                          f"sender {env.sender!r} does not match topic device {device!r}", env.msg_id)
             return
         if item.topic == self.topics.status(device):
@@ -345,32 +361,34 @@ class Fleet:
         elif isinstance(env.body, Error):
             log.warning("device %s reports %s: %s", device, env.body.code, env.body.message)
             col = self._collecting
-            if (env.body.code in ("not_training", "train_failed") and col is not None
+            if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED) and col is not None
                     and env.round == col.round and device in col.participants):
                 col.declined.add(device)  # the round need not wait for it
-                if env.body.code == "train_failed":
+                if env.body.code == ErrorCode.TRAIN_FAILED:
                     col.failed[device] = env.body.message
-            elif env.body.code == "incomplete":  # a message to it lost a chunk: its plan again
+            elif env.body.code == ErrorCode.INCOMPLETE:  # a message to it lost a chunk: its plan again
                 self._resend_plan(device, lost=True)
-        elif isinstance(env.body, Ack):  # e.g. a published model installed
+        elif isinstance(env.body, Ack):  # e.g. a published model installed: matched by its reply_to
             log.info("device %s: %s", device, env.body.note[:200])
             if device in self.devices:
                 self.devices[device].last_ack = env.body.note[:200]
+                if env.reply_to is not None:
+                    self.devices[device].acked.append(env.reply_to)
         elif not isinstance(env.body, Status):
-            self._reject(device, "unexpected", f"a device may not send {env.kind!r}", env.msg_id)
+            self._reject(device, ErrorCode.UNEXPECTED, f"a device may not send {env.kind!r}", env.msg_id)
 
     def _on_register(self, device: str, env: Envelope) -> None:
         body: Register = env.body
         try:
             profile = DeviceProfile.from_dict(body.profile)
         except (ValueError, TypeError, KeyError) as exc:
-            self._reject(device, "bad_profile", str(exc), env.msg_id)
+            self._reject(device, ErrorCode.BAD_PROFILE, str(exc), env.msg_id)
             return
         if not 1 <= body.num_samples <= MAX_SAMPLES:
-            self._reject(device, "bad_samples", f"num_samples={body.num_samples} is impossible", env.msg_id)
+            self._reject(device, ErrorCode.BAD_SAMPLES, f"num_samples={body.num_samples} is impossible", env.msg_id)
             return
         if self.method is not None and body.capabilities and self.method not in body.capabilities:
-            self._reject(device, "unsupported_method",
+            self._reject(device, ErrorCode.UNSUPPORTED_METHOD,
                          f"this job runs method {self.method!r}, which this device's edgefl SDK does not "
                          f"support (it supports {', '.join(sorted(body.capabilities))}); update the SDK",
                          env.msg_id)
@@ -397,10 +415,10 @@ class Fleet:
         body: ProfileUpdate = env.body
         record = self.devices.get(device)
         if record is None:
-            self._reject(device, "unknown_device", "register before sending profile updates", env.msg_id)
+            self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register before sending profile updates", env.msg_id)
             return
         if body.busy:
-            self._reject(device, "bad_profile", "a measurement its device judged busy is not taken", env.msg_id)
+            self._reject(device, ErrorCode.BAD_PROFILE, "a measurement its device judged busy is not taken", env.msg_id)
             return
         interval = self.limits.profile_update_interval_s
         if interval > 0:
@@ -408,7 +426,7 @@ class Fleet:
             if bucket is None:
                 bucket = self._profile_budget[device] = TokenBucket(1.0 / interval, self.limits.profile_update_burst)
             if not bucket.take():
-                self._reject(device, "rate_limited", f"at most one profile update per {interval:g} s "
+                self._reject(device, ErrorCode.RATE_LIMITED, f"at most one profile update per {interval:g} s "
                              f"(burst {self.limits.profile_update_burst})", env.msg_id)
                 return
         try:
@@ -421,7 +439,7 @@ class Fleet:
             profile = replace(record.profile, gflops=body.gflops, measured=True, quality=quality,
                               sources={**record.profile.sources, "gflops": source[:1000]})
         except ValueError as exc:
-            self._reject(device, "bad_profile", str(exc), env.msg_id)
+            self._reject(device, ErrorCode.BAD_PROFILE, str(exc), env.msg_id)
             return
         if self._collecting is not None:
             self._pending_profiles[device] = profile
@@ -465,7 +483,7 @@ class Fleet:
             if env.body.state not in ("online", "offline"):  # a device this coordinator has not
                 # met (e.g. it restarted): ask it to register; a fresh device registers anyway
                 log.info("status %r from unregistered device %s: asking it to register", env.body.state, device)
-                self._reject(device, "unknown_device", "register with this coordinator")
+                self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register with this coordinator")
             return
         stamp = env.body.connection
         if env.body.state == "offline":
@@ -503,7 +521,7 @@ class Fleet:
         done = col.resent.get(device, 0)
         if done >= self.limits.plan_resends_per_round:
             if lost:
-                self._reject(device, "resend_budget", f"its plan was sent {done + 1} times in round {rnd + 1}: "
+                self._reject(device, ErrorCode.RESEND_BUDGET, f"its plan was sent {done + 1} times in round {rnd + 1}: "
                              "no more re-sends this round")
             return
         if time.monotonic() - col.resent_at.get(device, -1e9) < self.limits.plan_resend_interval_s:
@@ -527,19 +545,19 @@ class Fleet:
     def _on_update(self, device: str, env: Envelope, nbytes: int) -> None:
         record = self.devices.get(device)
         if record is None:
-            self._reject(device, "unknown_device", "register before sending updates", env.msg_id)
+            self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register before sending updates", env.msg_id)
             return
         col = self._collecting
         if col is None or env.round != col.round:
             current = "none" if col is None else str(col.round + 1)
-            self._reject(device, "wrong_round", f"update for round {env.round + 1}; open round: {current}",
+            self._reject(device, ErrorCode.WRONG_ROUND, f"update for round {env.round + 1}; open round: {current}",
                          env.msg_id)
             return
         if device not in col.participants:
-            self._reject(device, "not_participant", f"not selected for round {env.round + 1}", env.msg_id)
+            self._reject(device, ErrorCode.NOT_PARTICIPANT, f"not selected for round {env.round + 1}", env.msg_id)
             return
         if device in col.accepted:
-            self._reject(device, "duplicate", f"an update for round {env.round + 1} was already accepted",
+            self._reject(device, ErrorCode.DUPLICATE, f"an update for round {env.round + 1} was already accepted",
                          env.msg_id)
             return
         try:
@@ -563,9 +581,11 @@ class Fleet:
             log.warning("could not send %s to %s: %s", type(body).__name__, device, exc)
             return False
 
-    def _reject(self, device: str, code: str, message: str, reply_to: str | None = None, count: int = 1) -> None:
+    def _reject(self, device: str, code: ErrorCode | str, message: str, reply_to: str | None = None,
+                count: int = 1) -> None:
         """Record ``count`` rejections of ``device``'s input and tell it — within its error-reply
         budget: a rejection over it is counted, and the next reply sent names how many were."""
+        code = str(code)  # kept and reported as the plain wire string
         self.rejections.append((device, code, message[:1000]))
         self.rejection_count += count
         bucket = self._reply_budget.get(device)

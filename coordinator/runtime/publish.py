@@ -26,18 +26,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
 import numpy as np
 
 from edge_sdk.preprocessing import Preprocessing
-from edge_sdk.protocol.messages import Model
+from edge_sdk.protocol.messages import Envelope, Model
 from edge_sdk.signing import ModelSigner
 
-from coordinator.runtime.fleet import Fleet
-
-if TYPE_CHECKING:
-    from coordinator.strategies.base import Strategy
+from coordinator.runtime.fleet import COORDINATOR_ID, Fleet
 
 __all__ = ["PublishedModel", "publish_models", "attach_signer"]
 
@@ -94,26 +91,32 @@ def attach_signer(fleet: Fleet, signer: ModelSigner) -> None:
     fleet.model_signer = signer
 
 
-def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> str | None:
-    """Send ``message`` to one device, retained when asked and possible; returns why it could
-    not be retained (None when it was, or was not asked to be)."""
+def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) -> tuple[str, str | None]:
+    """Send ``message`` to one device, retained when asked and possible; returns the envelope's
+    ``msg_id`` (what the device's ack answers) and why it could not be retained (None when it
+    was, or was not asked to be)."""
+    env = Envelope.of(message, COORDINATOR_ID, round=rnd)
     why = None
     if retain:
         try:
-            fleet.send(device_id, message, rnd, retain=True)
-            return None
-        except ValueError as exc:
+            fleet.send_envelope(device_id, env, retain=True)
+            return env.msg_id, None
+        except ValueError as exc:  # raised before anything is sent: the same envelope goes unretained
             why = str(exc)
     if fleet.devices[device_id].online:
-        fleet.send(device_id, message, rnd)
-    return why
+        fleet.send_envelope(device_id, env)
+    return env.msg_id, why
 
 
-def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float = 60.0,
-                   retain: bool = True, signer: ModelSigner | None = None) -> list[PublishedModel]:
-    """Send every registered device the ONNX network of its label (offline ones only when
-    ``retain``), signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
-    returns what was sent to whom."""
+def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int, wait_s: float = 60.0,
+                   retain: bool = True, signer: ModelSigner | None = None, *,
+                   preprocessing: Preprocessing | None = None,
+                   inputs: np.ndarray | None = None) -> list[PublishedModel]:
+    """Send every registered device the ONNX network of its label (``inference_model(label)``, a
+    method's :meth:`Strategy.inference_model`; None: nothing for that label), offline ones only
+    when ``retain``, signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
+    the graph starts with ``preprocessing``'s normalisation, and onnxruntime is checked against
+    torch on ``inputs`` (default: random ones). Returns what was sent to whom."""
     signer = signer if signer is not None else fleet.model_signer
     issued_ms = time.time_ns() // 1_000_000
     try:
@@ -126,15 +129,16 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
     for device_id, record in sorted(fleet.devices.items()):
         if record.label is not None and (record.online or retain):
             by_label.setdefault(record.label, []).append(device_id)
-    inputs = strategy.eval_data.x if strategy.eval_data is not None else None
     sent: dict[str, tuple[int, float, list[str]]] = {}
     left_for: list[str] = []
+    #: per device, the msg_id of the model message sent to it: its ack's reply_to says it installed it
+    model_ids: dict[str, str] = {}
     for label, devices in sorted(by_label.items()):
-        model = strategy.inference_model(label)
+        model = inference_model(label)
         if model is None:
             continue
         input_shape = tuple(int(n) for n in model.input_shape)
-        data, diff = _onnx_bytes(model, input_shape, inputs, strategy.preprocessing)
+        data, diff = _onnx_bytes(model, input_shape, inputs, preprocessing)
         if not diff <= MAX_ONNX_DIFF:
             log.error("not publishing %s: onnxruntime differs from torch by %.3g (relative to the largest "
                       "output)", label, diff)
@@ -143,9 +147,8 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
                         input_shape=input_shape)
         reached, unretained, reason = [], [], ""
         for device_id in devices:
-            fleet.devices[device_id].last_ack = ""
             signed = message if signer is None else signer.sign(message, fleet.topics.job, device_id, issued_ms)
-            why = _send(fleet, device_id, signed, rnd, retain)
+            model_ids[device_id], why = _send(fleet, device_id, signed, rnd, retain)
             if why is not None:
                 unretained.append(device_id)
                 reason = why
@@ -162,12 +165,15 @@ def publish_models(strategy: "Strategy", fleet: Fleet, rnd: int, wait_s: float =
         log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d online devices, "
                  "retained=%s, %s", label, len(data), diff, len(reached), retain,
                  f"signed with key {signer.key_id}" if signer is not None else "unsigned")
+    def installed(device_id: str) -> bool:  # it answered that model message with an ack (whatever its note)
+        return fleet.devices[device_id].acknowledged(model_ids[device_id])
+
     waiting = {d for _, _, devices in sent.values() for d in devices}
     end = time.monotonic() + wait_s
     while waiting and time.monotonic() < end:
         fleet.pump(0.1)
-        waiting = {d for d in waiting if fleet.devices[d].online and not fleet.devices[d].last_ack.startswith("model")}
-    acked = {d for _, _, devices in sent.values() for d in devices if fleet.devices[d].last_ack.startswith("model")}
+        waiting = {d for d in waiting if fleet.devices[d].online and not installed(d)}
+    acked = {d for _, _, devices in sent.values() for d in devices if installed(d)}
     if waiting:
         log.warning("no acknowledgement of the published model from %s", sorted(waiting))
     if left_for:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -134,15 +135,20 @@ def test_profile_measures_the_named_device(capsys) -> None:
 
 def test_the_coordinator_evaluates_where_simulated_devices_train() -> None:
     from simulation.simulate import SimulationConfig, build_strategy
-    from coordinator.strategies.base import FederationConfig
+    from coordinator.runtime.federation import EvalData, FederationConfig
+    from coordinator.runtime.report import RunReport
+    from coordinator.runtime.round_loop import RoundLoop
     from edge_sdk.data import load_dataset
 
     dataset = load_dataset("digits", seed=0)
     strategy = build_strategy(SimulationConfig(model="mlp", dataset="digits", sim_device="auto"), dataset, None)
     assert strategy.config.eval_device == "auto"
-    accuracy, loss = strategy.evaluate_model(strategy.model)
+    accuracy, loss = strategy.evaluate_model(strategy.model, EvalData(dataset.x_test, dataset.y_test))
     assert 0 <= accuracy <= 1 and loss > 0
     assert next(strategy.model.parameters()).device.type == "cpu"  # moved back after evaluating
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="sees no CUDA GPU"):
-            FederationConfig(eval_device="cuda")
+        config = FederationConfig(eval_device="cuda")  # validating the settings asks torch nothing...
+        on_cuda = build_strategy(SimulationConfig(model="mlp", dataset="digits", sim_device="cuda"), dataset, None)
+        assert config.eval_device == on_cuda.config.eval_device == "cuda"
+        with pytest.raises(ValueError, match="sees no CUDA GPU"):  # ...the job refuses before its first round
+            RoundLoop(on_cuda, SimpleNamespace(), RunReport(method="fedavg", config={}))

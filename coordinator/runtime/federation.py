@@ -3,16 +3,18 @@ error that stops it when no device can train."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
-from edge_sdk.accelerator import resolve_device
+from edge_sdk.accelerator import check_device_name
+from edge_sdk.config import section, setting
 from edge_sdk.training import TrainConfig
 
 from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, parse_lr_decay
 
-__all__ = ["FederationConfig", "EvalData", "TrainingFailed"]
+__all__ = ["FederationConfig", "EvalData", "TrainingFailed", "federation_from_toml"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class FederationConfig:
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        resolve_device(self.eval_device)
+        check_device_name(self.eval_device)  # syntax only: the round loop checks the GPU is there
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
         k = self.devices_per_round
@@ -68,6 +70,24 @@ class FederationConfig:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         if type(self.seed) is not int:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+
+def federation_from_toml(config: dict[str, Any]) -> FederationConfig:
+    """The ``[federation]`` and ``[train]`` tables of a TOML file (every `FederationConfig` field
+    but ``train``, every `TrainConfig` field); an unknown key or a bad value is a one-line
+    ValueError naming the table and the key."""
+    keys = {f.name for f in fields(FederationConfig)} - {"train"}
+    table = dict(section(config, "federation", keys))
+    try:
+        train = TrainConfig.from_dict(section(config, "train", {f.name for f in fields(TrainConfig)}))
+    except ValueError as exc:
+        raise ValueError(f"[train] {str(exc).removeprefix('TrainConfig.')}") from None
+    if "checkpoint_dir" in table:
+        setting(table, "checkpoint_dir", str, None, "[federation]")
+    try:
+        return FederationConfig(train=train, **table)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"[federation] {exc}") from None
 
 
 class TrainingFailed(RuntimeError):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import RoundStart, Stop
 
@@ -50,6 +51,7 @@ class RoundLoop:
         self.eval_data = eval_data
         self.preprocessing = preprocessing
         self.config: FederationConfig = strategy.config
+        resolve_device(self.config.eval_device)  # no such GPU: a one-line error before any round
         #: the first bytes sent of each label's plan (the report's payload_bytes)
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what the last publishing sent

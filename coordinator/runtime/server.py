@@ -16,7 +16,6 @@ from edge_sdk.paths import writable_dir
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
-from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.runtime.device_budgets import FleetLimits
@@ -26,7 +25,7 @@ from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_rep
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.runtime.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.strategies.base import StrategyContext
 
 __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator"]
@@ -36,10 +35,6 @@ T = TypeVar("T")
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
              "train", "link", "options", "security", "limits", "task"}
-_FEDERATION_KEYS = {"rounds", "min_devices", "devices_per_round", "quorum", "round_deadline_s",
-                    "register_timeout_s", "seed", "checkpoint_dir", "publish", "retain_models",
-                    "publish_every", "eval_every", "lr_decay", "eval_samples", "eval_device"}
-_TRAIN_KEYS = set(TrainConfig.__dataclass_fields__)
 _LIMIT_KEYS = set(FleetLimits.__dataclass_fields__)
 
 
@@ -81,11 +76,6 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     unknown = set(config) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
-    federation = section(config, "federation", _FEDERATION_KEYS)
-    try:
-        train = TrainConfig.from_dict(section(config, "train", _TRAIN_KEYS))
-    except ValueError as exc:
-        raise ValueError(f"[train] {str(exc).removeprefix('TrainConfig.')}") from None
     job = setting(config, "job", str, "default")
     signing_key = section(config, "security", {"signing_key"}).get("signing_key")
     if signing_key is not None and not (isinstance(signing_key, str) and signing_key):
@@ -96,7 +86,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
         options={str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()},
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
-        federation=_federation(federation, train),
+        federation=federation_from_toml(config),
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
@@ -110,12 +100,6 @@ def _in_table(name: str, build: Callable[[], T]) -> T:
         return build()
     except (ValueError, TypeError) as exc:
         raise ValueError(f"[{name}] {exc}") from None
-
-
-def _federation(table: dict, train: TrainConfig) -> FederationConfig:
-    if "checkpoint_dir" in table:
-        setting(table, "checkpoint_dir", str, None, "[federation]")
-    return _in_table("federation", lambda: FederationConfig(train=train, **table))
 
 
 def _task(path: str | Path, config: dict) -> Preprocessing | None:

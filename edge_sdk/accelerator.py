@@ -10,18 +10,26 @@ import re
 
 import torch
 
-__all__ = ["DEVICE_CHOICES", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "check_device_name", "resolve_device"]
 
 #: what a client TOML's ``[device] device`` and ``--device`` accept (``cuda:N`` picks a GPU)
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 _NAME = re.compile(r"auto|cpu|cuda(:\d{1,2})?")
 
 
+def check_device_name(name: str) -> str:
+    """``name`` when it is a device name's syntax (``auto``, ``cpu``, ``cuda``, ``cuda:N``), else
+    ValueError (one line, listing the choices). Pure: asks torch nothing, so a settings object
+    validates with it; `resolve_device` checks the GPU is there, where the device is used."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)} or cuda:N, got {name!r}")
+    return name
+
+
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto``: the first CUDA GPU when torch sees one, else the CPU; ``cpu``; ``cuda`` or
     ``cuda:N`` (ValueError, one line, when torch has no such GPU)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"device must be one of {', '.join(DEVICE_CHOICES)} or cuda:N, got {name!r}")
+    check_device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)

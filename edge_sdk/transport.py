@@ -63,8 +63,16 @@ class _BenignPahoNoise(logging.Filter):
         return True
 
 
-_paho_log = logging.getLogger(f"{__name__}.paho")
-_paho_log.addFilter(_BenignPahoNoise())
+_BENIGN_PAHO_NOISE = _BenignPahoNoise()
+
+
+def _paho_logger() -> logging.Logger:
+    """The logger paho's client logs to (its errors, e.g. socket resets on a broker restart),
+    with `_BenignPahoNoise` on it: installed when a transport first hands it to paho, not at
+    import (adding the same filter again is a no-op)."""
+    logger = logging.getLogger(f"{__name__}.paho")
+    logger.addFilter(_BENIGN_PAHO_NOISE)
+    return logger
 
 _QUEUED = (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN)
 
@@ -233,7 +241,8 @@ class MqttTransport:
             self._inbox.set_default_source_bytes(min(int(max_bytes or self.config.inbox.per_source_bytes),
                                                      self.config.inbox.max_bytes))
         else:
-            self._inbox.set_source_bytes(topic, None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
+            self._inbox.set_source_bytes(topic,
+                                         None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
 
     def set_topic_rate(self, rate: float | None, burst: int) -> None:
         """Messages per second (up to ``burst``) each topic may queue; the rest are dropped and
@@ -284,7 +293,7 @@ class MqttTransport:
                 self._client = client
                 # paho's own errors (socket resets on a broker restart) from here on; a failed
                 # first connection is reported by the error below, with a hint
-                client.enable_logger(_paho_log)
+                client.enable_logger(_paho_logger())
                 return
             self._discard(client)
             code, message = failure

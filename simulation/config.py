@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.accelerator import resolve_device
+from edge_sdk.accelerator import check_device_name
 from edge_sdk.data import ImageDataset
 from edge_sdk.link import LinkConfig
 from edge_sdk.throttle import MODES
@@ -83,7 +83,7 @@ class SimulationConfig:
         k = self.devices_per_round
         if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
             raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
-        resolve_device(self.sim_device)
+        check_device_name(self.sim_device)  # syntax only: the run resolves it (torch, the GPU) where it is used
         object.__setattr__(self, "lr_decay", check_lr_decay(self.lr_decay))
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -134,7 +134,8 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
         return everything, None
     rng = np.random.default_rng(config.seed + 7919)
     public = np.concatenate([
-        rng.permutation(np.flatnonzero(dataset.y_train == c))[: int(round(config.public_fraction * np.sum(dataset.y_train == c)))]
+        rng.permutation(np.flatnonzero(dataset.y_train == c))[
+            : int(round(config.public_fraction * np.sum(dataset.y_train == c)))]
         for c in range(dataset.num_classes)
     ])
     private = np.setdiff1d(everything, public)

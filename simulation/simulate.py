@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.paths import writable_dir
 from edge_sdk.link import MessageLink
@@ -39,7 +40,8 @@ from coordinator.strategies import create_strategy
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext
 
-__all__ = ["SimulationConfig", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation", "build_strategy", "split_public"]
+__all__ = ["SimulationConfig", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation", "build_strategy",
+           "split_public"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
     for name in set(config.profiles):
         load_profile(name)  # a bad profile is an error now, not in a device thread
+    resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
     private, public = split_public(config, dataset)
     if config.checkpoint_dir is not None:
         check_same_job(config)
@@ -120,6 +123,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
                 devices.start()
+            if config.checkpoint_dir is not None:  # the job starts: its settings go beside its checkpoints
+                keep_job_settings(config)
             RoundLoop(strategy, fleet, report, eval_data=EvalData(dataset.x_test, dataset.y_test),
                       preprocessing=dataset.preprocessing).run(on_round)
             transport.wait_published(10.0)
@@ -148,13 +153,17 @@ RESUMABLE_TRAIN_CHANGES = ("threads",)
 JOB_FILE = "simulation.json"
 
 
+def _job_settings(config: SimulationConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(config.to_plain()))  # tuples as lists, as they are stored
+
+
 def check_same_job(config: SimulationConfig) -> None:
-    """Keep the job's settings beside its checkpoint, or, when they are there already, check that
-    ``config`` is the same job (only :data:`RESUMABLE_CHANGES` may differ); ValueError names the
-    first difference."""
+    """When the job's settings are beside its checkpoint already, check that ``config`` is the
+    same job (only :data:`RESUMABLE_CHANGES` may differ); ValueError names the first difference.
+    Writes nothing (`keep_job_settings` does, when the job starts)."""
     folder = Path(config.checkpoint_dir or ".")
     path = folder / JOB_FILE
-    mine = json.loads(json.dumps(config.to_plain()))  # tuples as lists, as they were stored
+    mine = _job_settings(config)
     if path.exists():
         try:
             stored = json.loads(path.read_text())
@@ -167,9 +176,17 @@ def check_same_job(config: SimulationConfig) -> None:
             if key not in RESUMABLE_CHANGES and stored.get(key) != mine.get(key):
                 raise ValueError(f"the checkpoint in {folder} is of another job ({key} was {stored.get(key)!r}, "
                                  f"now {mine.get(key)!r}); use another --checkpoint-dir for a new job")
+
+
+def keep_job_settings(config: SimulationConfig) -> None:
+    """Keep the job's settings beside its checkpoint, unless they are there already (a resumed
+    job: `check_same_job` compared them)."""
+    folder = Path(config.checkpoint_dir or ".")
+    path = folder / JOB_FILE
+    if path.exists():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(mine, indent=1))
+    path.write_text(json.dumps(_job_settings(config), indent=1))
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:

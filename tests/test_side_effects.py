@@ -1,0 +1,70 @@
+"""Validation without side effects: checking a job's settings writes nothing, a settings object
+checks a device name's syntax without asking torch for a GPU, and importing the transport
+installs no logging filter (the first connection does)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from edge_sdk.accelerator import check_device_name
+from simulation.config import SimulationConfig
+from simulation.simulate import JOB_FILE, check_same_job, keep_job_settings
+
+
+@pytest.mark.parametrize("name", ["auto", "cpu", "cuda", "cuda:0", "cuda:12"])
+def test_a_device_name_is_checked_without_asking_torch(name, monkeypatch) -> None:
+    def probe(*_args):
+        raise AssertionError("validation asked torch for a GPU")
+
+    monkeypatch.setattr(torch.cuda, "is_available", probe)
+    monkeypatch.setattr(torch.cuda, "device_count", probe)
+    assert check_device_name(name) == name
+    assert SimulationConfig(sim_device=name).sim_device == name
+
+
+@pytest.mark.parametrize("name", ["gpu", "", "CUDA", "cuda:x", "mps", None])
+def test_a_bad_device_name_is_a_one_line_error_listing_the_choices(name) -> None:
+    with pytest.raises(ValueError, match="auto, cpu, cuda") as err:
+        check_device_name(name)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        SimulationConfig(sim_device=name)
+
+
+def test_checking_a_job_writes_nothing_keeping_it_writes_once(tmp_path) -> None:
+    folder = tmp_path / "ckpt"
+    config = SimulationConfig(checkpoint_dir=str(folder), rounds=2)
+    check_same_job(config)
+    assert not folder.exists()
+    keep_job_settings(config)
+    stored = (folder / JOB_FILE).read_text()
+    assert json.loads(stored)["rounds"] == 2
+    check_same_job(SimulationConfig(checkpoint_dir=str(folder), rounds=5))  # rounds may change on resume
+    keep_job_settings(SimulationConfig(checkpoint_dir=str(folder), rounds=5))
+    assert (folder / JOB_FILE).read_text() == stored  # the first job's settings stay
+    with pytest.raises(ValueError, match="another job"):
+        check_same_job(SimulationConfig(checkpoint_dir=str(folder), seed=1))
+
+
+def test_importing_the_transport_installs_no_logging_filter() -> None:
+    code = ("import logging, edge_sdk.transport as t; "
+            "assert not logging.getLogger('edge_sdk.transport.paho').filters; "
+            "assert t._paho_logger().filters == [t._BENIGN_PAHO_NOISE]; "
+            "assert t._paho_logger().filters == [t._BENIGN_PAHO_NOISE]")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_paho_noise_after_a_clean_disconnect_goes_to_debug(caplog) -> None:
+    from edge_sdk.transport import _paho_logger
+
+    logger = _paho_logger()
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logger.error("Client is not connected")
+        logger.error("failed to receive on socket")
+    assert [r.getMessage() for r in caplog.records] == ["failed to receive on socket"]

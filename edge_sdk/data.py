@@ -185,12 +185,12 @@ def read_idx(path: str | Path) -> np.ndarray:
 def write_idx(path: str | Path, array: np.ndarray) -> Path:
     """Write ``array`` in idx format (gzip-compressed if ``path`` ends in .gz)."""
     array = np.asarray(array)
-    for code, dt in _IDX_CODES.items():
-        if array.dtype.kind == dt.kind and array.dtype.itemsize == dt.itemsize:
-            break
-    else:
+    found = next(((code, dt) for code, dt in _IDX_CODES.items()
+                  if array.dtype.kind == dt.kind and array.dtype.itemsize == dt.itemsize), None)
+    if found is None:
         raise ValueError(f"idx cannot store dtype {array.dtype}; use uint8, int8, int16, "
                          "int32, float32 or float64")
+    code, dt = found
     if not 1 <= array.ndim <= 255 or any(d >= 2**32 for d in array.shape):
         raise ValueError(f"idx cannot store shape {array.shape}")
     header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()

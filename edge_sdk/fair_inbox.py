@@ -105,14 +105,16 @@ class FairInbox(Generic[T]):
     def set_default_source_bytes(self, max_bytes: int) -> None:
         """The queued-bytes budget of every source without its own (`set_source_bytes`)."""
         if type(max_bytes) is not int or not 1 <= max_bytes <= self.limits.max_bytes:
-            raise ValueError(f"a source's byte budget must be an int in [1, {self.limits.max_bytes}], got {max_bytes!r}")
+            raise ValueError(f"a source's byte budget must be an int in [1, {self.limits.max_bytes}], "
+                             f"got {max_bytes!r}")
         with self._cond:
             self._default_bytes = max_bytes
 
     def set_source_bytes(self, source: str, max_bytes: int | None) -> None:
         """The queued-bytes budget of one source (None: back to the default)."""
         if max_bytes is not None and (type(max_bytes) is not int or not 1 <= max_bytes <= self.limits.max_bytes):
-            raise ValueError(f"a source's byte budget must be an int in [1, {self.limits.max_bytes}], got {max_bytes!r}")
+            raise ValueError(f"a source's byte budget must be an int in [1, {self.limits.max_bytes}], "
+                             f"got {max_bytes!r}")
         with self._cond:
             if max_bytes is None:
                 self._byte_limits.pop(source, None)

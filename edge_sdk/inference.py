@@ -49,7 +49,7 @@ class Predictions:
     def to_json_lines(self, top: int = 1, labels: Sequence[str] = ()) -> str:
         """One JSON object per sample: ``{"index", "class", "score", ["label"], ["top"]}``."""
         lines = []
-        for i, (k, p) in enumerate(zip(self.classes, self.probabilities)):
+        for i, (k, p) in enumerate(zip(self.classes, self.probabilities, strict=True)):
             row: dict[str, Any] = {"index": i, "class": int(k), "score": round(float(p[k]), 6)}
             if labels:
                 row["label"] = labels[int(k)] if int(k) < len(labels) else str(int(k))

@@ -2,9 +2,9 @@
 
 ``<state_dir>/model.onnx`` holds the ONNX bytes, ``<state_dir>/model.json`` what they
 are (label, round counted from 1 and the protocol's 0-based ``round_index``, sha256, input shape;
-when signed, issue time and key id). Both are replaced atomically (write to a temporary file, then rename), so `edgefl predict` never
-reads half a model. The bytes are checked against their SHA-256 before anything is written
-(who signed them is the client's check: edge_sdk/signing.py).
+when signed, issue time and key id). Both are replaced atomically (write to a temporary file, then
+rename), so `edgefl predict` never reads half a model. The bytes are checked against their SHA-256
+before anything is written (who signed them is the client's check: edge_sdk/signing.py).
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def _shards(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generat
         sizes = np.array([len(ix) for ix in by_class], dtype=float)
         counts = _largest_remainder(sizes / sizes.sum() * m, minimum=1, cap=sizes.astype(int))
         shards, shard_label = [], []
-        for c, ix, n in zip(present, by_class, counts):
+        for c, ix, n in zip(present, by_class, counts, strict=True):
             shards += np.array_split(ix, n)
             shard_label += [c] * n
         shard_label = np.array(shard_label)

@@ -377,9 +377,10 @@ def _pick_size(make: Callable[[int], Callable[[], None]], flops: Callable[[int],
 
     A run's time is the median of three after a warm-up run. Grows until a run takes ``target``
     seconds *and* gains less than 25 % throughput over the size before, or takes ``cap`` seconds,
-    or the timed runs (not the warm-ups) have taken ``limit_s`` together. (The old rule, the first size whose faster of two runs
-    took ``target``, picked a tiny conv batch on a busy multi-threaded CPU, where a run is mostly
-    threads waiting for a descheduled one: 0.6 GFLOPS where batch 256 made 20.)
+    or the timed runs (not the warm-ups) have taken ``limit_s`` together. (The old rule, the first
+    size whose faster of two runs took ``target``, picked a tiny conv batch on a busy multi-threaded
+    CPU, where a run is mostly threads waiting for a descheduled one: 0.6 GFLOPS where batch 256
+    made 20.)
     """
     spent, prev_rate = 0.0, None
     for size in sizes:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local", "evaluate",
-           "on_device", "proximal_term", "torch_threads", "default_threads"]
+__all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local",
+           "evaluate", "on_device", "proximal_term", "torch_threads", "default_threads"]
 
 _OPTIMIZERS = ("sgd", "adam")
 #: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
@@ -198,7 +198,7 @@ def proximal_term(params: list[torch.Tensor], mu: float) -> Callable[[], torch.T
     anchor = [p.detach().clone() for p in params]
 
     def term() -> torch.Tensor:
-        return 0.5 * mu * torch.stack([(p - a).pow(2).sum() for p, a in zip(params, anchor)]).sum()
+        return 0.5 * mu * torch.stack([(p - a).pow(2).sum() for p, a in zip(params, anchor, strict=True)]).sum()
 
     return term
 

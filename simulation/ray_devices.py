@@ -7,7 +7,8 @@ only through the MQTT broker, so bytes, faults and validation are those of a rea
 
 What crosses Ray is plain data: the job's settings as JSON, the public key the devices trust
 as hex and, back, lists of names. Each actor loads the dataset itself (it must be on every
-node) and cuts the same shards as the default backend would. Ray itself is an optional extra: ``pip install 'edgefl[ray]'``.
+node) and cuts the same shards as the default backend would. Ray itself is an optional extra:
+``pip install 'edgefl[ray]'``.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class RayDevices:
         nodes = ray.get([actor.node.remote() for actor in self.actors])
         self.slots = {node: self._slots(ray, node, max(1, round(workers * nodes.count(node) / count)))
                       for node in sorted(set(nodes))}
-        placed = ray.get([actor.start.remote(self.slots[node]) for actor, node in zip(self.actors, nodes)])
+        placed = ray.get([actor.start.remote(self.slots[node]) for actor, node in zip(self.actors, nodes, strict=True)])
         log.info("%d devices on %d Ray actors over %d node(s), %d training at once", config.clients,
                  len(self.actors), len(self.slots), workers)
         return placed
@@ -203,7 +204,7 @@ class RayDevices:
         finally:
             try:
                 stats = ray.get([slots.stats.remote() for slots in self.slots.values()], timeout=30)
-                self.slot_stats = dict(zip(self.slots, stats))
+                self.slot_stats = dict(zip(self.slots, stats, strict=True))
             except Exception as exc:
                 log.warning("the training slots did not answer: %s", str(exc).splitlines()[0] if str(exc) else exc)
             for actor in [*self.actors, *self.slots.values()]:

@@ -116,7 +116,7 @@ class DeviceHost:
         if self.queue is not None:
             self.queue.close()
         end = time.monotonic() + wait_s
-        for client, thread in zip(self.clients, self.threads):
+        for client, thread in zip(self.clients, self.threads, strict=True):  # one thread per client
             thread.join(timeout=max(0.0, end - time.monotonic()))
             if thread.is_alive():
                 client.stop()

@@ -51,7 +51,7 @@ def weighted_average(tensor_sets: Sequence[Mapping[str, np.ndarray]],
     result: dict[str, np.ndarray] = {}
     for name in tensor_sets[0]:
         acc = np.zeros(tensor_sets[0][name].shape, dtype=np.float64)
-        for tensors, w in zip(tensor_sets, weights):
+        for tensors, w in zip(tensor_sets, weights, strict=True):  # lengths checked above
             acc += w * tensors[name]
         result[name] = acc.astype(np.float32)
     return result

@@ -9,6 +9,7 @@ asyncio loop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import errno
 import logging
@@ -74,9 +75,9 @@ class BrokerConfig:
             if "\n" in line:
                 raise ValueError(f"extra_config lines must not contain newlines: {line!r}")
             words = line.split()
-            if words and words[0] in ("listener", "port", "bind_address", "bind_interface"):
-                if words[0] != "listener" or len(words) < 3 or words[2] != _HOST:
-                    raise ValueError(f"extra_config may only add listeners bound to {_HOST}: {line!r}")
+            if (words and words[0] in ("listener", "port", "bind_address", "bind_interface")
+                    and (words[0] != "listener" or len(words) < 3 or words[2] != _HOST)):
+                raise ValueError(f"extra_config may only add listeners bound to {_HOST}: {line!r}")
 
 
 def free_port() -> int:
@@ -119,10 +120,8 @@ def _die_with_parent() -> None:
     """In the broker's process before it starts: on Linux, the kernel ends it when the process
     that started it dies, even by SIGKILL or SIGTERM, so no job leaves a broker behind."""
     if sys.platform.startswith("linux"):
-        try:
+        with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
 
 
 class EmbeddedBroker:
@@ -372,7 +371,8 @@ class EmbeddedBroker:
         if not ready.wait(_START_TIMEOUT) or self._amqtt_error is not None:
             err = self._amqtt_error
             self._stop_process()
-            taken = (isinstance(err, OSError) and err.errno == errno.EADDRINUSE) or "address already in use" in str(err).lower()
+            taken = ((isinstance(err, OSError) and err.errno == errno.EADDRINUSE)
+                     or "address already in use" in str(err).lower())
             raise (PortTaken if taken else BrokerError)(
                 f"amqtt broker failed to start on port {self.port}: {err!r}\n{self.log_text()}")
         deadline = time.monotonic() + _START_TIMEOUT
@@ -397,10 +397,8 @@ class EmbeddedBroker:
             thread, self._thread = self._thread, None
             loop, event = self._loop, self._stop_event
             if loop is not None and event is not None and thread.is_alive():
-                try:
+                with contextlib.suppress(RuntimeError):  # loop already closed
                     loop.call_soon_threadsafe(event.set)
-                except RuntimeError:  # loop already closed
-                    pass
             thread.join(timeout=15)  # the shutdown itself is bounded to 10 s (_amqtt_main)
             self._loop = self._stop_event = None
             if thread.is_alive():

@@ -3,7 +3,8 @@
 A device with valid credentials may still be hostile (docs/protocol.md, "Threat model"). Each
 device therefore has budgets the coordinator enforces on its own side — error replies per
 second, plan re-sends per round, bytes it may have in flight, how fast its claimed sample count
-may grow, how often it may report a new measurement — so that what one device does costs the fleet a bounded, small amount.
+may grow, how often it may report a new measurement — so that what one device does costs the
+fleet a bounded, small amount.
 """
 
 from __future__ import annotations

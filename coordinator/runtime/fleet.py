@@ -93,6 +93,8 @@ class FleetProgress:
     elapsed_s: float
 
 
+#: The budgets of a `Fleet` not given any (FleetLimits is frozen: one instance serves every fleet).
+_DEFAULT_LIMITS = FleetLimits()
 #: How often (seconds) the fleet calls its `on_progress` callback while it waits (and at every change).
 PROGRESS_EVERY_S = 0.5
 #: How long (seconds) a round still waits for a participant that went offline, counted from when
@@ -123,7 +125,7 @@ class Fleet:
     def __init__(self, link: MessageLink, topics: Topics,
                  on_register: Callable[[DeviceRecord], None] | None = None,
                  on_progress: Callable[[FleetProgress], None] | None = None,
-                 method: str | None = None, limits: FleetLimits = FleetLimits()) -> None:
+                 method: str | None = None, limits: FleetLimits = _DEFAULT_LIMITS) -> None:
         self.link = link
         self.topics = topics
         self.limits = limits

@@ -165,6 +165,7 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
         log.info("published the %s model (%d bytes, onnxruntime vs torch %.1e) to %d online devices, "
                  "retained=%s, %s", label, len(data), diff, len(reached), retain,
                  f"signed with key {signer.key_id}" if signer is not None else "unsigned")
+
     def installed(device_id: str) -> bool:  # it answered that model message with an ack (whatever its note)
         return fleet.devices[device_id].acknowledged(model_ids[device_id])
 

@@ -50,7 +50,7 @@ def _with_scalers(layers: list[dict], full: list[dict], narrow: list[dict], rate
     gets the same structure, so tensor names match across widths."""
     out: list[dict] = []
     last = len(layers) - 1
-    for i, (layer, ref, small) in enumerate(zip(layers, full, narrow)):
+    for i, (layer, ref, small) in enumerate(zip(layers, full, narrow, strict=True)):  # one structure
         layer = dict(layer)
         for key, value in layer.items():
             if isinstance(value, list) and all(isinstance(v, dict) for v in value):

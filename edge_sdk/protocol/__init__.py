@@ -47,7 +47,8 @@ __all__ = [
     "CodecLimits", "pack_tensor", "unpack_tensor", "pack_tensors", "unpack_tensors", "check_finite",
     "packb", "unpackb", "MAX_HEADER_BYTES", "Blob", "DataRegion", "encode_frame", "decode_frame",
     "SCHEMA_VERSION", "Message", "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status",
-    "Stop", "Chunk", "Model", "ProfileUpdate", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
+    "Stop", "Chunk", "Model", "ProfileUpdate", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope",
+    "peek_header",
     "DEFAULT_CHUNK_SIZE", "MIN_CHUNK_SIZE", "CHUNK_OVERHEAD", "split_envelope_payload", "Reassembler",
     "Topics", "is_valid_id", "validate_id",
 ]

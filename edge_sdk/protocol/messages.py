@@ -25,7 +25,8 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "ProfileUpdate", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope", "peek_header",
+    "Model", "ProfileUpdate", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope",
+    "peek_header",
 ]
 
 SCHEMA_VERSION = 1
@@ -395,7 +396,7 @@ class ProfileUpdate(Message):
     reason: str = ""  # why it looked busy (<= 300 chars)
 
     def __post_init__(self) -> None:  # checked (and numbers made floats) as a receiver would
-        for name, value in zip(self._FIELDS, self._values(self.to_body())):
+        for name, value in zip(self._FIELDS, self._values(self.to_body()), strict=True):
             object.__setattr__(self, name, value)
 
     _FIELDS: ClassVar[tuple[str, ...]] = ("gflops", "trials", "spread", "median_gflops", "load_avg", "others_cpu",
@@ -462,7 +463,11 @@ def encode_envelope(env: Envelope, transfer_dtype: str | None = None) -> bytes:
                          "round": env.round, "sender": env.sender, "body": env.body.to_body(transfer_dtype)})
 
 
-def decode_envelope(payload: bytes | memoryview, limits: CodecLimits = CodecLimits()) -> Envelope:
+#: The default limits of `decode_envelope` and `peek_header` (CodecLimits is frozen: one instance serves all).
+_DEFAULT_LIMITS = CodecLimits()
+
+
+def decode_envelope(payload: bytes | memoryview, limits: CodecLimits = _DEFAULT_LIMITS) -> Envelope:
     """Strictly decode an untrusted frame (tensors are read-only views onto it); raises only ProtocolError."""
     obj, data = decode_frame(payload, limits)
     if not isinstance(obj, dict):
@@ -491,7 +496,7 @@ def decode_envelope(payload: bytes | memoryview, limits: CodecLimits = CodecLimi
         raise _bad(f"envelope header: {getattr(e, 'message', e)}") from None
 
 
-def peek_header(payload: object, limits: CodecLimits = CodecLimits()
+def peek_header(payload: object, limits: CodecLimits = _DEFAULT_LIMITS
                 ) -> tuple[int | None, str | None, str | None, str | None]:
     """Best-effort ``(version, kind, msg_id, sender)`` of a possibly malformed payload.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop
@@ -16,14 +17,14 @@ __all__ = ["run_job"]
 
 
 def run_job(strategy: Strategy, fleet: Fleet, clients: Sequence[DeviceClient], coordinator: MqttTransport,
-            method: str = "fedavg") -> RunReport:
-    """Start ``clients``, run every round of ``strategy`` on ``fleet``, then join the clients (a
-    `Stop` ends them) and close the coordinator's transport."""
+            method: str = "fedavg", eval_data: EvalData | None = None) -> RunReport:
+    """Start ``clients``, run every round of ``strategy`` on ``fleet`` (evaluated on ``eval_data``),
+    then join the clients (a `Stop` ends them) and close the coordinator's transport."""
     threads = [threading.Thread(target=client.run, daemon=True) for client in clients]
     for thread in threads:
         thread.start()
     try:
-        return RoundLoop(strategy, fleet, RunReport(method=method, config={})).run()
+        return RoundLoop(strategy, fleet, RunReport(method=method, config={}), eval_data=eval_data).run()
     finally:
         for thread in threads:
             thread.join(timeout=20)

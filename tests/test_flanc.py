@@ -9,8 +9,8 @@ import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
-from coordinator.strategies.flanc import Flanc, FlancOptions
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.flanc import Flanc
+from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
@@ -32,7 +32,7 @@ def mnist():
 
 def make_flanc(mnist, **options) -> Flanc:
     ctx = StrategyContext(FederationConfig(seed=0, train=TrainConfig(epochs=1, lr=0.05)), "cnn4",
-                          mnist.input_shape, mnist.num_classes, EvalData(mnist.x_test[:200], mnist.y_test[:200]),
+                          mnist.input_shape, mnist.num_classes,
                           options={k: str(v) for k, v in options.items()})
     return Flanc.create(ctx)
 
@@ -47,14 +47,14 @@ def fleet(strategy: Flanc) -> dict[str, DeviceRecord]:
 
 
 def test_options_are_parsed_and_bad_ones_rejected():
-    o = FlancOptions.from_options({"widths": "0.5,1", "basis_fraction": "0.25", "orth_lambda": "0",
+    o = Flanc.parse_options({"widths": "0.5,1", "basis_fraction": "0.25", "orth_lambda": "0",
                                    "precompose": "true", "assign": "quantile", "norm": "batchnorm"})
     assert o.width.widths == (0.5, 1.0) and o.basis_fraction == 0.25 and o.orth_lambda == 0.0
     assert o.precompose is True and o.width.assignment.mode == "quantile" and o.width.norm == "batchnorm"
     for bad in ({"colour": "red"}, {"widths": "1,0.5"}, {"widths": "0,1"}, {"basis_count": "x"},
                 {"orth_lambda": "-1"}, {"precompose": "maybe"}, {"norm": "layernorm"}, {"assign": "coin"}):
         with pytest.raises(ValueError):
-            FlancOptions.from_options(bad)
+            Flanc.parse_options(bad)
 
 
 def test_devices_get_their_width_and_download_basis_plus_own_tensors(mnist):

@@ -11,7 +11,7 @@ import pytest
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import FederationConfig
+from coordinator.runtime.federation import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
@@ -53,7 +53,7 @@ def setup(broker):
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="rejects-coordinator"))
     transport.connect()
     # every rejection answered here (the error-reply budget is tested in tests/test_hostile_device.py)
-    fleet = Fleet(MessageLink(transport), Topics(job=JOB), on_register=strategy.on_register,
+    fleet = Fleet(MessageLink(transport), Topics(job=JOB), on_register=lambda device: setattr(device, "label", strategy.assign(device)),
                   limits=FleetLimits(error_reply_burst=100))
     fleet.start()
     peer = Peer(broker.url)

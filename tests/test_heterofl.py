@@ -9,8 +9,8 @@ import torch
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.heterofl import HeteroFL, HeteroFLOptions
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.heterofl import HeteroFL
+from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
@@ -33,7 +33,7 @@ def mnist():
 
 def make(mnist, method=HeteroFL, **options):
     ctx = StrategyContext(FederationConfig(seed=0, train=TrainConfig(epochs=1)), "cnn4", mnist.input_shape,
-                          mnist.num_classes, EvalData(mnist.x_test[:200], mnist.y_test[:200]),
+                          mnist.num_classes,
                           options={k: str(v) for k, v in options.items()})
     return method.create(ctx)
 
@@ -56,7 +56,7 @@ def test_scaler_and_spec_structure():
     assert all(types[i + 1] == "scaler" for i, t in enumerate(types) if t == "conv2d")
     assert count_params(spec) == count_params(cnn4(width=0.5, norm="batchnorm"))
     with pytest.raises(ValueError):
-        HeteroFLOptions.from_options({"scaler": "sometimes"})
+        HeteroFL.parse_options({"scaler": "sometimes"})
 
 
 def test_sub_networks_are_prefix_slices_of_the_global_one(mnist):

@@ -14,7 +14,8 @@ import pytest
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
@@ -30,9 +31,10 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport
 from tests.fleet_job import run_job
-from tests.home_broker import HomeBroker, have_home_tools, start_home_broker
+from tests.home_broker import HomeBroker, start_home_broker
+from tests.requirements import HOME_TOOLS, needs
 
-pytestmark = pytest.mark.skipif(not have_home_tools(), reason="mosquitto, mosquitto_passwd and openssl are needed")
+pytestmark = needs(*HOME_TOOLS)
 
 PROFILE = load_profile("raspberry-pi-4b").to_dict()
 
@@ -76,7 +78,7 @@ def job(home: HomeBroker, request) -> Iterator[tuple[FedAvg, Fleet, dict[str, Pe
     strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(64,)))
     coordinator = home.coordinator()
     fleet = Fleet(MessageLink(coordinator, LinkConfig(reassembly_timeout_s=1.0)), Topics(job=name),
-                  on_register=strategy.on_register, limits=limits)
+                  on_register=lambda device: setattr(device, "label", strategy.assign(device)), limits=limits)
     fleet.start()
     peers = {device: Peer(home, device, name) for device in ("pi-a", "pi-evil")}
     for peer in peers.values():
@@ -220,7 +222,7 @@ def _job_accuracy(home: HomeBroker, digits, job: str, hostile: type[DeviceClient
     """FedAvg, 3 rounds, the shipped broker: pi-a and pi-b honest, pi-evil ``hostile`` (or absent)."""
     ctx = StrategyContext(FederationConfig(rounds=3, min_devices=3 if hostile else 2, round_deadline_s=60, seed=0,
                                            train=TrainConfig(epochs=1, lr=0.05, momentum=0.9)),  # as the thresholds were measured
-                          "mlp", digits.input_shape, digits.num_classes, EvalData(digits.x_test, digits.y_test))
+                          "mlp", digits.input_shape, digits.num_classes)
     strategy = FedAvg.create(ctx)
     coordinator: MqttTransport = home.coordinator()
     fleet = Fleet(MessageLink(coordinator), Topics(job=job))
@@ -236,7 +238,7 @@ def _job_accuracy(home: HomeBroker, digits, job: str, hostile: type[DeviceClient
             x, y = np.resize(x, (hostile_samples, *x.shape[1:])), np.resize(y, hostile_samples)
         clients.append(cls(ClientConfig(device_id=name, transport=home.device_config(name), job=job, seed=0),
                            LocalData(x, y, digits.num_classes), load_profile("raspberry-pi-4b")))
-    report = run_job(strategy, fleet, clients, coordinator)
+    report = run_job(strategy, fleet, clients, coordinator, eval_data=EvalData(digits.x_test, digits.y_test))
     honest = {"pi-a", "pi-b"}
     assert all(honest <= set(r.participants) for r in report.rounds)  # no honest update lost
     return report.rounds[-1].accuracy["global"]

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from coordinator.runtime.fleet import Fleet
-from coordinator.aggregate.robust import RobustConfig, robust_aggregate
+from coordinator.aggregate.robust import robust_aggregate
+from edge_sdk.methods.settings.options import parse
+from edge_sdk.methods.settings.shared import RobustConfig
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import EvalData, FederationConfig, StrategyContext
+from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink
@@ -103,17 +106,17 @@ def test_clip_with_a_fixed_bound_limits_every_update(honest_round):
 
 
 def test_options_parse_and_bad_ones_are_refused():
-    config = RobustConfig.from_options({"aggregate": "trimmed", "trim": "0.25", "clip": "auto"}, "fedavg")
+    config = parse(RobustConfig, "fedavg", {"aggregate": "trimmed", "trim": "0.25", "clip": "auto"})
     assert (config.rule, config.trim, config.clip) == ("trimmed", 0.25, "auto")
-    assert RobustConfig.from_options({"clip": "2.5"}, "fedavg").clip == 2.5
-    assert RobustConfig.from_options({}, "fedavg").clip == "3x" == RobustConfig().clip
-    assert RobustConfig.from_options({"clip": "none"}, "fedavg").clip is None
-    assert RobustConfig.from_options({"clip": "1.5x", "max_share": "1"}, "fedavg").clip_factor == 1.5
-    assert RobustConfig.from_options({"clip": "none", "max_share": "1"}, "fedavg").plain
+    assert parse(RobustConfig, "fedavg", {"clip": "2.5"}).clip == 2.5
+    assert parse(RobustConfig, "fedavg", {}).clip == "3x" == RobustConfig().clip
+    assert parse(RobustConfig, "fedavg", {"clip": "none"}).clip is None
+    assert parse(RobustConfig, "fedavg", {"clip": "1.5x", "max_share": "1"}).clip_factor == 1.5
+    assert parse(RobustConfig, "fedavg", {"clip": "none", "max_share": "1"}).plain
     for bad in ({"aggregate": "mode"}, {"trim": "0.5"}, {"trim": "x"}, {"clip": "-1"}, {"clip": "nan"},
                 {"clip": "0.5x"}, {"clip": "x"}, {"clip": "3xx"}, {"max_share": "0"}, {"max_share": "1.5"}):
         with pytest.raises(ValueError):
-            RobustConfig.from_options(bad, "fedavg")
+            parse(RobustConfig, "fedavg", bad)
 
 
 class PoisoningClient(DeviceClient):
@@ -137,8 +140,7 @@ class PoisoningClient(DeviceClient):
 def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: str) -> float:
     ctx = StrategyContext(FederationConfig(rounds=4, min_devices=DEVICES, round_deadline_s=60, seed=0,
                                            train=TrainConfig(epochs=1, lr=0.05)),
-                          "mlp", digits.input_shape, digits.num_classes,
-                          EvalData(digits.x_test, digits.y_test), options=options)
+                          "mlp", digits.input_shape, digits.num_classes, options=options)
     strategy = FedAvg.create(ctx)
     transport = MqttTransport(TransportConfig(url=broker_url, client_id=f"{job}-coordinator"))
     transport.connect()
@@ -149,7 +151,7 @@ def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: s
         ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker_url, client_id=f"{job}-d{i}"), job=job, seed=i),
         LocalData(digits.x_train[shard], digits.y_train[shard], digits.num_classes), load_profile("raspberry-pi-4b"))
         for i, shard in enumerate(shards)]
-    report = run_job(strategy, fleet, clients, transport)
+    report = run_job(strategy, fleet, clients, transport, eval_data=EvalData(digits.x_test, digits.y_test))
     assert all(len(r.participants) == DEVICES for r in report.rounds)
     return report.rounds[-1].accuracy["global"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -20,9 +20,13 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.training import TrainConfig, evaluate
 
-from coordinator.aggregate.robust import RobustConfig, robust_aggregate
+from edge_sdk.methods.settings import method_settings
+from edge_sdk.methods.settings.options import parse
+from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
+
+from coordinator.aggregate.robust import robust_aggregate
 from coordinator.aggregate.server_opt import ServerOptimizer
-from coordinator.options import Schema
+from coordinator.strategies.proximal import with_prox_mu
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.runtime.lr_schedule import lr_factor
@@ -47,6 +51,7 @@ class StrategyContext:
     model_family: str
     input_shape: tuple[int, ...]
     num_classes: int
+    _: KW_ONLY  # the rest by name: a positional EvalData once slipped into public_data
     #: Unlabeled inputs that no device holds (only for methods with `needs_public_data`).
     public_data: np.ndarray | None = None
     #: Method-specific settings as strings (`--option key=value`), parsed by the method.
@@ -57,8 +62,10 @@ class Strategy(ABC):
     """A federated method on the coordinator. Subclasses implement the hooks; the round loop calls them.
 
     The class is the method's descriptor: its ``name``, the device part that trains its plans
-    (``device_method``, which a device must list in its capabilities), its ``option_schema`` and
-    :meth:`parse_options`, and :meth:`create`; :data:`coordinator.strategies.STRATEGIES` registers it.
+    (``device_method``, which a device must list in its capabilities), its settings dataclass
+    (``settings_type``, defined beside its device half in :mod:`edge_sdk.methods.settings`, which
+    also registers its docs page) and :meth:`create`; :data:`coordinator.strategies.STRATEGIES`
+    registers it.
     """
 
     name: ClassVar[str] = ""
@@ -66,10 +73,9 @@ class Strategy(ABC):
     needs_public_data: ClassVar[bool] = False
     #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``); empty: ``name``.
     device_method: ClassVar[str] = ""
-    #: Its ``--option`` keys (``edgefl simulate --method M --option help`` prints them).
-    option_schema: ClassVar[Schema] = Schema()
-    #: The page that documents them, under docs/methods/.
-    doc_page: ClassVar[str] = ""
+    #: Its settings: one frozen dataclass whose fields are the ``--option`` keys, with their one
+    #: default and help (``edgefl simulate --method M --option help`` prints them).
+    settings_type: ClassVar[type]
 
     @classmethod
     def device_part(cls) -> str:
@@ -80,23 +86,31 @@ class Strategy(ABC):
     def parse_options(cls, options: Mapping[str, str]) -> Any:
         """The method's typed settings from ``--option`` text; unknown keys and bad values raise a
         one-line ValueError naming the method."""
-        return cls.option_schema.parse(cls.name, options)
+        return parse(cls.settings_type, cls.name, options)
 
     @classmethod
     def own_lr(cls, options: Mapping[str, str]) -> str | None:
         """With these ``--option`` settings, the learning rate the method's devices train with
-        instead of the run's ``--lr``/``[train] lr`` (said to the user), or None when they use it."""
-        return None
+        instead of the run's ``--lr``/``[train] lr`` (said to the user), or None when they use it
+        (the settings' ``own_lr()``, where they have one)."""
+        own = getattr(cls.parse_options(options), "own_lr", None)
+        return None if own is None else own()
 
     @classmethod
     def options_help(cls) -> str:
         """The table of options, defaults and help that ``--option help`` prints."""
-        return cls.option_schema.help_text(cls.name, f"docs/methods/{cls.doc_page or cls.name}.md")
+        return method_settings(cls.name).help()
 
     @classmethod
     @abstractmethod
     def create(cls, ctx: StrategyContext) -> "Strategy":
         """Build the method from a context (model family, shapes, options)."""
+
+    @classmethod
+    def job_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:
+        """The job's federation settings as the method's ``settings`` change them: ``prox_mu``
+        (every method's) goes into the training settings that every plan carries."""
+        return with_prox_mu(ctx.federation, settings.prox)
 
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
@@ -212,9 +226,10 @@ class Strategy(ABC):
         return evaluate(model, data.x, data.y, device=resolve_device(self.config.eval_device))
 
     def fold(self, group: str, current: Mapping[str, np.ndarray], tensor_sets: Sequence[Mapping[str, np.ndarray]],
-             weights: Sequence[float], rule: RobustConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+             weights: Sequence[float], rule: RobustConfig,
+             server: ServerOptConfig | None = None) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """The new tensors of ``group`` from the devices' ``tensor_sets``: the robust rule's result,
-        stepped by the server optimizer when ``rule.server`` names one; and the rule's metrics.
+        stepped by the server optimizer when ``server`` names one; and the rule's metrics.
 
         The norm screen of a round with three or more devices in ``group`` sets the group's trusted
         reference norm, which bounds the rounds in which only one or two report
@@ -223,4 +238,6 @@ class Strategy(ABC):
                                               trusted_norm=self._trusted_norms.get(group))
         if len(tensor_sets) >= 3 and "norm_reference" in metrics:
             self._trusted_norms[group] = metrics["norm_reference"]
-        return self.server_opt.step(rule.server, group, current, aggregate), metrics
+        if server is None or not server.active:
+            return aggregate, metrics
+        return self.server_opt.step(server, group, current, aggregate), metrics

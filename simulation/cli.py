@@ -5,23 +5,25 @@ from __future__ import annotations
 import argparse
 
 from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.link import LinkConfig
-from edge_sdk.training import AUGMENTATIONS, TrainConfig, default_threads
+from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["simulate_command"]
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if "help" in args.option:  # the method's settings, without importing torch
+        from edge_sdk.methods.settings import method_settings
+
+        print(method_settings(args.method).help())
+        return 0
+
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
     from coordinator.strategies import strategy_class
     from coordinator.strategies.base import TrainingFailed
     from rich.markup import escape
-
-    if "help" in args.option:
-        print(strategy_class(args.method).options_help())
-        return 0
 
     config = SimulationConfig(
         method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset,
@@ -66,7 +68,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
-    from coordinator.strategies import STRATEGIES
+    from edge_sdk.methods.settings import METHODS
 
     p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)",
                        formatter_class=HelpFormatter,
@@ -74,7 +76,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                                    "simulated devices, each with its own MQTT connection, device profile "
                                    "and private shard of a real dataset.")
     verbosity(p)
-    p.add_argument("--method", default="fedavg", choices=sorted(STRATEGIES), help="federated method")
+    p.add_argument("--method", default="fedavg", choices=sorted(METHODS), help="federated method")
     p.add_argument("--clients", type=at_least(1), default=4, help="number of simulated devices")
     p.add_argument("--rounds", type=at_least(1), default=3, help="federated rounds")
     p.add_argument("--dataset", default="mnist-sample",

@@ -73,3 +73,22 @@ def test_config_files_parse_on_this_python(tmp_path) -> None:
         read_toml(bad)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_toml(tmp_path / "missing.toml")
+
+
+def test_the_methods_settings_and_option_help_need_no_torch() -> None:
+    """``edgefl simulate --method M --option help`` and the methods' settings (which a device reads
+    its plans with) import no torch: the settings live in edge_sdk.methods.settings, and
+    edge_sdk.methods imports its device parts on use."""
+    proc = _without_torch(
+        "import contextlib, io\n"
+        "from edge_sdk.methods import DEVICE_METHODS\n"
+        "from edge_sdk.methods.settings import METHODS\n"
+        "from edge_sdk.cli import main\n"
+        "assert set(METHODS) >= set(DEVICE_METHODS)\n"
+        "for name in sorted(METHODS):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        assert main(['simulate', '--method', name, '--option', 'help']) == 0\n"
+        "    print(out.getvalue().splitlines()[0])\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "fdnnc options (--option KEY=VALUE; docs/methods/fdnnc.md):", proc.stdout

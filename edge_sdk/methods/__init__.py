@@ -1,37 +1,77 @@
-"""Device parts of the federated methods, looked up by the method name a plan carries."""
+"""Device parts of the federated methods, looked up by the method name a plan carries.
+
+Importing this package does not import torch: :data:`DEVICE_METHODS` names each device part as
+``"module:function"`` and imports it when it is first looked up, and ``LocalData``,
+``DeviceContext`` and ``DeviceMethod`` (:mod:`edge_sdk.methods.base`) are imported on first use,
+so the methods' settings (:mod:`edge_sdk.methods.settings`) and the CLI's ``--option help`` need
+no torch.
+"""
 
 from __future__ import annotations
 
-from edge_sdk.methods.base import DeviceContext, DeviceMethod, LocalData
-from edge_sdk.methods.fdnnc import train_fdnnc
-from edge_sdk.methods.fedavg import train_fedavg
-from edge_sdk.methods.fedprox import train_fedprox
-from edge_sdk.methods.flanc import train_flanc
-from edge_sdk.methods.heterofl import train_heterofl
-from edge_sdk.methods.fedpara import train_fedpara
-from edge_sdk.methods.pfedpara import train_pfedpara
-from edge_sdk.methods.reft import train_reft
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Iterator, MutableMapping
+
+if TYPE_CHECKING:
+    from edge_sdk.methods.base import DeviceContext, DeviceMethod, LocalData
 
 __all__ = ["DeviceContext", "DeviceMethod", "LocalData", "DEVICE_METHODS", "device_method"]
 
+
+class _DeviceMethods(MutableMapping[str, "DeviceMethod"]):
+    """Method name -> its device part; a ``"module:function"`` entry is imported when looked up."""
+
+    def __init__(self, entries: dict[str, "str | Callable[..., Any]"]) -> None:
+        self._entries = dict(entries)
+
+    def __getitem__(self, name: str) -> "DeviceMethod":
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, function = entry.partition(":")
+            entry = self._entries[name] = getattr(importlib.import_module(module), function)
+        return entry  # type: ignore[return-value]
+
+    def __setitem__(self, name: str, method: "DeviceMethod") -> None:
+        self._entries[name] = method
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"DEVICE_METHODS({sorted(self._entries)})"
+
+
 #: method name -> the function a device runs on a plan of that method.
-DEVICE_METHODS: dict[str, DeviceMethod] = {
-    "fedavg": train_fedavg,
-    "fedprox": train_fedprox,
-    "flanc": train_flanc,
-    "heterofl": train_heterofl,
-    "fdnnc": train_fdnnc,
-    "fedpara": train_fedpara,
-    "pfedpara": train_pfedpara,
-    "lowrank": train_fedpara,
-    "reft": train_reft,
-}
+DEVICE_METHODS: MutableMapping[str, "DeviceMethod"] = _DeviceMethods({
+    "fedavg": "edge_sdk.methods.fedavg:train_fedavg",
+    "fedprox": "edge_sdk.methods.fedprox:train_fedprox",
+    "flanc": "edge_sdk.methods.flanc:train_flanc",
+    "heterofl": "edge_sdk.methods.heterofl:train_heterofl",
+    "fdnnc": "edge_sdk.methods.fdnnc:train_fdnnc",
+    "fedpara": "edge_sdk.methods.fedpara:train_fedpara",
+    "pfedpara": "edge_sdk.methods.pfedpara:train_pfedpara",
+    "lowrank": "edge_sdk.methods.fedpara:train_fedpara",
+    "reft": "edge_sdk.methods.reft:train_reft",
+})
 
 
-def device_method(name: str) -> DeviceMethod:
+def device_method(name: str) -> "DeviceMethod":
     """The device part of method `name`; KeyError names the ones this SDK knows."""
     try:
         return DEVICE_METHODS[name]
     except KeyError:
         raise KeyError(f"this device does not support method {name!r}; "
                        f"it knows {sorted(DEVICE_METHODS)}") from None
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DeviceContext", "DeviceMethod", "LocalData"):
+        from edge_sdk.methods import base
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
+from edge_sdk.methods.settings.options import from_wire
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Plan, Update
@@ -94,24 +95,18 @@ def compute_seconds(ctx: DeviceContext, spec: dict, host_seconds: float, *, trai
     return ctx.throttle.apply_compute(flops, host_seconds)
 
 
-def plan_settings(plan: Plan, **own: Any) -> tuple[TrainConfig, dict[str, Any]]:
-    """The plan's training settings and the method's ``own`` keys of ``plan.train`` (key=default):
-    each present one must have its default's type (a bool stays a bool, a number a finite number),
-    else ValueError naming the method; the rest is a checked :class:`TrainConfig`."""
-    train = dict(plan.train)
-    values = {}
-    for key, default in own.items():
-        value = train.pop(key, default)
-        if isinstance(default, bool) or isinstance(value, bool):
-            ok = type(value) is type(default)
-        elif isinstance(default, (int, float)):
-            ok = type(value) in (int, float) and bool(np.isfinite(value))
-        else:
-            ok = default is None or isinstance(value, type(default))
-        if not ok:
-            raise ValueError(f"{plan.method}: {key} must be like {default!r}, got {value!r}")
-        values[key] = value
-    return TrainConfig.from_dict(train), values
+def plan_settings(plan: Plan, *kinds: type) -> tuple[Any, ...]:
+    """The plan's training settings, a checked :class:`TrainConfig`, followed by one instance of
+    each settings dataclass in ``kinds`` (:mod:`edge_sdk.methods.settings`) read from ``plan.train``:
+    the device settings found there, every other with its one default — the coordinator's
+    (:func:`edge_sdk.methods.settings.options.from_wire`). A bad value is a ValueError naming the
+    method and the key; a key that none of them and no TrainConfig field claims is refused."""
+    rest = dict(plan.train)
+    found = []
+    for kind in kinds:
+        settings, rest = from_wire(kind, plan.method, rest)
+        found.append(settings)
+    return (TrainConfig.from_dict(rest), *found)
 
 
 def planned_model(plan: Plan, strict: bool = True) -> torch.nn.Module:

@@ -10,6 +10,6 @@ __all__ = ["train_fedavg"]
 
 def train_fedavg(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One FedAvg local round (also serves any method whose update is the full model)."""
-    config, _ = plan_settings(plan)
+    config = plan_settings(plan)[0]
     model = planned_model(plan)
     return round_update(plan, data, ctx, model, ctx.train(model, data.x, data.y, config))

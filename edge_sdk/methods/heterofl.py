@@ -8,8 +8,8 @@ data set (network in eval mode, so the scalers behave as at inference). Statisti
 depend on the width (a channel's input differs between sub-networks), so the device
 also measures them for every smaller width the plan lists (``plan.train``'s
 ``bn_specs``: label -> spec; the sub-network is the prefix slice of its trained one)
-and uploads them as ``bn/<label>/<name>``. ``static_bn`` (bool, default true) turns
-this on.
+and uploads them as ``bn/<label>/<name>``. ``static_bn`` turns this on; both are read with
+:class:`edge_sdk.methods.settings.heterofl.HeteroFLSettings` and ``HeteroFLRound``.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from torch import nn
 
 from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES, static_bn_stats
+from edge_sdk.methods.settings.heterofl import HeteroFLRound, HeteroFLSettings
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -48,16 +49,17 @@ def _sub_stats(model: nn.Module, specs: object, x: torch.Tensor, batch_size: int
 
 def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local HeteroFL round on the sub-network the plan describes."""
-    config, own = plan_settings(plan, static_bn=True, bn_specs={})
+    config, settings, asked = plan_settings(plan, HeteroFLSettings, HeteroFLRound)
+    bn_specs = {} if asked.bn_specs is None else asked.bn_specs
     model = planned_model(plan)
     result = ctx.train(model, data.x, data.y, config)
     tensors = state_to_numpy(model)
     start = time.perf_counter()
-    if own["static_bn"]:
+    if settings.static_bn:
         x = torch.tensor(data.x, dtype=torch.float32)
         static_bn_stats(model, x, config.batch_size)
-        tensors.update(_sub_stats(model, own["bn_specs"], x, config.batch_size))
+        tensors.update(_sub_stats(model, bn_specs, x, config.batch_size))
     # static BN: one pass over the data for this width and one per smaller width (counted at this width)
-    passes = 1 + len(own["bn_specs"]) if own["static_bn"] else 0
+    passes = 1 + len(bn_specs) if settings.static_bn else 0
     return round_update(plan, data, ctx, model, result, extra_seconds=time.perf_counter() - start,
                         forward=passes * len(data), tensors=tensors)

@@ -10,7 +10,8 @@ model starts a fresh ``W2``). Without a state directory ``W2`` is kept in the
 client's memory only (``DeviceContext.memory``). A first-time ``W2`` is ``X2 = 0`` (the layer's init), so the
 device starts from the shared model.
 
-``plan.train``'s ``holdout`` (fraction in [0, 0.9], default 0) holds a fixed, seeded
+``plan.train``'s ``holdout`` (fraction in [0, 0.9]; read with pFedPara's settings,
+:class:`edge_sdk.methods.settings.fedpara.PFedParaSettings`, default 0.2 as on the coordinator) holds a fixed, seeded
 part of the local data out of training; the personal model's accuracy on it after
 local training is reported as the ``local_acc`` metric (``local_n`` samples).
 """
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds, plan_settings
+from edge_sdk.methods.settings.fedpara import PFedParaSettings
 from edge_sdk.models.fedpara import personal_names
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
@@ -92,8 +94,8 @@ def save_personal(path: Path, fingerprint: str, tensors: dict[str, np.ndarray]) 
 
 def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local pFedPara round: train W1 and the device's own W2, upload W1 only."""
-    config, own = plan_settings(plan, holdout=0.0)
-    holdout = float(own["holdout"])
+    config, settings = plan_settings(plan, PFedParaSettings)
+    holdout = settings.holdout
     holdout_split(1, holdout, 0)  # validates the range
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed * 1_000_003 + 17)  # a device's first W2 is its own

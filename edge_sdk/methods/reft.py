@@ -21,16 +21,15 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
+from edge_sdk.methods.settings.reft import LOGITS_DTYPES, PUBLIC_DTYPES, ReftRound, ReftSettings
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import state_to_numpy
 from edge_sdk.training import on_device
 
 __all__ = ["train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
-           "dequantize_logits", "PUBLIC_PREFIX", "LOGITS_DTYPES", "PUBLIC_DTYPES"]
+           "dequantize_logits", "PUBLIC_PREFIX"]
 
 PUBLIC_PREFIX = "public."
-LOGITS_DTYPES = ("float16", "int8")
-PUBLIC_DTYPES = ("uint8", "float16")
 _FP16_MAX = 65000.0
 _KEPT = "reft/public"  # DeviceContext.memory: (digest, public inputs)
 
@@ -145,10 +144,8 @@ def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256,
 # ----------------------------------------------------------------- the device method
 def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """Train the pruned model on private data; upload logits on the public set and class counts."""
-    config, own = plan_settings(plan, logits_dtype="float16", public_digest="", upload_weights=False)
-    if own["logits_dtype"] not in LOGITS_DTYPES:
-        raise ValueError(f"logits_dtype must be one of {LOGITS_DTYPES}, got {own['logits_dtype']!r}")
-    digest = own["public_digest"]
+    config, settings, told = plan_settings(plan, ReftSettings, ReftRound)
+    digest = told.public_digest
     if len(digest) != 64:
         raise ValueError("plan lacks a valid public_digest")
     public = {k: v for k, v in plan.tensors.items() if k.startswith(PUBLIC_PREFIX)}
@@ -165,8 +162,8 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     logits = _logits(model, x_public, batch_size=config.batch_size, device=ctx.device)  # no more activation memory than training
     logits_seconds = time.perf_counter() - started
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),
-               **quantize_logits(logits, own["logits_dtype"])}
-    if own["upload_weights"]:
+               **quantize_logits(logits, settings.logits_dtype)}
+    if settings.device_eval:
         tensors.update(state_to_numpy(model, copy=True))
     return round_update(plan, data, ctx, model, result, extra_seconds=logits_seconds, forward=len(x_public),
                         tensors=tensors, public_samples=float(len(x_public)))

@@ -31,6 +31,7 @@ from torch import nn
 
 from edge_sdk.models.layers import (MAX_CHANNELS, Field, Shape, SpecError, bool_field, int_field,
                                     register_layer)
+from edge_sdk.methods.settings.flanc import COEFF_INITS
 from edge_sdk.models.spec import SpecModel, build_model
 
 __all__ = ["FlancConv2d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "COEFF_INITS", "prefer_composed",
@@ -175,11 +176,6 @@ def flanc_modules(model: nn.Module) -> Iterator[tuple[str, _Composed]]:
 def basis_names(model: nn.Module) -> list[str]:
     """State names of the shared bases (everything else is width-specific)."""
     return [f"{name}.basis" for name, _ in flanc_modules(model)]
-
-
-#: How coefficients start: ``he`` (edgefl's, :func:`_init_coeff`) or ``torch`` (PyTorch's default
-#: for the 1×1 conv, ``kaiming_uniform_(a=√5)``: U(±1/√(G·R2)), √6× smaller; the official code's).
-COEFF_INITS = ("he", "torch")
 
 
 def init_coefficients(model: nn.Module, scheme: str) -> None:

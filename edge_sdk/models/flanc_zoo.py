@@ -26,16 +26,12 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Sequence
 
+from edge_sdk.methods.settings.shared import width_label
 from edge_sdk.models import flanc as _flanc  # noqa: F401  (registers the flanc layer types)
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 
 __all__ = ["FlancConfig", "flanc_specs", "width_label", "basis_in_for"]
-
-
-def width_label(width: float) -> str:
-    """The label of width ``p``: ``"0.25"``, ``"0.5"``, ``"1.0"``."""
-    return str(float(width))
 
 
 @dataclass(frozen=True)

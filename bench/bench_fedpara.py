@@ -38,7 +38,7 @@ import simulation.simulate as simulate
 from coordinator.runtime.broker import EmbeddedBroker
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.fedpara_options import choose_gamma
+from coordinator.strategies.fedpara import choose_gamma
 from coordinator.runtime.fleet import DeviceRecord
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext

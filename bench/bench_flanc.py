@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
 from edge_sdk.models.flanc import flanc_modules
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs, width_label

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from coordinator.strategies.pruning import prune_spec
 from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.models.spec import build_model, count_flops, count_params

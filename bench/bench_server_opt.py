@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 

@@ -37,7 +37,7 @@ from unittest import mock
 import numpy as np
 
 import simulation.simulate as simulate
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.data import ImageDataset
 from edge_sdk.training import TrainConfig

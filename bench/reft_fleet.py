@@ -37,7 +37,7 @@ import torch
 
 from bench_reft import F_LAMBDA, fleet_profiles  # bench/bench_reft.py (scripts run from bench/)
 from bench_server_opt import rounds_to
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.training import TrainConfig
 

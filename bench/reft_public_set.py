@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from bench_reft import DATA, F_LAMBDA, fleet_profiles, run  # bench/bench_reft.py (scripts run from bench/)
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.training import TrainConfig
 
 __all__ = ["main"]

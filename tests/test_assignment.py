@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from coordinator.strategies.assignment import AssignmentConfig, LevelAssigner, assign_levels
+from coordinator.strategies.assignment import LevelAssigner, assign_levels
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from simulation.simulate import DEFAULT_FLEET
 from coordinator.strategies.flanc import Flanc
@@ -17,6 +17,8 @@ from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.profiling import load_profile
+from edge_sdk.methods.settings.options import parse
+from edge_sdk.methods.settings.shared import AssignmentConfig
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
 
@@ -78,14 +80,18 @@ def test_bad_inputs_raise(kwargs, match):
 
 
 def test_options_parse_and_reject():
-    config = AssignmentConfig.from_options({"budget_s": "30", "override": "dev001:1, dev002:0.25",
-                                            "dynamic": "true"}, LEVELS)
+def _from_options(options: dict[str, str], levels: list[str]) -> AssignmentConfig:
+    """The assignment settings of ``options`` for these levels, as a width method reads them."""
+    return parse(AssignmentConfig, "flanc", options).for_levels(levels)
+
+
+    config = _from_options({"budget_s": "30", "override": "dev001:1, dev002:0.25", "dynamic": "true"}, LEVELS)
     assert config.mode == "budget" and config.budget_s == 30.0 and config.dynamic
     assert config.override == (("dev001", "1.0"), ("dev002", "0.25"))
     for bad in ({"assign": "magic"}, {"budget_s": "soon"}, {"budget_s": "-1"}, {"override": "dev001"},
                 {"override": "dev001:0.3"}, {"dynamic": "maybe"}, {"assign": "budget"}):
         with pytest.raises(ValueError):
-            AssignmentConfig.from_options(bad, LEVELS)
+            _from_options(bad, LEVELS)
 
 
 def _record(name: str, profile: str) -> DeviceRecord:
@@ -184,4 +190,4 @@ def test_fixed_sampling_trains_the_capacity_level_and_bad_sampling_is_refused():
     device.label = "0.5"
     assert {assigner.round_level(device, r) for r in range(10)} == {"0.5"}
     with pytest.raises(ValueError, match="sample"):
-        AssignmentConfig.from_options({"sample": "sometimes"}, levels)
+        _from_options({"sample": "sometimes"}, levels)

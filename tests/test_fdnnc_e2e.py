@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from coordinator.options import option_pairs
+from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import SimulationConfig, run_simulation
 from edge_sdk.cli import build_parser, main
 from edge_sdk.training import TrainConfig
@@ -26,6 +26,7 @@ def switch_half(tmp_path_factory, broker):
     return run_simulation(config)
 
 
+@pytest.mark.slow
 def test_switch_half_learns_on_big_and_small_devices(switch_half):
     report = switch_half
     labels = {d["profile"]: d["assignment"] for d in report.devices}
@@ -39,6 +40,7 @@ def test_switch_half_learns_on_big_and_small_devices(switch_half):
     assert report.models["small"]["params"] * 5 < report.models["big"]["params"]
 
 
+@pytest.mark.slow
 def test_switch_runs_both_stages_and_half_upload_halves_the_factors(switch_half):
     for record in switch_half.rounds:
         assert record.metrics["n_big"] == 2 and record.metrics["n_small"] == 2
@@ -60,6 +62,7 @@ def test_fdnnc_settings_have_one_road_the_option_pairs():
         parser.parse_args(["simulate", "--method", "fdnnc", "--pattern", "bfirst"])
 
 
+@pytest.mark.slow
 def test_edgefl_simulate_fdnnc_command(tmp_path, broker, capsys):
     out = tmp_path / "run"
     code = main(["simulate", "--method", "fdnnc", "--option", "pattern=bfirst", "--option", "upload=full",

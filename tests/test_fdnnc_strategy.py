@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.strategies.fdnnc import BIG, SMALL, Fdnnc, FdnncOptions
+from coordinator.strategies.fdnnc import BIG, SMALL, Fdnnc
+from edge_sdk.methods.settings.fdnnc import FdnncSettings
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
@@ -43,19 +44,19 @@ def _plan_and_label(s: Fdnnc, rnd: int, devices: list[DeviceRecord]) -> None:
 
 
 def test_options_are_parsed_and_checked() -> None:
-    o = FdnncOptions.from_options({"pattern": "switch", "upload": "full", "rank": "16", "hidden": "100, 50",
+    o = Fdnnc.parse_options({"pattern": "switch", "upload": "full", "rank": "16", "hidden": "100, 50",
                                    "big_fraction": "0.7", "freeze": "false", "big_gflops": "5"})
     assert (o.pattern, o.upload, o.rank, o.hidden, o.big_fraction, o.freeze, o.big_gflops) == \
         ("switch", "full", 16, (100, 50), 0.7, False, 5.0)
-    assert FdnncOptions.from_options({}) == FdnncOptions()
-    assert FdnncOptions.from_options({"freeze": "True"}).freeze and not FdnncOptions.from_options({"freeze": "no"}).freeze
+    assert Fdnnc.parse_options({}) == FdnncSettings()
+    assert Fdnnc.parse_options({"freeze": "True"}).freeze and not Fdnnc.parse_options({"freeze": "no"}).freeze
     for bad, match in [({"patern": "both"}, "unknown option"), ({"pattern": "Both"}, "both|bfirst|switch"),
                        ({"upload": "quarter"}, "full|half"), ({"rank": "0"}, ">= 1"), ({"rank": "x"}, "integer"),
                        ({"big_fraction": "1.5"}, r"\[0, 1\]"), ({"big_fraction": "nan"}, r"\[0, 1\]"),
                        ({"freeze": "maybe"}, "true|false"), ({"hidden": "64,-1"}, ">= 1"),
                        ({"half_split": "layers"}, "devices|rounds")]:
         with pytest.raises(ValueError, match=match):
-            FdnncOptions.from_options(bad)
+            Fdnnc.parse_options(bad)
 
 
 def test_models_labels_and_thresholds(digits) -> None:
@@ -179,7 +180,7 @@ def test_device_uploads_only_what_it_was_asked(digits) -> None:
     assert plan.train["upload"] == "a" and set(update.tensors) == set(s.expected(SMALL, "a"))
     s.check_update(devices[0], update)
     assert not np.allclose(update.tensors["layers.1.A"], plan.tensors["layers.1.A"])  # it trained
-    with pytest.raises(ValueError, match="upload must be one of"):
+    with pytest.raises(ValueError, match=r"^fdnnc: option upload: must be one of full\|a\|b"):
         train_fdnnc(type(plan)(plan.method, plan.label, plan.model_spec, plan.tensors,
                                {**plan.train, "upload": "c"}), data, DeviceContext("s0", 0))
     dense_plan = type(plan)(plan.method, BIG, s.dense_spec, s.dense, {**plan.train, "upload": "b"})

@@ -7,8 +7,7 @@ import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation
-from coordinator.strategies.fedpara import GAMMA_KEY, FedPara
-from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma
+from coordinator.strategies.fedpara import GAMMA_KEY, FedPara, choose_gamma
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
@@ -29,18 +28,18 @@ def _device(name: str, profile: str, samples: int = 500) -> DeviceRecord:
 
 
 def test_options_defaults_and_bad_values() -> None:
-    o = FedParaOptions.from_options({})
+    o = FedPara.parse_options({})
     assert (o.gamma, o.width.widths, o.optimizer, o.lr, o.comm_s, o.tanh) == (None, (1.0,), "adam", 0.005, 0.1, False)
-    o = FedParaOptions.from_options({"gamma": "0.3", "gamma_layers": "0:1, 4:0.5", "optimizer": "sgd",
+    o = FedPara.parse_options({"gamma": "0.3", "gamma_layers": "0:1, 4:0.5", "optimizer": "sgd",
                                      "widths": "0.5,1.0", "tanh": "true"})
     assert (o.gamma, o.layer_gammas, o.lr, o.tanh, o.single) == (0.3, ((0, 1.0), (4, 0.5)), None, True, False)
-    assert o.train_config(TrainConfig(lr=0.03)).lr == 0.03
+    assert o.own_lr() is None  # SGD trains with the run's lr
     for bad, match in [({"gamma": "1.5"}, "gamma"), ({"gamma": "high"}, "gamma"), ({"gamma_layers": "a:0.1"}, "gamma_layers"),
                        ({"gamma_layers": "0:2"}, "gamma_layers"), ({"optimizer": "rmsprop"}, "optimizer"),
                        ({"comm_s": "-1"}, "comm_s"), ({"colour": "red"}, "unknown option"),
                        ({"holdout": "0.2"}, "unknown option")]:
         with pytest.raises(ValueError, match=match):
-            FedParaOptions.from_options(bad)
+            FedPara.parse_options(bad)
     with pytest.raises(ValueError, match="out of range"):
         _strategy(gamma="0.1", gamma_layers="7:0.5")  # cnn4 has 5 factorised layers
 
@@ -135,6 +134,7 @@ def test_checkpoint_restores_an_auto_gamma() -> None:
         fresh.load_state_tensors({k: v for k, v in state.items() if k != GAMMA_KEY})
 
 
+@pytest.mark.slow
 def test_fedpara_end_to_end_on_real_digits(tmp_path, broker) -> None:
     report = run_simulation(SimulationConfig(
         method="fedpara", clients=4, rounds=2, partition="iid", dataset="digits", out=str(tmp_path),

@@ -1,4 +1,5 @@
-"""FedProx: the proximal term on the device, μ carried by the plan, and what it does to training."""
+"""FedProx: the proximal term on the device, μ carried by the plan (as ``prox_mu``: one road to the
+term for FedProx's ``mu`` and any method's ``prox_mu``), and what it does to training."""
 
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ def test_the_term_is_half_mu_times_the_squared_distance() -> None:
 def test_the_plan_carries_mu_and_the_option_is_checked() -> None:
     strategy = _strategy(mu="0.3")
     plan = strategy.configure_train(1, _record())
-    assert plan.method == "fedprox" and plan.train["mu"] == 0.3
-    assert _strategy().configure_train(1, _record()).train["mu"] == 0.01
+    assert plan.method == "fedprox" and plan.train["prox_mu"] == 0.3 and "mu" not in plan.train
+    assert _strategy().configure_train(1, _record()).train["prox_mu"] == 0.01
+    assert _strategy(mu="0.05", prox_mu="0.2").configure_train(1, _record()).train["prox_mu"] == 0.2  # the larger
+    assert _strategy(mu="0.3", prox_mu="0.2").configure_train(1, _record()).train["prox_mu"] == 0.3
     for bad in ("-1", "nan", "inf", "x"):
         with pytest.raises(ValueError, match=r"^fedprox: option mu: "):
             _strategy(mu=bad)
@@ -81,8 +84,8 @@ def test_mu_zero_trains_exactly_as_fedavg() -> None:
 def test_a_device_refuses_a_negative_mu_from_a_peer() -> None:
     plan = _strategy().configure_train(1, _record())
     bad = type(plan)(method=plan.method, label=plan.label, model_spec=plan.model_spec, tensors=plan.tensors,
-                     train={**plan.train, "mu": -0.5})
-    with pytest.raises(ValueError, match="fedprox: mu must be >= 0"):
+                     train={**plan.train, "prox_mu": -0.5})
+    with pytest.raises(ValueError, match=r"TrainConfig\.prox_mu must be a finite number in \[0\.0, 10000\.0\]"):
         device_method("fedprox")(bad, _data(), DeviceContext("dev0", round=1))
 
 

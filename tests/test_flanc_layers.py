@@ -140,22 +140,23 @@ def test_orthogonality_penalty_lives_on_the_bases_device():
 
 
 def test_coefficient_inits_have_he_and_torch_default_scales():
-    from coordinator.strategies.flanc import Flanc, FlancOptions
-    from coordinator.strategies.base import FederationConfig
+    from coordinator.strategies.flanc import Flanc, flanc_config
+    from edge_sdk.methods.settings.flanc import FlancSettings
+    from coordinator.runtime.federation import FederationConfig
     from edge_sdk.models.flanc import flanc_modules
     from edge_sdk.models.flanc_zoo import flanc_specs
 
-    specs = flanc_specs("flanc_cnn", (1, 28, 28), 10, FlancOptions().flanc_config())
+    specs = flanc_specs("flanc_cnn", (1, 28, 28), 10, flanc_config(FlancSettings()))
     stds = {}
     for scheme in ("he", "torch"):
-        strategy = Flanc(FederationConfig(), FlancOptions(coeff_init=scheme), specs)
+        strategy = Flanc(FederationConfig(), FlancSettings(coeff_init=scheme), specs)
         model = strategy.models["1.0"]
         stds[scheme] = [(m.coeff.std().item(), m.coeff.shape[1]) for _, m in flanc_modules(model)]
         assert all(m.bias is None or not m.bias.any() for _, m in flanc_modules(model))
         basis = strategy.basis[next(iter(strategy.basis))]
-        assert np.allclose(basis, Flanc(FederationConfig(), FlancOptions(), specs).basis[next(iter(strategy.basis))])
+        assert np.allclose(basis, Flanc(FederationConfig(), FlancSettings(), specs).basis[next(iter(strategy.basis))])
     for (he, fan_in), (default, _) in zip(stds["he"], stds["torch"]):
         assert he == pytest.approx((2 / fan_in) ** 0.5, rel=0.05)  # He normal
         assert default == pytest.approx((1 / (3 * fan_in)) ** 0.5, rel=0.05)  # U(±1/sqrt(fan_in))
     with pytest.raises(ValueError, match="coeff_init"):
-        FlancOptions.from_options({"coeff_init": "xavier"})
+        Flanc.parse_options({"coeff_init": "xavier"})

@@ -1,4 +1,6 @@
-"""Every method reads `--option` the same way: one boolean and number syntax, unknown keys named."""
+"""Every method reads `--option` the same way: one boolean and number syntax, unknown keys named;
+its settings are one dataclass that the options schema, `--option help`, the docs table and the
+device's reading of a plan all come from."""
 
 from __future__ import annotations
 
@@ -8,15 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.options import Option, Schema, boolean, choice, integer, number, option_pairs
-from coordinator.aggregate.robust import RobustConfig
+from dataclasses import dataclass
+
 from coordinator.strategies import STRATEGIES, create_strategy
-from coordinator.strategies.fdnnc import FdnncOptions
-from coordinator.strategies.fedpara_options import FedParaOptions
-from coordinator.strategies.flanc import FlancOptions
-from coordinator.strategies.heterofl import HeteroFLOptions
-from coordinator.strategies.reft import ReftOptions
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from edge_sdk.methods.settings import METHODS, doc_table, docs_tables
+from edge_sdk.methods.settings.fdnnc import FdnncSettings
+from edge_sdk.methods.settings.fedpara import FedParaSettings
+from edge_sdk.methods.settings.flanc import FlancSettings
+from edge_sdk.methods.settings.heterofl import HeteroFLSettings
+from edge_sdk.methods.settings.options import (boolean, choice, from_wire, integer, number, option, option_pairs,
+                                               parse, schema, to_wire)
+from edge_sdk.methods.settings.reft import ReftSettings
+from edge_sdk.methods.settings.shared import RobustConfig
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 
 
 @pytest.mark.parametrize("text, value", [("true", True), ("Yes", True), ("ON", True), ("1", True),
@@ -43,20 +50,25 @@ def test_bad_values_are_one_line_errors_that_name_the_option() -> None:
             parser("k", text)
         assert str(info.value) == message
     with pytest.raises(ValueError, match=r"^m: unknown option\(s\) \['x'\]; known: \['k'\]$"):
-        Schema(Option("k", boolean, "false", "a flag")).parse("m", {"x": "1"})
+        parse(_Flag, "m", {"x": "1"})
+
+
+@dataclass(frozen=True)
+class _Flag:
+    k: bool = option(False, boolean, "a flag")
 
 
 def test_every_methods_flags_take_the_same_spellings() -> None:
-    assert HeteroFLOptions.from_options({"static_bn": "yes"}).static_bn is True
-    assert ReftOptions.from_options({"oneshot": "yes"}).oneshot is True
-    assert FdnncOptions.from_options({"freeze": "True"}).freeze is True
-    assert FlancOptions.from_options({"static_bn": "No", "dynamic": "on"}).width.assignment.dynamic is True
-    assert FedParaOptions.from_options({"tanh": "off"}).tanh is False
-    assert FlancOptions.from_options({"precompose": "auto"}).precompose is None
-    assert FlancOptions.from_options({"precompose": "yes"}).precompose is True
-    assert RobustConfig.from_options({"trim": "0.2", "clip": "auto"}, "fedavg") == RobustConfig(trim=0.2, clip="auto")
+    assert parse(HeteroFLSettings, "heterofl", {"static_bn": "yes"}).static_bn is True
+    assert parse(ReftSettings, "reft", {"oneshot": "yes"}).oneshot is True
+    assert parse(FdnncSettings, "fdnnc", {"freeze": "True"}).freeze is True
+    assert parse(FlancSettings, "flanc", {"static_bn": "No", "dynamic": "on"}).width.assignment.dynamic is True
+    assert parse(FedParaSettings, "fedpara", {"tanh": "off"}).tanh is False
+    assert parse(FlancSettings, "flanc", {"precompose": "auto"}).precompose is None
+    assert parse(FlancSettings, "flanc", {"precompose": "yes"}).precompose is True
+    assert parse(RobustConfig, "fedavg", {"trim": "0.2", "clip": "auto"}) == RobustConfig(trim=0.2, clip="auto")
     with pytest.raises(ValueError, match=r"fedavg: option trim: must be in \[0, 0.5\)"):
-        RobustConfig.from_options({"trim": "0.5"}, "fedavg")
+        parse(RobustConfig, "fedavg", {"trim": "0.5"})
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
@@ -75,8 +87,11 @@ def _accepted(name: str) -> set[str]:
 
 
 def _page(name: str) -> str:
-    cls = STRATEGIES[name]
-    return cls.doc_page or cls.name
+    return METHODS[name].doc_page
+
+
+def _schema(name: str):
+    return schema(STRATEGIES[name].settings_type)
 
 
 def _documented(page: str) -> set[str]:
@@ -88,14 +103,14 @@ def _documented(page: str) -> set[str]:
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_the_schema_is_what_the_method_accepts(name) -> None:
-    assert set(STRATEGIES[name].option_schema.keys) == _accepted(name)
+    assert set(_schema(name).keys) == _accepted(name)
 
 
 def test_every_method_is_documented_with_exactly_its_options() -> None:
     pages = {_page(name) for name in STRATEGIES}
     assert pages == {p.stem for p in (Path(__file__).parents[1] / "docs" / "methods").glob("*.md")} - {"adding-a-method"}
     for page in pages:
-        schemas = [set(cls.option_schema.keys) for cls in STRATEGIES.values() if _page(cls.name) == page]
+        schemas = [set(_schema(name).keys) for name in STRATEGIES if _page(name) == page]
         documented = _documented(page)
         for keys in schemas:
             assert keys <= documented, (page, keys - documented)
@@ -106,7 +121,7 @@ def test_every_method_is_documented_with_exactly_its_options() -> None:
 def test_every_printed_default_means_leaving_the_key_out(name) -> None:
     cls = STRATEGIES[name]
     plain = cls.parse_options({})
-    literal = [row for row in cls.option_schema if row.default is not None]
+    literal = [row for row in _schema(name) if row.default is not None]
     assert literal, name
     for row in literal:
         assert cls.parse_options({row.key: row.default}) == plain, (name, row.key, row.default)
@@ -125,7 +140,7 @@ def test_option_help_prints_every_key_with_its_default(capsys) -> None:
     out = capsys.readouterr().out
     assert out.startswith("fdnnc options (--option KEY=VALUE; docs/methods/fdnnc.md):")
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
-    assert rows == {row.key: row.default or "-" for row in STRATEGIES["fdnnc"].option_schema}
+    assert rows == {row.key: row.default or "-" for row in _schema("fdnnc")}
     assert rows["rank"] == "32" and rows["upload"] == "half" and rows["big_fraction"] == "-"
 
 
@@ -141,11 +156,42 @@ def test_documented_defaults_are_the_schemas() -> None:
             keys = re.findall(r"`([a-z][a-z_0-9]*)`", cells[0])
             defaults = [d.strip() for d in cells[1].split(", ")]
             assert len(defaults) == len(keys), (cls.name, keys, defaults)
-            for key, text in zip(keys, defaults):
-                row = cls.option_schema[key] if key in cls.option_schema else None
+            for key, text in zip(keys, defaults, strict=True):
+                rows = _schema(cls.name)
+                row = rows[key] if key in rows else None
                 if row is None or not row.default:
                     continue
                 literal = text.split(" (")[0].strip("`")
                 assert row.parse(key, literal) == row.parse(key, row.default), (cls.name, key, text, row.default)
                 checked += 1
     assert checked > 60
+
+
+def test_the_torch_free_registry_names_every_strategy_and_its_settings() -> None:
+    """``edgefl simulate --method`` and ``--option help`` read edge_sdk.methods.settings.METHODS
+    (no torch); the coordinator's strategies are the same methods with the same settings."""
+    assert set(METHODS) == set(STRATEGIES)
+    for name, cls in STRATEGIES.items():
+        assert cls.settings_type is METHODS[name].settings, name
+        assert cls.options_help() == METHODS[name].help()
+
+
+def test_the_docs_tables_are_the_generated_ones() -> None:
+    """docs/methods/*.md's options tables are `python -m edge_sdk.methods.settings --write-docs`'s."""
+    assert docs_tables(Path(__file__).parents[1]) == [], "run: python -m edge_sdk.methods.settings --write-docs"
+    assert "| `holdout` | 0.2 |" in doc_table("fedpara")  # the page's widest settings: pFedPara's
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_the_device_reads_a_plan_with_the_coordinators_defaults(name) -> None:
+    """One default per setting: what the coordinator sends is what the device reads back, and a
+    plan without a device setting means the coordinator's default (FLANC's static_bn: true)."""
+    cls = STRATEGIES[name].settings_type
+    settings = cls()
+    wire = to_wire(settings)
+    back, rest = from_wire(cls, name, {**wire, "lr": 0.1})
+    assert back == settings and rest == {"lr": 0.1}
+    assert from_wire(cls, name, {})[0] == settings
+    assert from_wire(FlancSettings, "flanc", {})[0].static_bn is True
+    with pytest.raises(ValueError, match=r"^flanc: static_bn must be like True, got 1$"):
+        from_wire(FlancSettings, "flanc", {"static_bn": 1})

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.strategies.assignment import AssignmentConfig, LevelAssigner
+from coordinator.strategies.assignment import LevelAssigner
+from edge_sdk.methods.settings.shared import AssignmentConfig
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.lr_schedule import lr_factor, parse_lr_decay
 from simulation.simulate import SimulationConfig, run_simulation

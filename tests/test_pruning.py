@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.strategies.pruning import (DEFAULT_LEVELS, available_backends, capacity_level, derive_spec,
-                                 level_label, parse_levels, prune_spec, pruning_ratio, resolve_backend,
-                                 round_to_level)
+from coordinator.strategies.pruning import (available_backends, capacity_level, derive_spec, level_label, prune_spec,
+                                           pruning_ratio, resolve_backend, round_to_level)
+from edge_sdk.methods.settings.pruning import DEFAULT_LEVELS, parse_levels
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.models.zoo import cnn4, mlp, resnet_small
 from edge_sdk.tensors import load_numpy_state, state_to_numpy

@@ -10,7 +10,7 @@ import torch
 
 from coordinator.strategies.distillation import DistillConfig, class_importance, distill, ensemble_logits
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.strategies.reft import Reft, ReftOptions
+from coordinator.strategies.reft import Reft
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
@@ -213,11 +213,11 @@ def test_check_update_rejects_bad_uploads(digits, tmp_path) -> None:
 
 
 def test_options_are_parsed_strictly(digits) -> None:
-    assert ReftOptions.from_options({"levels": "exact", "oneshot": "False"}).levels is None
+    assert Reft.parse_options({"levels": "exact", "oneshot": "False"}).levels is None
     for bad in ({"f_lambda": "-3"}, {"levels": "0.5,x"}, {"logits_dtype": "int4"}, {"oneshot": "maybe"},
                 {"distill_epochs": "0"}, {"nonsense": "1"}, {"backend": "magic"}):
         with pytest.raises(ValueError, match="reft"):
-            ReftOptions.from_options(bad)
+            Reft.parse_options(bad)
     one_shot = Reft.create(StrategyContext(
         federation=FederationConfig(rounds=5), model_family="mlp", input_shape=digits.input_shape,
         num_classes=10, public_data=digits.x_train[:20], options={"backend": "torch-pruning"}))
@@ -257,4 +257,4 @@ def test_a_median_teacher_survives_a_device_sending_poisoned_logits(digits, tmp_
         assert accuracy[(name, True)] > honest - 0.1, (name, accuracy)
         assert accuracy[(name, False)] > honest - 0.1, (name, accuracy)
     with pytest.raises(ValueError, match="aggregate"):
-        ReftOptions.from_options({"aggregate": "trimmed"})
+        Reft.parse_options({"aggregate": "trimmed"})

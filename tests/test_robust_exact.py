@@ -17,7 +17,10 @@ import numpy as np
 import pytest
 
 from coordinator.aggregate.averaging import capped_shares, check_weights, mean_train_loss, weighted_average
-from coordinator.aggregate.robust import RobustConfig, reference_norm, robust_aggregate
+from coordinator.aggregate.robust import reference_norm, robust_aggregate
+from edge_sdk.methods.settings.fedavg import FedAvgSettings
+from edge_sdk.methods.settings.options import parse
+from edge_sdk.methods.settings.shared import RobustConfig
 from edge_sdk.protocol.messages import Update
 
 F32 = np.float32
@@ -256,7 +259,7 @@ def test_names_built_at_run_time_are_recognised():
     assert one_coordinate([100.0, 6.0, 0.0, 2.0, 1.0], rule=median, clip=None) == 2.0  # trimmed: 3
     assert one_coordinate([0.0, 1.0, 2.0, 6.0, 100.0], rule=trimmed, clip=None) == 3.0
     assert one_coordinate([0.0, 1.0, 2.0, 6.0, 111.0], rule=mean, clip=None) == 24.0  # 120 / 5
-    assert RobustConfig.from_options({"clip": auto, "aggregate": median}, "fedavg").clip_factor == 1.0
+    assert parse(RobustConfig, "fedavg", {"clip": auto, "aggregate": median}).clip_factor == 1.0
     current, sets = _two()
     _, metrics = agg(current, sets, [1.0, 1.0], clip=auto)
     assert metrics["clip_bound"] == 5.0
@@ -422,31 +425,33 @@ def test_robust_config_is_an_immutable_value():
 
 
 def test_robust_config_from_options_edges():
-    parse = RobustConfig.from_options
-    assert parse({"clip": "off"}, "fedavg").clip is None
-    assert parse({"clip": "1x"}, "fedavg").clip == "1x"
-    assert parse({"clip": "0.5"}, "fedavg").clip == 0.5 and parse({"clip": "1e-12"}, "fedavg").clip == 1e-12
-    assert parse({"trim": "0"}, "fedavg").trim == 0.0 and parse({"trim": "0.25"}, "fedavg").trim == 0.25
-    assert parse({"max_share": "0.25"}, "fedavg").max_share == 0.25 and parse({"max_share": "1"}, "fedavg").max_share == 1
-    assert parse({"aggregate": "trimmed"}, "fedavg").rule == "trimmed"
-    # keys of other settings are left to them
-    assert parse({"aggregate": "median", "width": "0.5", "lr": "0.1"}, "fedavg").rule == "median"
+    def rule(options: dict[str, str], method: str) -> RobustConfig:
+        return parse(RobustConfig, method, options)
+
+    assert rule({"clip": "off"}, "fedavg").clip is None
+    assert rule({"clip": "1x"}, "fedavg").clip == "1x"
+    assert rule({"clip": "0.5"}, "fedavg").clip == 0.5 and rule({"clip": "1e-12"}, "fedavg").clip == 1e-12
+    assert rule({"trim": "0"}, "fedavg").trim == 0.0 and rule({"trim": "0.25"}, "fedavg").trim == 0.25
+    assert rule({"max_share": "0.25"}, "fedavg").max_share == 0.25 and rule({"max_share": "1"}, "fedavg").max_share == 1
+    assert rule({"aggregate": "trimmed"}, "fedavg").rule == "trimmed"
+    # the rule is a group of every weight-averaging method's settings, parsed with them
+    assert parse(FedAvgSettings, "fedavg", {"aggregate": "median", "width": "0.5"}).robust.rule == "median"
     with pytest.raises(ValueError, match=r"option clip: expected none, auto, a multiple such as 3x, or a number > 0, got 'x'$"):
-        parse({"clip": "x"}, "fedavg")
+        rule({"clip": "x"}, "fedavg")
     for bad in ("0", "0x", "0.99x", "1e6x", "auto2", "", "1e301"):
         with pytest.raises(ValueError, match="option clip: "):
-            parse({"clip": bad}, "fedavg")
+            rule({"clip": bad}, "fedavg")
     # the option parser names the accepted range and the text it was given
     with pytest.raises(ValueError, match=r"option clip: expected none, auto, a multiple such as 3x, or a number > 0, got '0'$"):
-        parse({"clip": "0"}, "fedavg")
+        rule({"clip": "0"}, "fedavg")
     with pytest.raises(ValueError, match=r"option clip: a multiple Kx needs 1 <= K < 1e6, got '0\.5x'$"):
-        parse({"clip": "0.5x"}, "fedavg")
+        rule({"clip": "0.5x"}, "fedavg")
     for key, text, bounds in (("trim", "-0.1", r"\[0, 0\.5\)"), ("trim", "0.5", r"\[0, 0\.5\)"),
                               ("max_share", "-0.5", r"\[0, 1\]"), ("max_share", "1.5", r"\[0, 1\]")):
         with pytest.raises(ValueError, match=rf"option {key}: must be in {bounds}, got '{re.escape(text)}'$"):
-            parse({key: text}, "fedavg")
-    with pytest.raises(ValueError, match=r"^option max_share: must be in \(0, 1\], got 0\.0$"):
-        parse({"max_share": "0"}, "fedavg")  # 0 parses, and the config refuses it
+            rule({key: text}, "fedavg")
+    with pytest.raises(ValueError, match=r"^fedavg: option max_share: must be in \(0, 1\], got 0\.0$"):
+        rule({"max_share": "0"}, "fedavg")  # 0 parses, and the config refuses it
 
 
 # ------------------------------------------------------------------------------- aggregation.py

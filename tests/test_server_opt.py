@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.report import RunReport
-from coordinator.aggregate.robust import RobustConfig
-from coordinator.aggregate.server_opt import ServerOptConfig, ServerOptimizer
+from coordinator.aggregate.server_opt import ServerOptimizer
 from simulation.simulate import SimulationConfig, run_simulation
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import STRATEGIES, create_strategy
@@ -88,16 +87,16 @@ def test_a_method_that_does_not_average_weights_refuses_a_server_optimizer() -> 
 def test_every_weight_averaging_method_takes_the_options(name) -> None:
     strategy = create_strategy(name, _ctx(server_opt="fedyogi", server_lr="0.02", aggregate="median"))
     config = strategy.parse_options({"server_opt": "fedyogi", "server_lr": "0.02", "aggregate": "median"})
-    robust = getattr(config, "robust", None) or config.width.robust
-    assert robust == RobustConfig(rule="median", server=ServerOptConfig("fedyogi", lr=0.02))
+    assert config.robust == RobustConfig(rule="median")  # two groups, each parsed once into its own config
+    assert config.server == ServerOptConfig("fedyogi", lr=0.02)
 
 
 def test_the_rule_runs_first_then_the_optimizer() -> None:
     strategy = create_strategy("fedavg", _ctx())
     current = {"w": np.zeros(3, np.float32)}
     sets = [{"w": np.full(3, v, np.float32)} for v in (1.0, 1.0, 100.0)]  # an outlier
-    rule = RobustConfig(rule="median", server=ServerOptConfig("fedavgm", lr=0.5, momentum=0.0))
-    out, _ = strategy.fold("g", current, sets, [1, 1, 1], rule)
+    server = ServerOptConfig("fedavgm", lr=0.5, momentum=0.0)
+    out, _ = strategy.fold("g", current, sets, [1, 1, 1], RobustConfig(rule="median"), server)
     assert np.allclose(out["w"], 0.5)  # half of the median's step, untouched by the outlier
 
 
@@ -105,11 +104,11 @@ def test_moments_are_checkpointed_and_resumed(tmp_path) -> None:
     federation = FederationConfig(seed=0, checkpoint_dir=str(tmp_path))
     ctx = StrategyContext(federation, "mlp", (1, 8, 8), 10, options={"server_opt": "fedadam"})
     first, resumed = create_strategy("fedavg", ctx), create_strategy("fedavg", ctx)
-    rule = first.robust
+    rule, server = first.robust, first.server
     rng = np.random.default_rng(0)
     for _ in range(2):
         sets = [{k: v + rng.normal(scale=0.01, size=v.shape).astype(v.dtype) for k, v in first.weights.items()}]
-        first.weights, _ = first.fold("global", first.weights, sets, [1], rule)
+        first.weights, _ = first.fold("global", first.weights, sets, [1], rule, server)
     first._checkpoint(1, RunReport("fedavg", {}))
     saved = load_checkpoint(tmp_path).tensors
     assert any(k.startswith("server_opt:m/global/") for k in saved) and any(k.startswith("server_opt:v/") for k in saved)
@@ -118,8 +117,8 @@ def test_moments_are_checkpointed_and_resumed(tmp_path) -> None:
         assert np.array_equal(first.server_opt.m[key], resumed.server_opt.m[key])
         assert np.array_equal(first.server_opt.v[key], resumed.server_opt.v[key])
     sets = [{k: v + 0.01 for k, v in first.weights.items()}]
-    a, _ = first.fold("global", first.weights, sets, [1], rule)
-    b, _ = resumed.fold("global", resumed.weights, sets, [1], rule)
+    a, _ = first.fold("global", first.weights, sets, [1], rule, server)
+    b, _ = resumed.fold("global", resumed.weights, sets, [1], rule, server)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
 
@@ -145,7 +144,7 @@ def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
     config = coordinator_config_from_toml(path)
     strategy = create_strategy(config.method, StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10,
                                                               options=config.options))
-    assert strategy.options.width.robust.server == ServerOptConfig("fedyogi", lr=0.003)
+    assert strategy.options.server == ServerOptConfig("fedyogi", lr=0.003)
     assert strategy.config.train.prox_mu == 0.01
 
 

@@ -20,6 +20,8 @@ every method that averages weights, in this order:
    ``trim`` fraction of the largest and of the smallest values of every coordinate, and at least
    one at each end once three or more devices hold it.
 
+The settings (``aggregate``, ``trim``, ``clip``, ``max_share``) are
+:class:`edge_sdk.methods.settings.shared.RobustConfig`, a group of every such method's settings.
 Integer tensors (e.g. BatchNorm's batch counters) always take the weighted mean.
 
 A device may send a *leading block* of a tensor (HeteroFL's and FedPara's narrow widths hold the
@@ -32,115 +34,16 @@ every device's whole update at once).
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from edge_sdk.methods.settings.shared import RobustConfig
+
 from coordinator.aggregate.averaging import capped_shares, weighted_average
-from coordinator.options import Option, Schema, choice, number
-from coordinator.aggregate.server_opt import SERVER_OPT_OPTIONS, ServerOptConfig
 from coordinator.aggregate.width_slicing import leading_block
 
-__all__ = ["RULES", "ROBUST_KEYS", "ROBUST_OPTIONS", "DEFAULT_CLIP", "RobustConfig", "robust_aggregate",
-           "reference_norm"]
-
-RULES = ("mean", "median", "trimmed")
-#: The default norm screen: updates longer than 3x the reference norm are scaled back to it.
-DEFAULT_CLIP = "3x"
-_FACTOR = re.compile(r"(\d+(?:\.\d*)?|\.\d+)x")
-
-
-def _clip_factor(clip: float | str | None) -> float | None:
-    """K of a relative clip (``auto``: 1), None for none or an absolute bound."""
-    if clip == "auto":
-        return 1.0
-    if isinstance(clip, str) and (m := _FACTOR.fullmatch(clip)):
-        return float(m.group(1))
-    return None
-
-
-def _valid_clip(clip: object) -> bool:
-    if clip is None or clip == "auto":
-        return True
-    if isinstance(clip, str):
-        factor = _clip_factor(clip)
-        return factor is not None and 1.0 <= factor < 1e6
-    return isinstance(clip, (int, float)) and not isinstance(clip, bool) and math.isfinite(clip) and clip > 0
-
-
-def _clip(key: str, text: str) -> float | str | None:
-    if text in ("none", "off"):
-        return None
-    if text == "auto" or _FACTOR.fullmatch(text):
-        if not _valid_clip(text):
-            raise ValueError(f"option {key}: a multiple Kx needs 1 <= K < 1e6, got {text!r}")
-        return text
-    try:
-        return number(1e-12, 1e300)(key, text)
-    except ValueError:
-        raise ValueError(f"option {key}: expected none, auto, a multiple such as 3x, or a number > 0, "
-                         f"got {text!r}") from None
-
-
-#: The ``--option`` keys of :class:`RobustConfig`: the rule, then the server optimizer applied to
-#: what it returns (:mod:`coordinator.aggregate.server_opt`).
-ROBUST_OPTIONS = Schema(
-    Option("aggregate", choice(*RULES), "mean", "how updates are combined: mean (sample-weighted), median, trimmed"),
-    Option("trim", number(0.0, 0.5, open_hi=True), "0.1", "trimmed: fraction dropped at each end, in [0, 0.5) "
-                                                          "(at least one from 3 holders)"),
-    Option("clip", _clip, DEFAULT_CLIP, "scale back updates longer than Kx the round's median norm (auto: 1x), "
-                                        "or than a number; none: off"),
-    Option("max_share", number(0.0, 1.0), "0.5", "most of a round's weight one device keeps once 3+ report "
-                                                 "(1: no cap)"),
-    SERVER_OPT_OPTIONS,
-)
-ROBUST_KEYS = ROBUST_OPTIONS.keys
-_RULE_KEYS = ("aggregate", "trim", "clip", "max_share")
-
-
-@dataclass(frozen=True)
-class RobustConfig:
-    """How updates are combined (``--option aggregate=... trim=... clip=... max_share=...``)."""
-
-    rule: str = "mean"
-    trim: float = 0.1  # per side, for ``trimmed``
-    #: None, a bound > 0, ``auto`` (the reference norm) or ``Kx`` (K times it)
-    clip: float | str | None = DEFAULT_CLIP
-    max_share: float = 0.5  # of the round's weight, per device, once 3 or more report
-    server: ServerOptConfig = field(default_factory=ServerOptConfig)  # applied to the rule's result
-
-    def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise ValueError(f"option aggregate: must be one of {'|'.join(RULES)}, got {self.rule!r}")
-        if isinstance(self.trim, bool) or not (isinstance(self.trim, (int, float)) and 0.0 <= self.trim < 0.5):
-            raise ValueError(f"option trim: must be in [0, 0.5), got {self.trim!r}")
-        if not _valid_clip(self.clip):
-            raise ValueError(f"option clip: must be none, auto, Kx (1 <= K) or a number > 0, got {self.clip!r}")
-        if isinstance(self.max_share, bool) or not (isinstance(self.max_share, (int, float))
-                                                    and 0.0 < self.max_share <= 1.0):
-            raise ValueError(f"option max_share: must be in (0, 1], got {self.max_share!r}")
-
-    @property
-    def plain(self) -> bool:
-        """True when this is plain sample-weighted averaging (no clipping, no share cap)."""
-        return self.rule == "mean" and self.clip is None and self.max_share >= 1.0
-
-    @property
-    def clip_factor(self) -> float | None:
-        """K of a relative bound (``auto``: 1), None otherwise."""
-        return _clip_factor(self.clip)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str], method: str) -> "RobustConfig":
-        """Parse the keys ``aggregate``, ``trim``, ``clip``, ``max_share`` and the server optimizer's of
-        ``options`` (others ignored)."""
-        parsed = ROBUST_OPTIONS.only(_RULE_KEYS).parse(method, options, subset=True)
-        if "aggregate" in parsed:
-            parsed["rule"] = parsed.pop("aggregate")
-        return cls(**parsed, server=ServerOptConfig.from_options(options, method))
+__all__ = ["robust_aggregate", "reference_norm"]
 
 
 def _is_float(a: np.ndarray) -> bool:

@@ -12,82 +12,20 @@ applied with server momentum (FedAvgM, Hsu et al. 2019) or with Adam / Yogi (Fed
 statistics and integer counters take the aggregate as it is. State is kept per named tensor of
 a *group* (FLANC's basis and each width's coefficients are separate groups) and checkpointed.
 Options: ``server_opt`` (none | fedavgm | fedadam | fedyogi), ``server_lr`` (η), ``server_momentum``
-(β of FedAvgM), ``beta1``, ``beta2``, ``tau``.
+(β of FedAvgM), ``beta1``, ``beta2``, ``tau``: :class:`edge_sdk.methods.settings.shared.ServerOptConfig`,
+a group of every weight-averaging method's settings, next to (not inside) the robust rule's.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
 from edge_sdk.methods.batchnorm import STAT_SUFFIXES
+from edge_sdk.methods.settings.shared import ServerOptConfig
 
-from coordinator.options import Option, Schema, choice, number
-
-__all__ = ["OPTIMIZERS", "SERVER_OPT_OPTIONS", "SERVER_OPT_KEYS", "ServerOptConfig", "ServerOptimizer"]
-
-log = logging.getLogger(__name__)
-
-OPTIMIZERS = ("none", "fedavgm", "fedadam", "fedyogi")
-#: η when ``server_lr`` is not given, for the adaptive ones: they move each weight by about η per
-#: round, so η is a step size (the paper's grid: 10^-3…1). FedAvgM's default is 1 − β (see
-#: :attr:`ServerOptConfig.step_size`).
-DEFAULT_LR = {"fedadam": 0.01, "fedyogi": 0.01}
-
-SERVER_OPT_OPTIONS = Schema(
-    Option("server_opt", choice(*OPTIMIZERS), "none", "server optimizer on the aggregate: none, fedavgm, "
-                                                      "fedadam, fedyogi (docs/server_optimizers.md)"),
-    Option("server_lr", number(1e-9, 1e3), None, "server learning rate η; default: 1 − server_momentum for "
-                                                 "fedavgm, 0.01 for fedadam and fedyogi"),
-    Option("server_momentum", number(0.0, 0.999), "0.9", "fedavgm: momentum β"),
-    Option("beta1", number(0.0, 0.999), "0.9", "fedadam, fedyogi: β₁ of the first moment"),
-    Option("beta2", number(0.0, 0.9999), "0.99", "fedadam, fedyogi: β₂ of the second moment"),
-    Option("tau", number(1e-12, 1.0), "0.001", "fedadam, fedyogi: τ, the adaptivity floor"),
-)
-SERVER_OPT_KEYS = SERVER_OPT_OPTIONS.keys
-_USES = {"none": set(), "fedavgm": {"server_lr", "server_momentum"},
-         "fedadam": {"server_lr", "beta1", "beta2", "tau"}, "fedyogi": {"server_lr", "beta1", "beta2", "tau"}}
-
-
-@dataclass(frozen=True)
-class ServerOptConfig:
-    """Which server optimizer, and its hyper-parameters."""
-
-    name: str = "none"
-    lr: float | None = None  # None: the default of `step_size`
-    momentum: float = 0.9
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-
-    @property
-    def active(self) -> bool:
-        """False for ``none`` (the aggregate is the new model)."""
-        return self.name != "none"
-
-    @property
-    def step_size(self) -> float:
-        """η: ``server_lr``, else FedAvgM's 1 − β — the step of plain FedAvg once the momentum has
-        built up (the paper's η = 1 steps 1/(1 − β) = 10× as far, and diverged on Fashion-MNIST and
-        FLANC here, BENCHMARKS.md) — or the adaptive optimizers' :data:`DEFAULT_LR`."""
-        if self.lr is not None:
-            return self.lr
-        return 1.0 - self.momentum if self.name == "fedavgm" else DEFAULT_LR.get(self.name, 1.0)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str], method: str) -> "ServerOptConfig":
-        """The server-optimizer keys of ``options`` (others ignored); a hyper-parameter that the
-        chosen optimizer does not use is logged as a warning."""
-        parsed = SERVER_OPT_OPTIONS.parse(method, options, subset=True)
-        name = parsed.pop("server_opt", "none")
-        idle = sorted(set(parsed) - _USES[name])
-        if idle:
-            log.warning("%s: option(s) %s do nothing with server_opt=%s", method, idle, name)
-        renamed = {"server_lr": "lr", "server_momentum": "momentum"}
-        return cls(name=name, **{renamed.get(k, k): v for k, v in parsed.items()})
+__all__ = ["ServerOptimizer"]
 
 
 class ServerOptimizer:

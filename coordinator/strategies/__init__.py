@@ -12,12 +12,12 @@ from coordinator.strategies.lowrank import LowRank
 from coordinator.strategies.pfedpara import PFedPara
 from coordinator.strategies.reft import Reft
 from coordinator.strategies.static_prune import StaticPrune
-from coordinator.strategies.proximal import with_prox_mu
 from coordinator.strategies.base import Strategy, StrategyContext
 
 __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
 
-#: Every method, registered once: its class is its descriptor (name, device part, options schema).
+#: Every method, registered once: its class is its descriptor (name, device part, settings); the
+#: torch-free registry of the same names and their settings is :data:`edge_sdk.methods.settings.METHODS`.
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
     FedAvg, FedProx, Flanc, HeteroFL, Fdnnc, FedPara, PFedPara, LowRank, Reft, StaticPrune)}
 
@@ -31,5 +31,5 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
-    """Build the strategy `name` from `ctx` (``prox_mu`` goes into every plan's training settings)."""
-    return strategy_class(name).create(with_prox_mu(ctx, name))
+    """Build the strategy `name` from `ctx`."""
+    return strategy_class(name).create(ctx)

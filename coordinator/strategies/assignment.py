@@ -34,51 +34,18 @@ participants as levels). ``sample=fixed`` (default) trains the capacity level.
 from __future__ import annotations
 
 import logging
-import math
 import zlib
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from coordinator.runtime.fleet import DeviceRecord
-from coordinator.options import Option, Schema, boolean, choice, number
+from edge_sdk.methods.settings.shared import MODES, AssignmentConfig, positive_number
 
-__all__ = ["MODES", "ASSIGNMENT_KEYS", "ASSIGNMENT_OPTIONS", "assign_levels", "AssignmentConfig", "LevelAssigner"]
+from coordinator.runtime.fleet import DeviceRecord
+
+__all__ = ["assign_levels", "LevelAssigner"]
 
 log = logging.getLogger(__name__)
-MODES = ("cluster", "quantile", "budget")
-SAMPLING = ("fixed", "random", "any", "every")
-
-
-def _override(key: str, text: str) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        device, sep, level = item.partition(":")
-        if not sep or not device.strip() or not level.strip():
-            raise ValueError(f"option {key}: expected DEVICE:LEVEL[,...], got {item!r}")
-        pairs.append((device.strip(), level.strip()))
-    return tuple(pairs)
-
-
-#: The `--option` keys :meth:`AssignmentConfig.from_options` consumes.
-ASSIGNMENT_OPTIONS = Schema(
-    Option("assign", choice(*MODES), None, "how devices get a level: cluster (by FLOPS), quantile, budget; "
-                                           "default: budget with budget_s, else cluster"),
-    Option("budget_s", number(1e-9, 1e12), None, "assign=budget: seconds of local training a round may take"),
-    Option("override", _override, "", "fixed levels, DEVICE:LEVEL[,...]"),
-    Option("dynamic", boolean, "false", "re-assign levels every round from the devices' latest reports"),
-    Option("sample", choice(*SAMPLING), "fixed", "per-round levels: fixed, random (up to capacity), any, "
-                                                 "every (any, all levels in each round)"),
-)
-ASSIGNMENT_KEYS = ASSIGNMENT_OPTIONS.keys
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def _kmeans_1d(values: np.ndarray, k: int) -> np.ndarray:
@@ -131,7 +98,7 @@ def assign_levels(gflops_by_device: Mapping[str, float], levels: Sequence[str],
     mode = mode or ("budget" if budget_s is not None else "cluster")
     if mode not in MODES:
         raise ValueError(f"assignment mode must be one of {MODES}, got {mode!r}")
-    gflops = {d: _positive(f"gflops of {d!r}", g) for d, g in gflops_by_device.items()}
+    gflops = {d: positive_number(f"gflops of {d!r}", g) for d, g in gflops_by_device.items()}
     override = dict(override or {})
     bad = {d: v for d, v in override.items() if v not in levels}
     if bad:
@@ -143,11 +110,11 @@ def assign_levels(gflops_by_device: Mapping[str, float], levels: Sequence[str],
     if mode == "budget":
         if budget_s is None or cost_per_level is None:
             raise ValueError("budget assignment needs budget_s and cost_per_level")
-        budget = _positive("budget_s", budget_s)
-        costs = [_positive(f"cost of level {v!r}", cost_per_level[v]) for v in levels]
+        budget = positive_number("budget_s", budget_s)
+        costs = [positive_number(f"cost of level {v!r}", cost_per_level[v]) for v in levels]
         work = work_by_device or {}
         for d in free:
-            w = _positive(f"work of {d!r}", work.get(d, 1.0))
+            w = positive_number(f"work of {d!r}", work.get(d, 1.0))
             fits = [i for i, c in enumerate(costs) if c * w / gflops[d] <= budget]
             result[d] = levels[max(fits) if fits else 0]
         return result
@@ -165,61 +132,6 @@ def assign_levels(gflops_by_device: Mapping[str, float], levels: Sequence[str],
         index = len(levels) - 1 if k == 1 else round(int(g) * (len(levels) - 1) / (k - 1))
         result[d] = levels[index]
     return result
-
-
-@dataclass(frozen=True)
-class AssignmentConfig:
-    """How devices are grouped into levels (`--option assign=... budget_s=... override=... dynamic=...
-    sample=...`)."""
-
-    mode: str = "cluster"
-    budget_s: float | None = None
-    override: tuple[tuple[str, str], ...] = ()
-    dynamic: bool = False
-    sample: str = "fixed"  # random: up to the capacity; any: any level; every: any, all levels in each round
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"option assign: must be one of {'|'.join(MODES)}, got {self.mode!r}")
-        if self.sample not in SAMPLING:
-            raise ValueError(f"option sample: must be one of {'|'.join(SAMPLING)}, got {self.sample!r}")
-        if self.budget_s is not None:
-            _positive("option budget_s", self.budget_s)
-        if self.mode == "budget" and self.budget_s is None:
-            raise ValueError("option assign=budget needs budget_s=SECONDS")
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str], levels: Sequence[str]) -> "AssignmentConfig":
-        """Parse the assignment keys of ``options`` (others are ignored); bad values raise."""
-        kw = ASSIGNMENT_OPTIONS.parse("", options, subset=True)
-        kw.setdefault("assign", "budget" if "budget_s" in kw else "cluster")
-        kw["mode"] = kw.pop("assign")
-        if "override" in kw:
-            pairs = []
-            for device, text in kw["override"]:
-                level = _match_level(text, levels)
-                if level is None:
-                    raise ValueError(f"option override: expected DEVICE:LEVEL[,...] with LEVEL in "
-                                     f"{list(levels)}, got {device + ':' + text!r}")
-                pairs.append((device, level))
-            kw["override"] = tuple(pairs)
-        return cls(**kw)
-
-
-def _match_level(text: str, levels: Sequence[str]) -> str | None:
-    if text in levels:
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    for level in levels:
-        try:
-            if float(level) == value:
-                return level
-        except ValueError:
-            continue
-    return None
 
 
 class LevelAssigner:

@@ -23,12 +23,13 @@ every small device sends A in even rounds and B in odd ones instead.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from edge_sdk.methods.settings.fdnnc import FdnncRound, FdnncSettings
+from edge_sdk.methods.settings.options import as_report, to_wire
 from edge_sdk.models.lowrank import compose, decompose, lowrank_layers, lowrank_spec
 from edge_sdk.models.spec import build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
@@ -39,64 +40,13 @@ from edge_sdk.training import TrainConfig
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
-from coordinator.options import Option, Schema, boolean, choice, int_list, integer, number
-from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
-from coordinator.aggregate.server_opt import ServerOptConfig
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Fdnnc", "FdnncOptions", "FDNNC_OPTIONS", "fdnnc_dense_spec", "BIG", "SMALL", "PATTERNS", "UPLOADS", "HALF_SPLITS"]
+__all__ = ["Fdnnc", "fdnnc_dense_spec", "BIG", "SMALL"]
 
 BIG, SMALL = "big", "small"
-PATTERNS = ("both", "bfirst", "switch")
-UPLOADS = ("full", "half")
-HALF_SPLITS = ("devices", "rounds")
-
-
-FDNNC_OPTIONS = Schema(
-    Option("pattern", choice(*PATTERNS), "both", "both, bfirst (big devices first) or switch"),
-    Option("upload", choice(*UPLOADS), "half", "small devices upload both factors (full) or one, alternating"),
-    Option("rank", integer(1), "32", "rank of the low-rank FC layers"),
-    Option("hidden", int_list(1), "512,256", "widths of the FC head (for mlp: its hidden layers)"),
-    Option("big_gflops", number(0.0, 1e6), "10", "a device is big if its measured GFLOPS ..."),
-    Option("big_ram_mb", integer(0), "2048", "... and its RAM (MB) reach both thresholds"),
-    Option("big_fraction", number(0.0, 1.0), None, "instead: the most capable round(F·N) devices are big"),
-    Option("big_rounds", integer(0), None, "bfirst: rounds of big-only training; default: half the rounds"),
-    Option("freeze", boolean, "false", "half upload: keep the factor not uploaded fixed while training"),
-    Option("half_split", choice(*HALF_SPLITS), "devices", "half upload: split a round's small devices between "
-                                                          "A and B (devices), or all send A, then all B (rounds)"),
-    Option("both_weight", choice("equal", "samples"), "equal", "BOTH: W = (ABᵀ + W)/2 (the paper) or "
-                                                               "weighted by each group's samples"),
-    ROBUST_OPTIONS,
-    PROX_OPTIONS,
-)
-
-
-@dataclass(frozen=True)
-class FdnncOptions:
-    """FDNNC settings (``--option key=value``)."""
-
-    pattern: str = "both"
-    upload: str = "half"
-    rank: int = 32
-    hidden: tuple[int, ...] = (512, 256)  # FC head widths (for mlp: its hidden layers)
-    big_gflops: float = 10.0  # a device is big if its measured GFLOPS ...
-    big_ram_mb: int = 2048  # ... and RAM reach both thresholds
-    big_fraction: float | None = None  # else: the most capable round(F * N) devices are big
-    big_rounds: int | None = None  # bfirst: rounds of big pre-training (default: half)
-    freeze: bool = False  # half upload: keep the factor not uploaded fixed while training
-    half_split: str = "devices"  # half upload: A/B split over a round's devices, or over rounds
-    both_weight: str = "equal"  # BOTH: W+ = (ABᵀ + W)/2 (the paper), or "samples": weighted by group samples
-    robust: RobustConfig = field(default_factory=RobustConfig)  # keys aggregate, trim, clip
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "FdnncOptions":
-        """Parse string options; unknown keys and bad values raise ValueError."""
-        parsed = FDNNC_OPTIONS.parse("fdnnc", options)
-        robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS}, "fdnnc")
-        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}, robust=robust)
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,
@@ -122,13 +72,13 @@ class Fdnnc(Strategy):
     """Dense and low-rank models trained together under a BOTH, BFIRST or SWITCH pattern."""
 
     name = "fdnnc"
-    option_schema = FDNNC_OPTIONS
+    settings_type = FdnncSettings
 
     @classmethod
     def describe_label(cls, label: str) -> str:
         return {BIG: "big (dense)", SMALL: "small (low-rank)"}.get(label, label)
 
-    def __init__(self, config: FederationConfig, options: FdnncOptions, dense_spec: dict) -> None:
+    def __init__(self, config: FederationConfig, options: FdnncSettings, dense_spec: dict) -> None:
         super().__init__(config)
         self.options = options
         self.dense_spec = dense_spec
@@ -149,14 +99,10 @@ class Fdnnc(Strategy):
         self._floor: tuple[float, int] | None = None  # weakest big device under big_fraction
 
     @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> FdnncOptions:
-        return FdnncOptions.from_options(options)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
         options = cls.parse_options(ctx.options)
         spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
-        return cls(ctx.federation, options, spec)
+        return cls(cls.job_federation(ctx, options), options, spec)
 
     # -- tensors ------------------------------------------------------------
     def _decompose(self) -> None:
@@ -239,9 +185,10 @@ class Fdnnc(Strategy):
         train = (train_config or self.config.train).to_dict()
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
-                        train={**train, "upload": "full", "freeze": False})
+                        train={**train, **to_wire(FdnncRound(upload="full", freeze=False))})
+        asked = FdnncRound(upload=mode, freeze=self.options.freeze and mode != "full")
         return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
-                    train={**train, "upload": mode, "freeze": self.options.freeze and mode != "full"})
+                    train={**train, **to_wire(asked)})
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         mode = self._asked.get(device.device_id)
@@ -257,7 +204,7 @@ class Fdnnc(Strategy):
         # The rule folds each group; the server optimizer, if any, steps the composed dense model
         # once at the end (factors are re-derived from it by SVD, so their own moments would be
         # meaningless from one decomposition to the next).
-        robust = replace(self.options.robust, server=ServerOptConfig())
+        robust, server = self.options.robust, self.options.server
         before = dict(self.dense)
 
         def fold(group: str, current: dict[str, np.ndarray], senders: list[Update]) -> dict[str, np.ndarray]:
@@ -285,8 +232,8 @@ class Fdnnc(Strategy):
                     self.dense[w] = (share_big * new_w[w] + (1 - share_big) * low.astype(np.float64)
                                      ).astype(np.float32)
             self._decompose()
-        if self.options.robust.server.active:
-            self.dense = self.server_opt.step(self.options.robust.server, "dense", before, self.dense)
+        if server.active:
+            self.dense = self.server_opt.step(server, "dense", before, self.dense)
             self._decompose()
         return self._metrics(big, small)
 
@@ -330,8 +277,5 @@ class Fdnnc(Strategy):
         self.dense, self.factors = groups["dense"], groups["factors"]
 
     def method_config(self) -> dict[str, Any]:
-        options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
-        options["hidden"] = list(self.options.hidden)
-        options["robust"] = asdict(self.options.robust)
-        return {**options, "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
+        return {**as_report(self.options), "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
                 "small_spec": self.small_spec}

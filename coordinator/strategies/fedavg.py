@@ -4,17 +4,19 @@
 baseline of FLANC/HeteroFL); its label is then the width (``"0.25"``), else ``"global"``.
 ``--option norm=none|batchnorm|groupnorm`` overrides the family's norm layers.
 ``--option aggregate=mean|median|trimmed``, ``trim=F`` and ``clip=auto|BOUND`` turn on
-robust aggregation (:mod:`coordinator.aggregate.robust`).
+robust aggregation (:mod:`coordinator.aggregate.robust`). The settings are
+:class:`edge_sdk.methods.settings.fedavg.FedAvgSettings`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
+from edge_sdk.methods.settings.fedavg import FedAvgSettings
+from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
@@ -23,50 +25,29 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.options import Option, Schema, choice, number
-from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
-from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
 
 from coordinator.runtime.federation import EvalData, FederationConfig
 
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from, validate_update
 
-__all__ = ["FedAvg", "FedAvgOptions", "FEDAVG_OPTIONS"]
+__all__ = ["FedAvg"]
 
 GLOBAL = "global"
-
-
-FEDAVG_OPTIONS = Schema(
-    Option("width", number(1e-3, 1.0), None, "train the model family at this width p in (0, 1] (label p); "
-                                             "default: the full model (label global)"),
-    Option("norm", choice("none", "batchnorm", "groupnorm"), None, "norm layers; default: the model family's"),
-    ROBUST_OPTIONS,
-    PROX_OPTIONS,
-)
-
-
-@dataclass(frozen=True)
-class FedAvgOptions:
-    """FedAvg settings (``--option key=value``)."""
-
-    width: float | None = None
-    norm: str | None = None
-    robust: RobustConfig = field(default_factory=RobustConfig)
 
 
 class FedAvg(Strategy):
     """Every device trains the same model; the server averages all weights."""
 
     name = "fedavg"
-    option_schema = FEDAVG_OPTIONS
-    options_type: type[FedAvgOptions] = FedAvgOptions
+    settings_type: type = FedAvgSettings
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any], label: str = GLOBAL,
-                 robust: RobustConfig = RobustConfig()) -> None:
+                 settings: Any = FedAvgSettings()) -> None:
         super().__init__(config)
         self._label = label
-        self.robust = robust
+        self.options = settings  # FedAvgSettings, or a subclass's settings with robust and server groups
+        self.robust, self.server = settings.robust, settings.server
         self.model_spec = model_spec
         with seeded_init(config.seed):
             self.model = build_model(model_spec)
@@ -79,23 +60,17 @@ class FedAvg(Strategy):
         return self._label
 
     @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> FedAvgOptions:
-        parsed = cls.option_schema.parse(cls.name, options)
-        robust = RobustConfig.from_options(options, cls.name)
-        own = {k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}
-        return cls.options_type(**own, robust=robust)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":
         options = cls.parse_options(ctx.options)
+        federation = cls.job_federation(ctx, options)
         kw: dict[str, Any] = {}
         if options.norm is not None:
             kw["norm"] = None if options.norm == "none" else options.norm
         if options.width is None:
             spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, **kw)
-            return cls(ctx.federation, spec, robust=options.robust)
+            return cls(federation, spec, settings=options)
         spec = model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes, width=options.width, **kw)
-        return cls(ctx.federation, spec, label=str(options.width), robust=options.robust)
+        return cls(federation, spec, label=str(options.width), settings=options)
 
     def assign(self, device: DeviceRecord) -> str:
         return self.label
@@ -111,7 +86,7 @@ class FedAvg(Strategy):
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         counts = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(self.label, self.weights, [u.update.tensors for u in updates], counts,
-                                          self.robust)
+                                          self.robust, self.server)
         return {**metrics, "train_loss": mean_train_loss([u.update for u in updates])}
 
     def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
@@ -137,5 +112,4 @@ class FedAvg(Strategy):
         self.weights = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        return {"model_spec": self.model_spec, "aggregate": self.robust.rule, "trim": self.robust.trim,
-                "clip": self.robust.clip, "server_opt": asdict(self.robust.server)}
+        return {**as_report(self.options), "model_spec": self.model_spec}

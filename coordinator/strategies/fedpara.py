@@ -3,7 +3,7 @@
 Every conv/linear layer of the zoo network is a FedPara layer (:mod:`edge_sdk.models.fedpara`,
 :mod:`edge_sdk.models.fedpara_zoo`) whose rank comes from ``γ``: a fixed ``gamma`` or,
 by default, the largest ``γ`` whose plan + update fit the fleet's measured link
-budget (:func:`coordinator.strategies.fedpara_options.choose_gamma`, chosen when the
+budget (:func:`choose_gamma`, chosen when the
 first round starts). With several ``widths`` a device trains the width its FLOPS
 afford (:mod:`coordinator.strategies.assignment`): it holds the first ``ceil(p·m)`` rows of every
 ``X`` and ``ceil(p·n)`` rows of every ``Y`` (cores and ranks are shared), so its
@@ -17,12 +17,14 @@ nobody held keep their value). Evaluation is per width on the held-out data;
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-from typing import Any, ClassVar, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from edge_sdk.methods.settings.fedpara import FedParaSettings, LowRankSettings
+from edge_sdk.methods.settings.options import as_report, to_wire
 from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
@@ -34,13 +36,12 @@ from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.aggregate.width_slicing import leading_block
-from coordinator.strategies.fedpara_options import FedParaOptions, choose_gamma, fedpara_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
-__all__ = ["FedPara", "GAMMA_KEY"]
+__all__ = ["FedPara", "GAMMA_KEY", "GAMMA_GRID", "choose_gamma"]
 
 GLOBAL = "global"
 #: Name of the checkpoint tensor holding the γ in use.
@@ -76,11 +77,11 @@ class FedPara(WidthStrategy):
     """One factorised global network; each width trains its leading block of the factors."""
 
     name = "fedpara"
-    option_schema = fedpara_schema()
+    settings_type: type = FedParaSettings
     #: pFedPara: personal layers whose W2 never leaves the device.
     personal: ClassVar[bool] = False
 
-    def __init__(self, config: FederationConfig, options: FedParaOptions, family: str,
+    def __init__(self, config: FederationConfig, options: LowRankSettings, family: str,
                  input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__(config)
         self.options = options
@@ -106,21 +107,10 @@ class FedPara(WidthStrategy):
             self._build(options.gamma)
 
     @classmethod
-    def own_lr(cls, options: Mapping[str, str]) -> str | None:
-        parsed = cls.parse_options(options)
-        if parsed.lr is None:
-            return None
-        return (f"its own lr={parsed.lr:g} with {parsed.optimizer} (--option lr=..., or --option optimizer=sgd "
-                "to train with --lr)")
-
-    @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> FedParaOptions:
-        return FedParaOptions.from_options(options, cls.name, cls.option_schema)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "FedPara":
         options = cls.parse_options(dict(ctx.options))
-        return cls(ctx.federation, options, ctx.model_family, tuple(ctx.input_shape), ctx.num_classes)
+        return cls(cls.job_federation(ctx, options), options, ctx.model_family, tuple(ctx.input_shape),
+                   ctx.num_classes)
 
     # -- the networks -------------------------------------------------------
     def spec_for(self, gamma: float, width: float) -> dict:
@@ -195,11 +185,11 @@ class FedPara(WidthStrategy):
 
     def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
         """``plan.train``: the round's settings with this method's optimizer and its own lr, when it
-        has one, under the job's lr schedule (pFedPara adds keys)."""
-        config = self.options.train_config(train)
+        has one, under the job's lr schedule, and the settings the device reads (pFedPara's holdout)."""
+        config = replace(train, optimizer=self.options.optimizer)
         if self.options.lr is not None:
             config = replace(config, lr=self.scheduled_lr(self.options.lr, rnd))
-        return config.to_dict()
+        return {**config.to_dict(), **to_wire(self.options)}
 
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         if self.assigner is not None:
@@ -214,7 +204,7 @@ class FedPara(WidthStrategy):
         weights = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(
             "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
-            self.options.width.robust)
+            self.options.robust, self.options.server)
         metrics.update(train_loss=mean_train_loss([u.update for u in updates]),
                        gamma=float(self.gamma))  # type: ignore[arg-type]
         if self.budget:
@@ -257,12 +247,43 @@ class FedPara(WidthStrategy):
         self.weights = {k: np.asarray(v, dtype=self.weights[k].dtype) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        o = self.options
-        config: dict[str, Any] = {
-            "gamma": "auto" if o.gamma is None else o.gamma, "layer_gammas": dict(o.layer_gammas),
-            "comm_s": o.comm_s, "tanh": o.tanh, "train": self.train_settings(GLOBAL, self.config.train, 0), "widths": list(o.width.widths), "norm": o.width.norm,
-            "assignment": asdict(o.width.assignment), "robust": asdict(o.width.robust)}
+        config: dict[str, Any] = {**as_report(self.options), "train": self.train_settings(GLOBAL, self.config.train, 0)}
         if self.gamma is not None:
             config["ranks"] = {label: layer_ranks(spec) for label, spec in self.specs.items()}
         return config
 
+
+GAMMA_GRID = tuple(i / 20 for i in range(21))
+
+
+def _transfer_s(nbytes: int, device: DeviceRecord) -> float:
+    profile = device.profile
+    return nbytes * 8 / (profile.downlink_mbps * 1e6) + nbytes * 8 / (profile.uplink_mbps * 1e6)
+
+
+def choose_gamma(devices: Iterable[DeviceRecord], nbytes: Callable[[str, float], int],
+                 comm_s: float, grid: Iterable[float] = GAMMA_GRID) -> tuple[float, dict[str, float]]:
+    """The largest ``γ`` whose transfers fit ``comm_s`` on every device; and a summary.
+
+    ``gamma=auto``: the largest ``γ`` on a 0.05 grid for which every registered device moves its
+    plan and update (float32 bytes of the tensors that travel for its width, ``nbytes(label, γ)``)
+    within ``comm_s`` at its *measured* down/uplink speed. When even ``γ = 0`` does not fit, ``γ = 0``
+    is used and the budget is reported as missed. Compute does not depend on ``γ`` (layers run on
+    the composed dense weight): a device's *width* comes from its FLOPS. The summary holds
+    ``gamma``, ``budget_met`` (0/1) and ``worst_transfer_s``.
+    """
+    devices = [d for d in devices if d.label is not None]
+    grid = sorted(set(grid))
+    if not devices:
+        raise ValueError("choose_gamma needs at least one registered device")
+    best, worst = grid[0], None
+    for gamma in grid:
+        cost: dict[str, int] = {}
+        slowest = max(_transfer_s(cost.setdefault(d.label, nbytes(d.label, gamma)), d)  # type: ignore[arg-type]
+                      for d in devices)
+        if gamma == grid[0]:
+            worst = slowest
+        if slowest <= comm_s:
+            best, worst = gamma, slowest
+    met = worst is not None and worst <= comm_s
+    return best, {"gamma": best, "budget_met": float(met), "worst_transfer_s": float(worst or 0.0)}

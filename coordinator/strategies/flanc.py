@@ -14,14 +14,15 @@ and exported to ONNX (:meth:`Flanc.export`, or ``--option export=DIR``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from edge_sdk.methods.batchnorm import STAT_SUFFIXES
-from edge_sdk.models.flanc import COEFF_INITS, basis_names, init_coefficients, to_dense
+from edge_sdk.methods.settings.flanc import FlancSettings
+from edge_sdk.methods.settings.options import as_report, to_wire
+from edge_sdk.models.flanc import basis_names, init_coefficients, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -32,64 +33,28 @@ from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import ReceivedUpdate
 from coordinator.aggregate.width_slicing import pool_bn_stats
-from coordinator.options import Option, Schema, boolean, choice, number
-from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
-__all__ = ["Flanc", "FlancOptions", "BASIS"]
+__all__ = ["Flanc", "BASIS", "flanc_config"]
 
 BASIS = "basis"  # the checkpoint group of the shared bases (the widths' groups are their labels)
 
 
-def _precompose(key: str, text: str) -> bool | None:
-    return None if text == "auto" else boolean(key, text)
-
-
-FLANC_OPTIONS = Schema(
-    width_schema(),
-    Option("basis_fraction", number(1e-3, 4.0), "0.125", "a basis filter's share of the full width's input channels"),
-    Option("basis_count", number(1e-3, 4.0), "0.25", "basis filters per layer, as a share of its full-width outputs"),
-    Option("orth_lambda", number(0.0, 1e4), "0.01", "λ of the device's orthogonality penalty λ·Σ‖V Vᵀ − I‖²"),
-    Option("precompose", _precompose, "auto", "compose weights before the forward pass: true, false, auto (cheaper)"),
-    Option("static_bn", boolean, "true", "with BatchNorm: devices re-measure exact statistics after training"),
-    Option("coeff_init", choice(*COEFF_INITS), "he", "initial coefficients: he, or torch (PyTorch's default for a "
-                                                     "1x1 conv, as the paper's code: sqrt(6)x smaller)"),
-)
-
-
-@dataclass(frozen=True)
-class FlancOptions:
-    """FLANC settings (``--option key=value``); the width options are shared with HeteroFL."""
-
-    width: WidthOptions = field(default_factory=WidthOptions)
-    basis_fraction: float = 0.125
-    basis_count: float = 0.25
-    orth_lambda: float = 0.01  # λ of λ·Σ‖V Vᵀ − I‖²_F on the device
-    precompose: bool | None = None  # None: the cheaper forward per batch
-    static_bn: bool = True  # with BatchNorm: devices re-measure exact statistics after training
-    coeff_init: str = "he"  # initial coefficients: he, or torch (the official code's)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "FlancOptions":
-        """Parse string options; unknown keys and bad values raise ValueError."""
-        width, parsed = WidthOptions.parse("flanc", options, FLANC_OPTIONS)
-        return cls(width=width, **parsed)
-
-    def flanc_config(self) -> FlancConfig:
-        """The model-family settings these options describe."""
-        return FlancConfig(self.width.widths, self.basis_fraction, self.basis_count, self.precompose)
+def flanc_config(settings: FlancSettings) -> FlancConfig:
+    """The model-family settings that FLANC's settings describe."""
+    return FlancConfig(settings.width.widths, settings.basis_fraction, settings.basis_count, settings.precompose)
 
 
 class Flanc(WidthStrategy):
     """All-in-one neural composition: a width per capacity group, one shared basis."""
 
     name = "flanc"
-    option_schema = FLANC_OPTIONS
+    settings_type = FlancSettings
 
-    def __init__(self, config: FederationConfig, options: FlancOptions, specs: dict[str, dict]) -> None:
+    def __init__(self, config: FederationConfig, options: FlancSettings, specs: dict[str, dict]) -> None:
         super().__init__(config)
         self.options = options
         self.specs = specs
@@ -117,18 +82,14 @@ class Flanc(WidthStrategy):
         self._planned: dict[str, str] = {}  # device -> the label of its last plan
 
     @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> FlancOptions:
-        return FlancOptions.from_options(options)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "Flanc":
         options = cls.parse_options(ctx.options)
         try:
             specs = flanc_specs(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes,
-                                options.flanc_config(), **options.width.zoo_kwargs_for(ctx.model_family))
+                                flanc_config(options), **options.width.zoo_kwargs_for(ctx.model_family))
         except TypeError as exc:
             raise ValueError(f"flanc: model family {ctx.model_family!r} does not take these options: {exc}") from None
-        return cls(ctx.federation, options, specs)
+        return cls(cls.job_federation(ctx, options), options, specs)
 
     # -- tensors ------------------------------------------------------------
     def tensors(self, label: str) -> dict[str, np.ndarray]:
@@ -137,16 +98,16 @@ class Flanc(WidthStrategy):
 
     # -- who trains what ----------------------------------------------------
     def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        return {**train.to_dict(), "orth_lambda": self.options.orth_lambda,
-                "static_bn": self.options.static_bn}
+        return {**train.to_dict(), **to_wire(self.options)}  # orth_lambda, static_bn
 
     # -- aggregation (Eq. 4) --------------------------------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
-        robust = self.options.width.robust
+        robust, server = self.options.robust, self.options.server
         self.basis, metrics = self.fold(
-            BASIS, self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust)
+            BASIS, self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust,
+            server)
         for label in self.labels:
             mine = [u for u in updates if u.update.label == label]
             metrics[f"devices_{label}"] = float(len(mine))
@@ -154,7 +115,7 @@ class Flanc(WidthStrategy):
                 keys = list(self.private[label])
                 sets = [{k: u.update.tensors[k] for k in keys} for u in mine]
                 counts = [u.update.num_samples for u in mine]
-                self.private[label], _ = self.fold(label, self.private[label], sets, counts, robust)
+                self.private[label], _ = self.fold(label, self.private[label], sets, counts, robust, server)
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts)), stats))
@@ -182,9 +143,5 @@ class Flanc(WidthStrategy):
         self.private = groups
 
     def method_config(self) -> dict[str, Any]:
-        o = self.options
-        return {"widths": list(o.width.widths), "basis_fraction": o.basis_fraction,
-                "basis_count": o.basis_count, "orth_lambda": o.orth_lambda,
-                "precompose": o.precompose, "static_bn": o.static_bn, "assignment": asdict(o.width.assignment),
-                "robust": asdict(o.width.robust), "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
+        return {**as_report(self.options), "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
                 "model_specs": self.specs}

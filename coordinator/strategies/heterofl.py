@@ -15,13 +15,14 @@ means; mean of ``var + mean²`` minus the squared pooled mean).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
+from edge_sdk.methods.settings.heterofl import HeteroFLRound, HeteroFLSettings
+from edge_sdk.methods.settings.options import as_report, to_wire
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -31,14 +32,12 @@ from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.fleet import ReceivedUpdate
 from coordinator.aggregate.width_slicing import leading_block, pool_bn_stats
-from coordinator.options import Option, Schema, boolean, choice
-from coordinator.strategies.width_options import WidthOptions, width_schema
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
-__all__ = ["HeteroFL", "HeteroFLOptions"]
+__all__ = ["HeteroFL"]
 
 
 def _he_init(model: torch.nn.Module) -> None:
@@ -49,37 +48,13 @@ def _he_init(model: torch.nn.Module) -> None:
                 torch.nn.init.zeros_(module.bias)
 
 
-HETEROFL_OPTIONS = Schema(
-    width_schema(),
-    Option("scaler", boolean, "true", "scale the outputs of layers that narrow by 1/p during training"),
-    Option("static_bn", boolean, "true", "with BatchNorm: devices re-measure exact statistics after training"),
-    Option("init", choice("default", "he"), "default", "initial weights: torch's default or he (He-normal)"),
-)
-
-
-@dataclass(frozen=True)
-class HeteroFLOptions:
-    """HeteroFL settings (``--option key=value``)."""
-
-    width: WidthOptions = field(default_factory=WidthOptions)
-    scaler: bool = True
-    static_bn: bool = True
-    init: str = "default"  # "he": He-normal conv/linear weights and zero biases (torch's default otherwise)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "HeteroFLOptions":
-        """Parse string options; unknown keys and bad values raise ValueError."""
-        width, parsed = WidthOptions.parse("heterofl", options, HETEROFL_OPTIONS)
-        return cls(width=width, **parsed)
-
-
 class HeteroFL(WidthStrategy):
     """One global network; each capacity group trains a prefix-sliced sub-network."""
 
     name = "heterofl"
-    option_schema = HETEROFL_OPTIONS
+    settings_type = HeteroFLSettings
 
-    def __init__(self, config: FederationConfig, options: HeteroFLOptions, global_spec: dict,
+    def __init__(self, config: FederationConfig, options: HeteroFLSettings, global_spec: dict,
                  specs: dict[str, dict]) -> None:
         super().__init__(config)
         self.options = options
@@ -110,10 +85,6 @@ class HeteroFL(WidthStrategy):
         self._planned: dict[str, str] = {}
 
     @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> HeteroFLOptions:
-        return HeteroFLOptions.from_options(options)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "HeteroFL":
         options = cls.parse_options(ctx.options)
         kw = options.width.zoo_kwargs_for(ctx.model_family)
@@ -124,7 +95,7 @@ class HeteroFL(WidthStrategy):
                      for label, p in zip(options.width.labels, options.width.widths)}
         except TypeError as exc:
             raise ValueError(f"heterofl: model family {ctx.model_family!r} does not take these options: {exc}") from None
-        return cls(ctx.federation, options, global_spec, specs)
+        return cls(cls.job_federation(ctx, options), options, global_spec, specs)
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """The width-``label`` sub-network: prefix slices of the global tensors, its BN statistics."""
@@ -144,8 +115,8 @@ class HeteroFL(WidthStrategy):
 
     # -- who trains what ----------------------------------------------------
     def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        return {**train.to_dict(), "static_bn": self.options.static_bn,
-                "bn_specs": {q: self.specs[q] for q in self._smaller(label)}}
+        return {**train.to_dict(), **to_wire(self.options),  # static_bn
+                **to_wire(HeteroFLRound(bn_specs={q: self.specs[q] for q in self._smaller(label)}))}
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
@@ -153,7 +124,7 @@ class HeteroFL(WidthStrategy):
         weights = [u.update.num_samples for u in updates]
         self.weights, metrics = self.fold(
             "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
-            self.options.width.robust)
+            self.options.robust, self.options.server)
         for q in self.labels:
             self._pool_stats(q, updates)
         metrics.update({f"devices_{label}": float(sum(u.update.label == label for u in updates))
@@ -192,8 +163,4 @@ class HeteroFL(WidthStrategy):
                       for q, ts in self.stats.items()}
 
     def method_config(self) -> dict[str, Any]:
-        o = self.options
-        return {"widths": list(o.width.widths), "norm": o.width.norm, "scaler": o.scaler,
-                "static_bn": o.static_bn, "init": o.init, "assignment": asdict(o.width.assignment),
-                "robust": asdict(o.width.robust),
-                "global_spec": self.global_spec}
+        return {**as_report(self.options), "global_spec": self.global_spec}

@@ -11,8 +11,8 @@ to the nearest rank for convs), but its rank is bounded by ``2R`` instead of ``R
 from __future__ import annotations
 
 from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.fedpara_options import fedpara_schema
 
+from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.models.fedpara_zoo import naive_lowrank_spec
 
 __all__ = ["LowRank"]
@@ -22,9 +22,7 @@ class LowRank(FedPara):
     """Naive low-rank factors travel instead of FedPara's."""
 
     name = "lowrank"
-
-    option_schema = fedpara_schema(tanh=False)
-    doc_page = "fedpara"
+    settings_type = LowRankSettings  # FedPara's without tanh
 
     def spec_for(self, gamma: float, width: float) -> dict:
         return naive_lowrank_spec(self.family, self.input_shape, self.num_classes, gamma, width=width,

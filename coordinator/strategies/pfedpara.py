@@ -14,20 +14,17 @@ held-out sample counts.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
-from edge_sdk.training import TrainConfig
+from edge_sdk.methods.settings.fedpara import PFedParaSettings
 
 from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import ReceivedUpdate
 from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.fedpara_options import fedpara_schema
 
-__all__ = ["PFedPara", "DEFAULT_HOLDOUT"]
-
-DEFAULT_HOLDOUT = 0.2
+__all__ = ["PFedPara"]
 
 
 class PFedPara(FedPara):
@@ -35,12 +32,7 @@ class PFedPara(FedPara):
 
     name = "pfedpara"
     personal = True
-    doc_page = "fedpara"
-
-    option_schema = fedpara_schema(holdout=DEFAULT_HOLDOUT)
-
-    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        return {**super().train_settings(label, train, rnd), "holdout": self.options.holdout}
+    settings_type = PFedParaSettings  # FedPara's and ``holdout``, which every plan carries
 
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -59,6 +51,3 @@ class PFedPara(FedPara):
         if local is not None:
             accuracy["local"] = local
         return accuracy, loss
-
-    def method_config(self) -> dict[str, Any]:
-        return {**super().method_config(), "holdout": self.options.holdout}

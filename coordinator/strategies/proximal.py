@@ -1,38 +1,30 @@
 """``--option prox_mu=…`` on every method: FedProx's proximal term in every device's local loss.
 
 The term μ/2·‖w − w_global‖² (Li et al., MLSys 2020) keeps a device's model near the round's
-global one when its data is unlike the others'. Any method takes the option: the value goes into
-the run's training settings (``TrainConfig.prox_mu``), which every plan carries, and
+global one when its data is unlike the others'. Any method takes the option (the settings group
+:class:`edge_sdk.methods.settings.shared.ProxSettings`): the value goes into the run's training
+settings (``TrainConfig.prox_mu``), which every plan carries, and
 :func:`edge_sdk.training.train_local` adds the term over the parameters the device trains (for
-factorised models: the factors).
+factorised models: the factors). That is the one road to the term: FedProx's ``mu`` takes it too
+(:meth:`coordinator.strategies.fedprox.FedProx.job_federation`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
 
-from coordinator.options import Option, Schema, number
-from coordinator.strategies.base import StrategyContext
+from edge_sdk.methods.settings.shared import ProxSettings
 
-__all__ = ["PROX_OPTIONS", "PROX_KEYS", "with_prox_mu", "without_prox"]
+from coordinator.runtime.federation import FederationConfig
 
-PROX_OPTIONS = Schema(
-    Option("prox_mu", number(0.0, 1e4), "0", "FedProx's μ: μ/2·‖w − w_global‖² in every device's local loss "
-                                             "(0: none)"),
-)
-PROX_KEYS = PROX_OPTIONS.keys
+__all__ = ["with_prox_mu"]
 
 
-def with_prox_mu(ctx: StrategyContext, method: str) -> StrategyContext:
-    """``ctx`` with ``prox_mu`` (when given) moved into the federation's training settings."""
-    mu = PROX_OPTIONS.parse(method, ctx.options, subset=True).get("prox_mu")
-    if mu is None:
-        return ctx
-    federation = replace(ctx.federation, train=replace(ctx.federation.train, prox_mu=mu))
-    return replace(ctx, federation=federation)
-
-
-def without_prox(options: Mapping[str, object]) -> dict[str, object]:
-    """``options`` without the proximal keys (a method's own parser never sees them)."""
-    return {k: v for k, v in options.items() if k not in PROX_KEYS}
+def with_prox_mu(federation: FederationConfig, prox: ProxSettings, at_least: float = 0.0) -> FederationConfig:
+    """``federation`` with ``prox.prox_mu`` (when given; else the run's own) in its training
+    settings, raised to ``at_least``."""
+    mu = federation.train.prox_mu if prox.prox_mu is None else prox.prox_mu
+    mu = max(mu, at_least)
+    if mu == federation.train.prox_mu:
+        return federation
+    return replace(federation, train=replace(federation.train, prox_mu=mu))

@@ -38,17 +38,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from edge_sdk.methods.settings.pruning import BACKENDS, MAX_RATIO
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-__all__ = ["BACKENDS", "DEFAULT_LEVELS", "MAX_RATIO", "PruneResult", "pruning_ratio", "parse_levels",
-           "round_to_level", "level_label", "describe_level", "capacity_level", "available_backends", "resolve_backend",
-           "prune_spec", "derive_spec"]
+__all__ = ["PruneResult", "pruning_ratio", "round_to_level", "level_label", "describe_level", "capacity_level",
+           "available_backends", "resolve_backend", "prune_spec", "derive_spec"]
 
-BACKENDS = ("nni", "torch-pruning")
-DEFAULT_LEVELS: tuple[float, ...] = tuple(i / 10 for i in range(10))  # 0, 0.1, ..., 0.9
-#: The largest ratio ever applied (``levels=exact`` rounds to 0.01 and caps here).
-MAX_RATIO = 0.99
 _FREE = frozenset({"relu", "dropout", "flatten", "global_avgpool", "maxpool2d", "avgpool2d"})
 _EPS = 1e-9
 
@@ -61,20 +57,6 @@ def pruning_ratio(gflops: float, f_lambda: float) -> float:
                 or value <= 0:
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return max(0.0, 1.0 - gflops / f_lambda)
-
-
-def parse_levels(text: str) -> tuple[float, ...] | None:
-    """``"0,0.5,0.9"`` -> sorted unique levels in [0, 1); ``"exact"`` -> None (no rounding)."""
-    text = text.strip()
-    if text == "exact":
-        return None
-    try:
-        levels = sorted({float(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"levels must be comma-separated ratios or 'exact', got {text!r}") from None
-    if not levels or not all(math.isfinite(v) and 0 <= v <= MAX_RATIO for v in levels):
-        raise ValueError(f"levels must be ratios in [0, {MAX_RATIO}], got {text!r}")
-    return tuple(levels)
 
 
 def round_to_level(ratio: float, levels: tuple[float, ...] | None) -> float:

@@ -14,13 +14,15 @@ bytes); later plans name it by digest.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
 
-from edge_sdk.methods.reft import (LOGITS_DTYPES, PUBLIC_DTYPES, decode_public, dequantize_logits,
-                                   encode_public, public_digest)
+from edge_sdk.methods.reft import decode_public, dequantize_logits, encode_public, public_digest
+from edge_sdk.methods.settings.options import as_report, schema, to_wire
+from edge_sdk.methods.settings.reft import ReftRound, ReftSettings
+from edge_sdk.methods.settings.shared import ServerOptConfig, clip_factor
 from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
@@ -31,105 +33,16 @@ from coordinator.strategies.distillation import DistillConfig, DistillResult, di
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.strategies.pruning import (BACKENDS, DEFAULT_LEVELS, PruneResult, capacity_level, describe_level, level_label,
-                                 parse_levels, prune_spec, resolve_backend)
+from coordinator.strategies.pruning import (PruneResult, capacity_level, describe_level, level_label, prune_spec,
+                                           resolve_backend)
 from coordinator.runtime.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
-from coordinator.strategies.proximal import PROX_OPTIONS, without_prox
-from coordinator.aggregate.robust import DEFAULT_CLIP, ROBUST_OPTIONS, RobustConfig
-from coordinator.aggregate.server_opt import SERVER_OPT_KEYS
-from coordinator.options import Option, Schema, boolean, choice, integer, number
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
-__all__ = ["Reft", "ReftOptions", "REFT_OPTIONS", "pruning_options", "GLOBAL", "option_levels"]
+__all__ = ["Reft", "GLOBAL"]
 
 log = logging.getLogger(__name__)
 GLOBAL = "global"
-
-
-# ----------------------------------------------------------------- option parsing
-def option_levels(key: str, text: str) -> tuple[float, ...] | None:
-    """Pruning levels (``0,0.5,0.9`` or ``exact``), as :func:`coordinator.strategies.pruning.parse_levels`."""
-    try:
-        return parse_levels(text)
-    except ValueError as exc:
-        raise ValueError(f"option {key}: {exc}") from None
-
-
-def pruning_options() -> Schema:
-    """The pruning keys REFT and static pruning share."""
-    return Schema(
-        Option("f_lambda", number(1e-6, 1e9), "100", "GFLOPS at which a device trains the dense model "
-                                                     "(pruning ratio P = 1 − F/F_λ)"),
-        Option("levels", option_levels, ",".join(f"{v:g}" for v in DEFAULT_LEVELS),
-               "pruning levels a ratio is rounded up to, or exact (to 0.01)"),
-        Option("backend", choice("auto", *BACKENDS), "auto", "pruner: auto (nni where importable), "
-                                                             + ", ".join(BACKENDS)),
-    )
-
-
-REFT_OPTIONS = Schema(
-    pruning_options(),
-    Option("temperature", number(0.05, 100), "3", "distillation temperature"),
-    Option("distill_lr", number(1e-7, 1.0), "0.001", "distillation learning rate (Adam)"),
-    Option("distill_epochs", integer(1, 100_000), "150", "distillation epochs over the public data"),
-    Option("distill_batch", integer(1, 65_536), "64", "distillation batch size"),
-    Option("logits_dtype", choice(*LOGITS_DTYPES), "float16", "how devices send their logits"),
-    Option("public_dtype", choice(*PUBLIC_DTYPES), "uint8", "how the public inputs are sent to devices"),
-    Option("public_samples", integer(1, 10_000_000), None, "a seeded random subset of this many public "
-                                                           "inputs; default: all"),
-    Option("oneshot", boolean, "true", "distil once after one round of local training (the paper)"),
-    Option("device_eval", boolean, "false", "devices also upload weights so each level's accuracy is reported"),
-    Option("local_optimizer", choice("adam", "sgd"), "adam", "local optimizer of the pruned models"),
-    Option("local_lr", number(1e-7, 10.0), "0.003", "local learning rate"),
-    Option("local_epochs", integer(1, 10_000), None, "local epochs; default: the run's --local-epochs"),
-    Option("aggregate", choice("mean", "median"), "mean", "teacher: importance-weighted mean of the logits, "
-                                                          "or weighted median (robust)"),
-    ROBUST_OPTIONS.only(("clip", "max_share")),
-    PROX_OPTIONS,
-)
-
-
-@dataclass(frozen=True)
-class ReftOptions:
-    """REFT settings (``--option key=value``)."""
-
-    f_lambda: float = 100.0  # GFLOPS at which a device trains the dense model
-    levels: tuple[float, ...] | None = DEFAULT_LEVELS  # None: exact ratios (to 0.01)
-    backend: str = "auto"  # nni where importable, else torch-pruning
-    temperature: float = 3.0
-    distill_lr: float = 1e-3
-    distill_epochs: int = 150
-    distill_batch: int = 64
-    logits_dtype: str = "float16"
-    public_dtype: str = "uint8"
-    public_samples: int | None = None  # use a seeded random subset of this many public inputs
-    oneshot: bool = True
-    device_eval: bool = False  # devices also upload weights so each level's accuracy is reported
-    local_optimizer: str = "adam"  # pruned models from a random init stall under SGD lr 0.05
-    local_lr: float = 0.003
-    local_epochs: int | None = None  # None: the federation's
-    aggregate: str = "mean"  # teacher: importance-weighted mean, or weighted median (robust)
-    #: the teacher's norm screen: a device's centred logits longer than Kx the median are scaled back
-    #: (``auto``: 1x; an absolute bound is refused: logit scales differ by model); None: off
-    clip: str | None = DEFAULT_CLIP
-    max_share: float = 0.5  # of a class's importance, per device, once 3 or more hold the class
-
-    def __post_init__(self) -> None:
-        if self.clip is not None and RobustConfig(clip=self.clip).clip_factor is None:
-            raise ValueError(f"reft: option clip: the teacher takes none, auto or a multiple such as 3x, "
-                             f"got {self.clip!r}")
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "ReftOptions":
-        return cls(**without_prox(REFT_OPTIONS.parse("reft", options)))
-
-    def local_train(self, base: dict[str, Any]) -> dict[str, Any]:
-        """The federation's train settings with REFT's local optimizer, lr and epochs."""
-        out = {**base, "optimizer": self.local_optimizer, "lr": self.local_lr}
-        if self.local_epochs is not None:
-            out["epochs"] = self.local_epochs
-        return out
 
 
 @dataclass(frozen=True)
@@ -143,14 +56,14 @@ class Reft(Strategy):
     """Pruned models out, logits back, importance-weighted distillation into the global model."""
 
     name = "reft"
-    option_schema = REFT_OPTIONS
+    settings_type = ReftSettings
     needs_public_data = True
 
     @classmethod
     def describe_label(cls, label: str) -> str:
         return describe_level(label)
 
-    def __init__(self, config: FederationConfig, options: ReftOptions, spec: dict, public_x: np.ndarray) -> None:
+    def __init__(self, config: FederationConfig, options: ReftSettings, spec: dict, public_x: np.ndarray) -> None:
         super().__init__(config)
         self.options = options
         self.spec = spec
@@ -178,16 +91,12 @@ class Reft(Strategy):
         self._device_models: dict[str, tuple[_Sent, dict[str, np.ndarray]]] = {}
 
     @classmethod
-    def own_lr(cls, options: Mapping[str, str]) -> str | None:
-        return f"its own local_lr={cls.parse_options(options).local_lr:g} (--option local_lr=...)"
-
-    @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> ReftOptions:
-        server = sorted(set(options) & set(SERVER_OPT_KEYS))
+    def parse_options(cls, options: Mapping[str, str]) -> ReftSettings:
+        server = sorted(set(options) & set(schema(ServerOptConfig).keys))
         if server:
             raise ValueError(f"reft: {server} need a method that averages weights; REFT distils the devices' "
                              f"logits into its model (against outliers: aggregate=median)")
-        return ReftOptions.from_options(options)
+        return super().parse_options(options)
 
     @classmethod
     def create(cls, ctx: StrategyContext) -> "Reft":
@@ -195,7 +104,7 @@ class Reft(Strategy):
         if ctx.public_data is None or len(ctx.public_data) == 0:
             raise ValueError("reft distils on a public unlabeled set: the context has none "
                              "(simulation holds out public_fraction of the training inputs)")
-        federation = ctx.federation
+        federation = cls.job_federation(ctx, options)
         if options.oneshot and federation.rounds != 1:
             log.warning("reft is one-shot: running 1 round, not %d (--option oneshot=false for further "
                         "rounds that send the distilled model back)", federation.rounds)
@@ -242,8 +151,8 @@ class Reft(Strategy):
         self._sent[device.device_id] = sent
         local = self.options.local_train((train_config or self.config.train).to_dict())
         local["lr"] = self.scheduled_lr(self.options.local_lr, rnd)  # REFT's own lr, under the job's schedule
-        train = {**local, "public_digest": self.digest,
-                 "logits_dtype": self.options.logits_dtype, "upload_weights": self.options.device_eval}
+        train = {**local, **to_wire(ReftRound(public_digest=self.digest)),
+                 **to_wire(self.options)}  # logits_dtype, upload_weights (device_eval)
         return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors, train=train)
 
     def expected(self, level: float) -> dict[str, TensorSpec]:
@@ -274,7 +183,7 @@ class Reft(Strategy):
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         logits = [dequantize_logits(u.update.tensors) for u in updates]
         counts = np.stack([u.update.tensors["counts"] for u in updates])
-        clip = None if self.options.clip is None else RobustConfig(clip=self.options.clip).clip_factor
+        clip = clip_factor(self.options.clip)
         teacher = ensemble_logits(logits, counts, self.options.aggregate, clip_factor=clip,
                                   max_share=self.options.max_share)
         if self.options.device_eval:
@@ -325,9 +234,7 @@ class Reft(Strategy):
         self._has_public.clear()  # devices may have lost it: resend
 
     def method_config(self) -> dict[str, Any]:
-        options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
-        options["levels"] = list(self.options.levels) if self.options.levels is not None else "exact"
-        return {**options, "pruning_backend": self.backend, "model_spec": self.spec,
+        return {**as_report(self.options), "pruning_backend": self.backend, "model_spec": self.spec,
                 "public_samples": int(len(self.public_x)),
                 "public_bytes": int(sum(a.nbytes for a in self.public.values())),
                 "rounds": self.config.rounds}

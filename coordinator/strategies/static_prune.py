@@ -9,12 +9,13 @@ global model is L1-pruned once to it and trained with FedAvg (robust aggregation
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from edge_sdk.methods.settings.options import as_report
+from edge_sdk.methods.settings.static_prune import StaticPruneSettings
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan
@@ -23,51 +24,16 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import DeviceRecord
-from coordinator.strategies.pruning import (DEFAULT_LEVELS, MAX_RATIO, PruneResult, capacity_level, describe_level,
-                                 level_label, prune_spec, resolve_backend, round_to_level)
-from coordinator.aggregate.robust import ROBUST_KEYS, ROBUST_OPTIONS, RobustConfig
-from coordinator.strategies.proximal import PROX_KEYS, PROX_OPTIONS
-from coordinator.options import Option, Schema, choice, number
-from coordinator.strategies.reft import pruning_options
+from coordinator.strategies.pruning import (PruneResult, capacity_level, describe_level, level_label, prune_spec,
+                                           resolve_backend, round_to_level)
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import expected_from
 
-__all__ = ["StaticPrune", "StaticPruneOptions", "STATIC_PRUNE_OPTIONS"]
+__all__ = ["StaticPrune"]
 
 log = logging.getLogger(__name__)
-
-
-STATIC_PRUNE_OPTIONS = Schema(
-    pruning_options(),
-    Option("ratio", number(0.0, MAX_RATIO), None, "fix the pruning ratio; default: the weakest device's"),
-    Option("local_optimizer", choice("adam", "sgd"), "adam", "local optimizer of the pruned model"),
-    Option("local_lr", number(1e-7, 10.0), "0.003", "local learning rate"),
-    ROBUST_OPTIONS,
-    PROX_OPTIONS,
-)
-
-
-@dataclass(frozen=True)
-class StaticPruneOptions:
-    """Static-prune settings (``--option key=value``)."""
-
-    f_lambda: float = 100.0
-    levels: tuple[float, ...] | None = DEFAULT_LEVELS
-    backend: str = "auto"
-    ratio: float | None = None  # fix the level instead of taking the weakest device's
-    local_optimizer: str = "adam"  # as REFT: heavily pruned random-init models stall under SGD
-    local_lr: float = 0.003
-    robust: RobustConfig = field(default_factory=RobustConfig)
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "StaticPruneOptions":
-        """Parse string options; unknown keys and bad values raise ValueError."""
-        parsed = STATIC_PRUNE_OPTIONS.parse("static-prune", options)
-        robust = RobustConfig.from_options({k: str(v) for k, v in options.items() if k in ROBUST_KEYS},
-                                           "static-prune")
-        return cls(**{k: v for k, v in parsed.items() if k not in ROBUST_KEYS and k not in PROX_KEYS}, robust=robust)
 
 
 class StaticPrune(FedAvg):
@@ -75,15 +41,15 @@ class StaticPrune(FedAvg):
     evaluation and update checks, on the pruned model)."""
 
     name = "static-prune"
-    option_schema = STATIC_PRUNE_OPTIONS
+    settings_type = StaticPruneSettings
     device_method = "fedavg"  # devices train the pruned network as plain FedAvg
 
     @classmethod
     def describe_label(cls, label: str) -> str:
         return describe_level(label)
 
-    def __init__(self, config: FederationConfig, options: StaticPruneOptions, spec: dict) -> None:
-        super().__init__(config, spec, robust=options.robust)  # the dense model, seeded
+    def __init__(self, config: FederationConfig, options: StaticPruneSettings, spec: dict) -> None:
+        super().__init__(config, spec, settings=options)  # the dense model, seeded
         self.options = options
         self.dense_spec = spec
         self.backend = resolve_backend(options.backend)
@@ -95,17 +61,10 @@ class StaticPrune(FedAvg):
             self.fix_level(round_to_level(options.ratio, options.levels))
 
     @classmethod
-    def own_lr(cls, options: Mapping[str, str]) -> str | None:
-        return f"its own local_lr={cls.parse_options(options).local_lr:g} (--option local_lr=...)"
-
-    @classmethod
-    def parse_options(cls, options: Mapping[str, str]) -> StaticPruneOptions:
-        return StaticPruneOptions.from_options(options)
-
-    @classmethod
     def create(cls, ctx: StrategyContext) -> "StaticPrune":
         options = cls.parse_options(ctx.options)
-        return cls(ctx.federation, options, model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes))
+        return cls(cls.job_federation(ctx, options), options,
+                   model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes))
 
     # -- the level ----------------------------------------------------------
     def device_level(self, device: DeviceRecord) -> float:
@@ -170,7 +129,4 @@ class StaticPrune(FedAvg):
                                       "static-prune model")["model"]
 
     def method_config(self) -> dict[str, Any]:
-        options = {f.name: getattr(self.options, f.name) for f in fields(self.options)}
-        options["levels"] = list(self.options.levels) if self.options.levels is not None else "exact"
-        options["robust"] = asdict(self.options.robust)
-        return {**options, "pruning_backend": self.backend, "dense_spec": self.dense_spec}
+        return {**as_report(self.options), "pruning_backend": self.backend, "dense_spec": self.dense_spec}

@@ -43,9 +43,10 @@ class FedAvg(Strategy):
     settings_type: type = FedAvgSettings
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any], label: str = GLOBAL,
-                 settings: Any = FedAvgSettings()) -> None:
+                 settings: Any = None) -> None:
         super().__init__(config)
         self._label = label
+        settings = FedAvgSettings() if settings is None else settings
         self.options = settings  # FedAvgSettings, or a subclass's settings with robust and server groups
         self.robust, self.server = settings.robust, settings.server
         self.model_spec = model_spec

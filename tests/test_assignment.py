@@ -11,14 +11,15 @@ from coordinator.strategies.assignment import LevelAssigner, assign_levels
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from simulation.simulate import DEFAULT_FLEET
 from coordinator.strategies.flanc import Flanc
-from coordinator.strategies.base import StrategyContext, FederationConfig
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink
 from edge_sdk.methods import LocalData
-from edge_sdk.profiling import load_profile
 from edge_sdk.methods.settings.options import parse
 from edge_sdk.methods.settings.shared import AssignmentConfig
+from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
 
@@ -79,12 +80,12 @@ def test_bad_inputs_raise(kwargs, match):
         assign_levels(**kwargs)
 
 
-def test_options_parse_and_reject():
 def _from_options(options: dict[str, str], levels: list[str]) -> AssignmentConfig:
     """The assignment settings of ``options`` for these levels, as a width method reads them."""
     return parse(AssignmentConfig, "flanc", options).for_levels(levels)
 
 
+def test_options_parse_and_reject():
     config = _from_options({"budget_s": "30", "override": "dev001:1, dev002:0.25", "dynamic": "true"}, LEVELS)
     assert config.mode == "budget" and config.budget_s == 30.0 and config.dynamic
     assert config.override == (("dev001", "1.0"), ("dev002", "0.25"))
@@ -125,7 +126,7 @@ def test_device_reports_new_capacity_and_is_reassigned_over_a_real_broker(broker
     strategy = Flanc.create(ctx)
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="assign-coordinator"))
     transport.connect()
-    fleet = Fleet(MessageLink(transport), Topics(job="assign"), on_register=strategy.on_register)
+    fleet = Fleet(MessageLink(transport), Topics(job="assign"), on_register=lambda device: setattr(device, "label", strategy.assign(device)))
     fleet.start()
     client = DeviceClient(
         ClientConfig(device_id="phone", transport=TransportConfig(url=broker.url, client_id="assign-phone"),

@@ -3,15 +3,20 @@ method, after the robust rule, checkpointed; bad options rejected in one line.""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from coordinator.runtime.report import RunReport
 from coordinator.aggregate.server_opt import ServerOptimizer
 from simulation.simulate import SimulationConfig, run_simulation
+from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import STRATEGIES, create_strategy
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
+from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
 from edge_sdk.training import TrainConfig
 
 B1, B2, TAU = 0.9, 0.99, 1e-3
@@ -109,10 +114,10 @@ def test_moments_are_checkpointed_and_resumed(tmp_path) -> None:
     for _ in range(2):
         sets = [{k: v + rng.normal(scale=0.01, size=v.shape).astype(v.dtype) for k, v in first.weights.items()}]
         first.weights, _ = first.fold("global", first.weights, sets, [1], rule, server)
-    first._checkpoint(1, RunReport("fedavg", {}))
+    RoundLoop(first, SimpleNamespace(), RunReport("fedavg", {}))._checkpoint(1)
     saved = load_checkpoint(tmp_path).tensors
     assert any(k.startswith("server_opt:m/global/") for k in saved) and any(k.startswith("server_opt:v/") for k in saved)
-    assert resumed._resume(RunReport("fedavg", {})) == 2
+    assert RoundLoop(resumed, SimpleNamespace(), RunReport("fedavg", {}))._resume() == 2
     for key in first.server_opt.m:
         assert np.array_equal(first.server_opt.m[key], resumed.server_opt.m[key])
         assert np.array_equal(first.server_opt.v[key], resumed.server_opt.v[key])

@@ -22,7 +22,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
     from coordinator.strategies import strategy_class
-    from coordinator.strategies.base import TrainingFailed
+    from coordinator.runtime.federation import TrainingFailed
     from rich.markup import escape
 
     config = SimulationConfig(

@@ -33,7 +33,7 @@ def _finite_float(zero_ok: bool) -> Callable[[str], float]:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not (0 <= value if zero_ok else 0 < value) or not value < float("inf"):
+        if not (value >= 0 if zero_ok else value > 0) or not value < float("inf"):
             raise argparse.ArgumentTypeError(f"must be a finite number {'>=' if zero_ok else '>'} 0, got {text}")
         return value
     return parse
@@ -126,16 +126,17 @@ def _coordinator(args: argparse.Namespace) -> int:
 
     config = coordinator_config_from_toml(args.config)
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
-    display.console.print(f"coordinator for job {config.job!r} ({config.method}, {plural(config.federation.rounds, 'round')}) "
-                          f"on {config.transport.url}", soft_wrap=True)
+    rounds = plural(config.federation.rounds, "round")
+    display.console.print(f"coordinator for job {config.job!r} ({config.method}, {rounds}) on {config.transport.url}",
+                          soft_wrap=True)
     try:
         with display.console.status("connecting to the broker...") as display.status:
             report = run_coordinator(config, on_round=display.round, on_progress=display.progress)
     except KeyboardInterrupt:
         resume = ("run the same command again to resume from the checkpoint" if config.federation.checkpoint_dir
                   else "set [federation] checkpoint_dir to be able to resume a job")
-        display.console.print(f"[yellow]interrupted[/yellow] after {plural(display.done, 'round')} in this run; {resume}",
-                              soft_wrap=True)
+        display.console.print(f"[yellow]interrupted[/yellow] after {plural(display.done, 'round')} in this run; "
+                              f"{resume}", soft_wrap=True)
         return EXIT_INTERRUPTED
     if report is None:
         display.console.print(f"job {config.job!r} already finished its {plural(config.federation.rounds, 'round')} "

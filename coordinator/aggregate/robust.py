@@ -70,7 +70,7 @@ def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np
     """Weighted mean per coordinate over the devices holding it (0 where none does)."""
     acc = np.zeros(shape, dtype=np.float64)
     held = np.zeros(shape, dtype=np.float64)
-    for d, w in zip(deltas, weights):
+    for d, w in zip(deltas, weights, strict=True):
         acc[leading_block(d.shape)] += w * d
         held[leading_block(d.shape)] += w
     return np.divide(acc, held, out=np.zeros(shape, dtype=np.float64), where=held > 0)
@@ -150,7 +150,7 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
                 held[leading_block(np.shape(t[k]))] = True
             result[k] = np.where(held, np.rint(mean), old).astype(old.dtype)
     for k in names:
-        ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales)]
+        ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales, strict=True)]
         folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \
             else _fold_order(base[k].shape, ds, config.rule, config.trim)
         result[k] = (base[k] + folded).astype(np.float32)

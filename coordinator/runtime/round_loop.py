@@ -112,8 +112,9 @@ class RoundLoop:
         """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
         if self.config.publish:
             inputs = self.eval_data.x if self.eval_data is not None else None
-            self.published = publish_models(self.strategy.inference_model, self.fleet, rnd, retain=self.config.retain_models,
-                                            preprocessing=self.preprocessing, inputs=inputs)
+            self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
+                                            retain=self.config.retain_models, preprocessing=self.preprocessing,
+                                            inputs=inputs)
 
     def evaluates(self, rnd: int) -> bool:
         """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""

@@ -128,7 +128,7 @@ def assign_levels(gflops_by_device: Mapping[str, float], levels: Sequence[str],
         return result
     k = min(len(levels), len(np.unique(caps)))
     groups = _kmeans_1d(np.log10(caps), k)
-    for d, g in zip(free, groups):
+    for d, g in zip(free, groups, strict=True):
         index = len(levels) - 1 if k == 1 else round(int(g) * (len(levels) - 1) / (k - 1))
         result[d] = levels[index]
     return result
@@ -193,7 +193,7 @@ class LevelAssigner:
         draw = rng.integers(len(self.levels), size=len(ids))
         while len(set(draw.tolist())) < need:
             draw = rng.integers(len(self.levels), size=len(ids))
-        self._drawn = (rnd, {d: self.levels[int(i)] for d, i in zip(ids, draw)})
+        self._drawn = (rnd, {d: self.levels[int(i)] for d, i in zip(ids, draw, strict=True)})
 
     def round_level(self, device: DeviceRecord, rnd: int, seed: int = 0) -> str:
         """The level ``device`` trains in round ``rnd``: its capacity level, or with

@@ -131,6 +131,7 @@ class Strategy(ABC):
         """Called once before the first round this run trains (a resumed job too), when the
         fleet has registered: decisions that need the fleet (e.g. a pruning level for the weakest
         device, FedPara's γ for the fleet's links)."""
+        return None  # an optional hook: nothing to do by default
 
     # -- a round ------------------------------------------------------------
     def round_stages(self, rnd: int, online: Sequence[DeviceRecord]) -> list[Any]:
@@ -144,6 +145,7 @@ class Strategy(ABC):
 
     def begin_stage(self, rnd: int, stage: Any) -> None:
         """Called before each stage of round ``rnd`` (e.g. to choose who trains in it)."""
+        return None  # an optional hook: nothing to do by default
 
     def candidates(self, online: list[str]) -> list[str]:
         """The online devices this stage may sample from (default: all of them)."""
@@ -153,6 +155,7 @@ class Strategy(ABC):
         """Called once the participants of a stage of round ``rnd`` are known, before the round
         is announced and their plans go out: e.g. to draw their widths together, prune their
         models, or choose what each uploads."""
+        return None  # an optional hook: nothing to do by default
 
     @abstractmethod
     def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
@@ -186,6 +189,7 @@ class Strategy(ABC):
 
     def finished(self, data: EvalData | None) -> None:
         """Called once after the last round (e.g. to export every width's network)."""
+        return None  # an optional hook: nothing to do by default
 
     # -- models and state ---------------------------------------------------
     @abstractmethod

@@ -127,7 +127,7 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
             scales = np.minimum(1.0, clip_factor * ref / np.maximum(norms, 1e-300))
             centred = centred * scales[:, None, None]
             stack = centred  # softmax ignores the per-sample shift that centring removed
-            weights = weights * scales[:, None]  # a clipped device also weighs less, as in coordinator/aggregate/robust.py
+            weights = weights * scales[:, None]  # a clipped device also weighs less, as in aggregate/robust.py
             weights = weights / np.where(weights.sum(axis=0) > 0, weights.sum(axis=0), 1.0)
     if rule == "median":
         return _weighted_median(centred, weights).astype(np.float32)

@@ -88,7 +88,7 @@ class FedPara(WidthStrategy):
         self.family, self.input_shape, self.num_classes = family, tuple(input_shape), num_classes
         self.zoo_kw = options.width.zoo_kwargs()
         widths = options.width.widths
-        self.widths = {GLOBAL: 1.0} if options.single else dict(zip(options.width.labels, widths))
+        self.widths = {GLOBAL: 1.0} if options.single else dict(zip(options.width.labels, widths, strict=True))
         self.labels = list(self.widths)
         self.export_dir = options.width.export
         try:
@@ -147,7 +147,7 @@ class FedPara(WidthStrategy):
                         param.zero_()
             shapes = self._shapes(label)
             if set(shapes) != set(self.weights) or any(
-                    len(s) != self.weights[k].ndim or any(a > b for a, b in zip(s, self.weights[k].shape))
+                    len(s) != self.weights[k].ndim or any(a > b for a, b in zip(s, self.weights[k].shape, strict=True))
                     for k, s in shapes.items()):
                 raise ValueError(f"width {label} is not a leading block of the full network")
             self.expected[label] = expected_from(self.tensors(label))

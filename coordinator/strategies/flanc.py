@@ -118,7 +118,7 @@ class Flanc(WidthStrategy):
                 self.private[label], _ = self.fold(label, self.private[label], sets, counts, robust, server)
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
-                    self.private[label].update(pool_bn_stats(list(zip(sets, counts)), stats))
+                    self.private[label].update(pool_bn_stats(list(zip(sets, counts, strict=True)), stats))
         metrics["train_loss"] = mean_train_loss([u.update for u in updates])
         return metrics
 

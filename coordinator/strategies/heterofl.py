@@ -74,7 +74,7 @@ class HeteroFL(WidthStrategy):
         for label, model in self.models.items():
             state = state_to_numpy(model, copy=True)
             if set(state) != set(full) or any(
-                    v.ndim != full[k].ndim or any(a > b for a, b in zip(v.shape, full[k].shape))
+                    v.ndim != full[k].ndim or any(a > b for a, b in zip(v.shape, full[k].shape, strict=True))
                     for k, v in state.items()):
                 raise ValueError(f"width {label} is not a prefix slice of the global network")
             self.shapes[label] = {k: v.shape for k, v in state.items() if k in self.weights}
@@ -92,9 +92,10 @@ class HeteroFL(WidthStrategy):
         try:
             global_spec = heterofl_spec(ctx.model_family, shape, ctx.num_classes, 1.0, options.scaler, **kw)
             specs = {label: heterofl_spec(ctx.model_family, shape, ctx.num_classes, p, options.scaler, **kw)
-                     for label, p in zip(options.width.labels, options.width.widths)}
+                     for label, p in zip(options.width.labels, options.width.widths, strict=True)}
         except TypeError as exc:
-            raise ValueError(f"heterofl: model family {ctx.model_family!r} does not take these options: {exc}") from None
+            raise ValueError(f"heterofl: model family {ctx.model_family!r} does not take these options: "
+                             f"{exc}") from None
         return cls(cls.job_federation(ctx, options), options, global_spec, specs)
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:

@@ -209,7 +209,7 @@ def _derive(layers: list[dict], seq: nn.Module, path: str) -> list[dict]:
     if not isinstance(seq, nn.Sequential) or len(seq) != len(layers):
         raise ValueError(f"{path}: the shrunk model no longer matches the spec")
     out = []
-    for i, (layer, m) in enumerate(zip(layers, seq)):
+    for i, (layer, m) in enumerate(zip(layers, seq, strict=True)):
         new, kind = copy.deepcopy(layer), layer["type"]
         expect = {"conv2d": nn.Conv2d, "linear": nn.Linear, "batchnorm2d": nn.BatchNorm2d,
                   "groupnorm": nn.GroupNorm}.get(kind)

@@ -37,8 +37,9 @@ def _sub_stats(model: nn.Module, specs: object, x: torch.Tensor, batch_size: int
     for label, spec in specs.items():
         sub = build_model(spec)
         shapes = {k: v.shape for k, v in state_to_numpy(sub).items()}
-        if set(shapes) != set(state) or any(len(s) != state[k].ndim or any(a > b for a, b in zip(s, state[k].shape))
-                                            for k, s in shapes.items()):
+        if set(shapes) != set(state) or any(
+                len(s) != state[k].ndim or any(a > b for a, b in zip(s, state[k].shape, strict=True))
+                for k, s in shapes.items()):
             raise ValueError(f"heterofl: bn_specs[{label!r}] is not a prefix slice of the trained network")
         load_numpy_state(sub, {k: state[k][tuple(slice(0, n) for n in s)] for k, s in shapes.items()})
         static_bn_stats(sub, x, batch_size)

@@ -135,8 +135,9 @@ def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256,
     model.eval()
     try:
         with on_device(model, device) as dev, torch.no_grad():
-            return np.concatenate([model(torch.from_numpy(np.ascontiguousarray(x[i:i + batch_size])).to(dev)).cpu().numpy()
-                                   for i in range(0, len(x), batch_size)])
+            batches = (torch.from_numpy(np.ascontiguousarray(x[i:i + batch_size])).to(dev)
+                       for i in range(0, len(x), batch_size))
+            return np.concatenate([model(batch).cpu().numpy() for batch in batches])
     finally:
         model.train(was_training)
 
@@ -159,7 +160,8 @@ def train_reft(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         raise ValueError(f"public inputs have shape {x_public.shape[1:]}, model expects {model.input_shape}")
     result = ctx.train(model, data.x, data.y, config)
     started = time.perf_counter()
-    logits = _logits(model, x_public, batch_size=config.batch_size, device=ctx.device)  # no more activation memory than training
+    # batches of the training size: no more activation memory than training
+    logits = _logits(model, x_public, batch_size=config.batch_size, device=ctx.device)
     logits_seconds = time.perf_counter() - started
     tensors = {"counts": np.bincount(data.y, minlength=classes).astype(np.int64),
                **quantize_logits(logits, settings.logits_dtype)}

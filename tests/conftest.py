@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: private MQTT brokers on free loopback ports."""
+"""Shared pytest fixtures: private MQTT brokers on free loopback ports; the ``requires`` marker
+(tests/requirements.py: a missing part skips a test, or fails it under CI=true)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
+from tests.requirements import require
 
 __all__ = ["amqtt_broker", "broker", "mosquitto_broker", "topic_prefix"]
 
@@ -28,11 +30,17 @@ def amqtt_broker() -> Iterator[EmbeddedBroker]:
 
 @pytest.fixture(scope="module")
 def mosquitto_broker() -> Iterator[EmbeddedBroker]:
-    """A started mosquitto broker; skips the test when mosquitto is not installed."""
-    if find_mosquitto() is None:
-        pytest.skip("mosquitto binary not installed")
+    """A started mosquitto broker; without mosquitto the test skips (fails under CI=true)."""
+    require("mosquitto")
     with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as b:
         yield b
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@needs(...)`` / ``pytestmark = needs(...)``: checked before the test's fixtures start."""
+    for mark in item.iter_markers("requires"):
+        require(*mark.args)
 
 
 @pytest.fixture

@@ -3,23 +3,17 @@ templated onto a free loopback port in a temporary folder (no root, no /etc)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.config import read_toml, transport_from_toml
 from edge_sdk.transport import MqttTransport, TransportConfig
 
-__all__ = ["HOME", "HomeBroker", "have_home_tools", "start_home_broker"]
+__all__ = ["HOME", "HomeBroker", "start_home_broker"]
 
 HOME = Path(__file__).resolve().parents[1] / "deploy" / "homeserver"
-
-
-def have_home_tools() -> bool:
-    """mosquitto, mosquitto_passwd and openssl are installed."""
-    return find_mosquitto() is not None and all(shutil.which(t) for t in ("mosquitto_passwd", "openssl"))
 
 
 def _conf_lines(tls_port: int, passwd: Path, acl: Path, certs: Path) -> tuple[str, ...]:

@@ -12,12 +12,13 @@ import pytest
 from edge_sdk.config import read_toml
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
-from tests.home_broker import HOME, have_home_tools, start_home_broker
+from tests.home_broker import HOME, start_home_broker
+from tests.requirements import HOME_TOOLS, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = Topics(job="home")
 
-pytestmark = pytest.mark.skipif(not have_home_tools(), reason="mosquitto, mosquitto_passwd and openssl are needed")
+pytestmark = [needs(*HOME_TOOLS), pytest.mark.slow]  # a TLS mosquitto per module, jobs on it
 
 
 @pytest.fixture(scope="module")

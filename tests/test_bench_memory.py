@@ -16,6 +16,8 @@ from edge_sdk.training import TrainConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_memory  # noqa: E402
 
+pytestmark = pytest.mark.slow  # device processes measured for their peak memory
+
 
 @pytest.fixture(scope="module")
 def mnist():

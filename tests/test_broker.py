@@ -12,8 +12,9 @@ import pytest
 
 from coordinator.runtime.broker import BrokerConfig, BrokerError, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.requirements import needs
 
-KINDS = ["mosquitto", "amqtt"] if find_mosquitto() else ["amqtt"]
+KINDS = [pytest.param("mosquitto", marks=needs("mosquitto")), "amqtt"]
 
 
 def _accepts(port: int) -> bool:
@@ -120,6 +121,7 @@ def test_a_free_port_taken_before_the_broker_binds_it_is_replaced(kind: str, lis
             broker.stop()
 
 
+@pytest.mark.slow
 def test_a_broker_failure_is_one_line_at_the_command_line(tmp_path) -> None:
     """No command ends in a traceback for a failure it can name: a broker error keeps its first
     line and the log's last; a broker nobody listens on is one line too."""
@@ -136,7 +138,7 @@ def test_a_broker_failure_is_one_line_at_the_command_line(tmp_path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1 and str(closed) in proc.stderr
 
 
-@pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
+@needs("mosquitto")
 def test_bad_mosquitto_config_error_contains_log() -> None:
     b = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=("no_such_option 1",)))
     with pytest.raises(BrokerError, match="(?s)exited.*no_such_option"):
@@ -144,7 +146,7 @@ def test_bad_mosquitto_config_error_contains_log() -> None:
     b.stop()
 
 
-@pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
+@needs("mosquitto")
 def test_mosquitto_persistence_survives_restart(tmp_path: Path) -> None:
     cfg = BrokerConfig(prefer="mosquitto", persistence=True, data_dir=str(tmp_path / "db"))
     with EmbeddedBroker(cfg) as b:
@@ -159,7 +161,7 @@ def test_mosquitto_persistence_survives_restart(tmp_path: Path) -> None:
             assert msg is not None and (msg.payload, msg.retained) == (b"v1", True)
 
 
-@pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
+@needs("mosquitto")
 def test_without_persistence_restart_forgets_retained() -> None:
     with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as b:
         with MqttTransport(TransportConfig(url=b.url, connect_timeout=5)) as t:
@@ -171,8 +173,8 @@ def test_without_persistence_restart_forgets_retained() -> None:
             assert t.receive(0.5) is None
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or find_mosquitto() is None,
-                    reason="the kernel's parent-death signal is Linux's; needs mosquitto")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+@needs("mosquitto")
 def test_a_killed_job_leaves_no_broker_behind() -> None:
     import psutil
 

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.device_configs import device_toml
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 
 
+@pytest.mark.slow
 def test_profile_measures_this_device(tmp_path):
     out = tmp_path / "me.json"
     run = subprocess.run(EDGEFL + ["profile", "--name", "ci-box", "--seconds", "0.2", "--save", str(out)],
@@ -51,6 +54,7 @@ epochs = 2
     return coordinator, clients
 
 
+@pytest.mark.slow
 def test_real_fleet_from_toml_configs(tmp_path, broker):
     coordinator_toml, client_tomls = _write_configs(tmp_path, broker.url, rounds=2)
     coordinator = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(coordinator_toml)],

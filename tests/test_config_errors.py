@@ -68,6 +68,7 @@ def test_unwritable_folders_are_one_line_errors(tmp_path):
     assert made.is_dir() and list(made.iterdir()) == []  # the probe file is gone
 
 
+@pytest.mark.slow
 def test_a_simulation_with_an_unwritable_out_fails_before_training(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -78,6 +79,7 @@ def test_a_simulation_with_an_unwritable_out_fails_before_training(tmp_path):
     assert "round 1" not in proc.stdout and time.monotonic() - started < 60  # no broker, no round
 
 
+@pytest.mark.slow
 def test_a_profile_with_an_unwritable_save_fails_before_measuring(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -85,6 +87,7 @@ def test_a_profile_with_an_unwritable_save_fails_before_measuring(tmp_path):
     assert proc.returncode == 2 and "--save" in proc.stderr and "gflops" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_shipped_example_configs_fail_on_this_machine_with_the_missing_file_named():
     for command, config, key in (("coordinator", "deploy/coordinator.toml", "[broker] password_file"),
                                  ("client", "deploy/raspberrypi/client.toml", "[broker] password_file")):
@@ -94,6 +97,7 @@ def test_the_shipped_example_configs_fail_on_this_machine_with_the_missing_file_
         assert line.startswith(f"edgefl {command}: error: {config}: {key}") and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_lr_a_method_does_not_use_is_said(tmp_path):
     """`--lr` with a method that trains with its own learning rate is not silently ignored."""
     from coordinator.strategies import strategy_class

@@ -63,6 +63,7 @@ def test_heterofl_scales_only_the_layers_that_narrow() -> None:
         assert all(s <= b for s, b in zip(tensor.shape, big[name].shape)), name
 
 
+@pytest.mark.slow
 def test_a_width_trains_on_fashion_like_images() -> None:
     from edge_sdk.training import TrainConfig, evaluate, train_local
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,14 +19,15 @@ import pytest
 
 from coordinator.runtime.broker import find_mosquitto
 from edge_sdk.data import load_dataset
+from tests.requirements import HOME_TOOLS, needs
+
+pytestmark = pytest.mark.slow  # the whole demo: broker, coordinator and two client processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "local" / "fleet-demo.sh"
 DEVICES = ("pi-kitchen", "pi-den")
 
-needs_mosquitto = pytest.mark.skipif(
-    find_mosquitto() is None or shutil.which("mosquitto_passwd") is None or shutil.which("openssl") is None,
-    reason="mosquitto, mosquitto_passwd and openssl are needed")
+needs_mosquitto = needs(*HOME_TOOLS)
 
 
 def _env() -> dict[str, str]:

@@ -71,6 +71,7 @@ def _good_tensors(strategy: FedAvg) -> dict[str, np.ndarray]:
     return {k: v.copy() for k, v in strategy.weights.items()}
 
 
+@pytest.mark.slow
 def test_every_bad_update_is_rejected_and_reported(setup):
     strategy, fleet, peer = setup
     good = _good_tensors(strategy)

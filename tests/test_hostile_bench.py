@@ -3,29 +3,25 @@
 and a table. It checks the harness, not the defences (those are tested beside the code).
 
 Slow (about a minute on two busy cores: two whole fleets start, each with a coordinator and two
-devices importing torch), so it is marked ``slow``.
+devices importing torch), so it is marked ``bench``: left out unless asked for with ``-m bench``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.requirements import HOME_TOOLS, needs
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "hostile.py"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(any(shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()
-                           for t in ("mosquitto", "mosquitto_passwd", "openssl")),
-                       reason="mosquitto, mosquitto_passwd and openssl are needed"),
-]
+pytestmark = [pytest.mark.bench, pytest.mark.slow, needs(*HOME_TOOLS)]  # slow too: `-m "not slow"` leaves it out
 
 
 def test_a_scenario_pair_gives_well_formed_results(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from tests.fleet_job import run_job
 from tests.home_broker import HomeBroker, start_home_broker
 from tests.requirements import HOME_TOOLS, needs
 
-pytestmark = needs(*HOME_TOOLS)
+pytestmark = [needs(*HOME_TOOLS), pytest.mark.slow]  # a TLS mosquitto per module, jobs on it
 
 PROFILE = load_profile("raspberry-pi-4b").to_dict()
 

@@ -17,8 +17,9 @@ from edge_sdk.inference import OnnxClassifier, default_model_path, load_batch, n
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.training import TrainConfig, train_local
+from tests.requirements import needs, require
 
-pytest.importorskip("onnxruntime")
+pytestmark = needs("onnxruntime")
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from edge_sdk.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -74,7 +75,9 @@ def test_flat_rows_are_reshaped_and_bad_inputs_refused(digits_model):
 
 
 def test_model_from_the_coordinators_exporter(digits_model, tmp_path):
-    export = pytest.importorskip("coordinator.runtime.export")
+    require("onnx")
+    from coordinator.runtime import export
+
     data, model, _, expected = digits_model
     path = default_model_path(tmp_path)
     assert export.export_onnx(model, path, data.x_test[:8]) < 1e-4

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from edge_sdk.signing import ModelSigner, load_public_key, public_key_pem
+from tests.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -79,6 +80,7 @@ def installed(tmp_path_factory, wheel):
     return root, first
 
 
+@pytest.mark.slow
 def test_a_missing_venv_is_created_and_a_missing_torch_is_a_clear_error(tmp_path, wheel):
     proc = _run("--root", tmp_path, "--source", wheel, "--torch", "skip", env={"EDGEFL_PYTHON": sys.base_prefix
                                                                                + "/bin/python3"}, check=False)
@@ -92,6 +94,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.slow
 def test_first_install_builds_a_lean_working_venv(installed):
     root, first = installed
     venv = root / "opt" / "edgefl" / "venv"
@@ -106,6 +109,7 @@ def test_first_install_builds_a_lean_working_venv(installed):
     assert "[staging] would run: useradd --system --user-group --home-dir /var/lib/edgefl" in first.stdout
 
 
+@pytest.mark.slow
 def test_config_unit_and_state_have_the_right_modes(installed):
     root, first = installed
     conf = root / "etc" / "edgefl"
@@ -128,6 +132,7 @@ def test_unit_hardening():
     assert "\nMemoryDenyWriteExecute" not in text  # breaks torch's JIT
 
 
+@pytest.mark.slow
 def test_bundle_install_is_idempotent_and_starts(installed, wheel, bundle):
     root, _ = installed
     args = ("--root", root, "--source", wheel, "--torch", "skip", "--bundle", bundle, "--memory-max", "700M")
@@ -191,7 +196,7 @@ def test_live_install_needs_root_or_a_staging_root(tmp_path):
     assert proc.returncode == 1 and "run as root" in proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+@needs("shellcheck")
 def test_shellcheck_clean():
     assert len(SCRIPTS) >= 4, SCRIPTS  # install, aarch64 check, add-device, make-certs
     proc = subprocess.run(["shellcheck", "-x", *SCRIPTS], capture_output=True, text=True)

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from coordinator.runtime.fleet import Fleet
 from edge_sdk.link import LinkConfig, MessageLink, Received
 from edge_sdk.profiling import load_profile
@@ -15,14 +15,14 @@ from edge_sdk.protocol.chunking import split_envelope_payload
 from edge_sdk.protocol.messages import Envelope, Error, Register, Update, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.requirements import require
 
 SMALL_PACKETS = 64 * 1024
 
 
 @pytest.fixture(scope="module")
 def small_packet_broker():
-    if find_mosquitto() is None:
-        pytest.skip("needs mosquitto: amqtt announces no maximum packet size")
+    require("mosquitto")  # amqtt announces no maximum packet size
     with EmbeddedBroker(BrokerConfig(prefer="mosquitto", max_packet_size=SMALL_PACKETS)) as b:
         yield b
 
@@ -73,6 +73,7 @@ def test_fp16_transfer_halves_the_bytes(broker):
     receiver.transport.close()
 
 
+@pytest.mark.slow
 def test_a_stalled_transfer_is_reported_to_its_sender(broker):
     """A device whose chunks stop arriving gets an 'incomplete' error; nothing is delivered."""
     topics = Topics(job="stall")

@@ -281,6 +281,7 @@ def test_the_coordinator_toml_names_its_signing_key(tmp_path) -> None:
     assert coordinator_config_from_toml(path).signing_key is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, why", [
     ("missing.key", "does not exist; make it with deploy/homeserver/add-device.sh --coordinator"),
     ("coordinator.toml/key", "cannot be read: Not a directory"),
@@ -349,6 +350,7 @@ def _installed(state: Path) -> tuple[bytes, dict | None]:
     return (path.read_bytes() if path.exists() else b""), read_model_info(state)
 
 
+@pytest.mark.slow
 def test_a_device_with_a_key_installs_only_models_signed_for_it(broker, tmp_path, caplog) -> None:
     job, device, state = "signed-device", "pi-signed", tmp_path / "state"
     caplog.set_level(logging.INFO, logger="edge_sdk.client")
@@ -393,6 +395,7 @@ def test_a_device_without_a_key_installs_unsigned_models_and_warns_once(broker, 
     assert len(warnings) == 1 and "[security] trusted_keys" in warnings[0], warnings
 
 
+@pytest.mark.slow
 def test_a_real_publish_signs_each_model_for_its_device(broker, tmp_path) -> None:
     """The coordinator's publish over a real broker, retained for two offline devices: each installs
     its own when it connects; one's model replayed to the other is refused."""

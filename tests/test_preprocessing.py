@@ -24,6 +24,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Envelope, Plan, decode_envelope, encode_envelope
 from edge_sdk.training import TrainConfig, train_local
+from tests.requirements import require
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from edge_sdk.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -113,7 +114,7 @@ def test_the_coordinator_task_table_sets_the_jobs_normalisation(tmp_path):
 def published(tmp_path_factory):
     """A cnn4 trained on real 8x8 digits, exported as the coordinator publishes it (with the job's
     preprocessing), and the same network exported as before (no preprocessing)."""
-    pytest.importorskip("onnxruntime")
+    require("onnxruntime")
     data = load_dataset("digits")
     torch.manual_seed(0)
     model = build_model(model_for_dataset("cnn4", data.input_shape, data.num_classes, width=0.5))

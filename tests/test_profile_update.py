@@ -155,6 +155,7 @@ def test_a_new_figure_reassigns_the_device_but_keeps_its_samples(job, caplog) ->
     assert fleet.rejection_count == 0
 
 
+@pytest.mark.slow
 def test_an_update_during_a_round_applies_when_the_round_ends(job) -> None:
     strategy, fleet, peers = job
     slow = fleet.devices["slow"]
@@ -273,6 +274,7 @@ def _detail(gflops: float, busy: bool = False) -> dict:
             "conv_batch": 128, "dtype": "float32", "device": "cpu", "threads": 1, "torch": "x", "quality": quality}
 
 
+@pytest.mark.slow
 def test_a_client_remeasures_when_idle_and_the_coordinator_reassigns_it(broker, monkeypatch) -> None:
     monkeypatch.setattr(client_module, "IDLE_WATCH_S", 0.2)
     monkeypatch.setattr(client_module, "CpuWatch", _IdleWatch)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.strategies.pruning import (available_backends, capacity_level, derive_spec, level_label, prune_spec,
-                                           pruning_ratio, resolve_backend, round_to_level)
+from coordinator.strategies.pruning import (capacity_level, derive_spec, level_label, prune_spec, pruning_ratio,
+                                           resolve_backend, round_to_level)
 from edge_sdk.methods.settings.pruning import DEFAULT_LEVELS, parse_levels
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.models.zoo import cnn4, mlp, resnet_small
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from tests.requirements import needs
 
-HAS_NNI = "nni" in available_backends()
 
 
 def _weights(spec: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -76,7 +76,7 @@ def test_ninety_percent_cnn4_is_physically_small_and_rebuilds_from_data() -> Non
     assert result.spec["layers"][-1]["out"] == 10  # the classifier keeps every class
 
 
-@pytest.mark.skipif(not HAS_NNI, reason="NNI is not installable here (no aarch64 wheel)")
+@needs("nni")
 def test_nni_and_torch_pruning_agree_on_cnn4() -> None:
     spec = cnn4()
     weights = _weights(spec, seed=3)
@@ -92,7 +92,7 @@ def test_nni_and_torch_pruning_agree_on_cnn4() -> None:
     np.testing.assert_allclose(np.sort(kept), np.sort(dense)[-4:], rtol=1e-6)
 
 
-@pytest.mark.skipif(not HAS_NNI, reason="NNI is not installable here (no aarch64 wheel)")
+@needs("nni")
 def test_nni_prunes_residual_channels_together_like_torch_pruning() -> None:
     spec = resnet_small(in_channels=1, image_size=12, channels=(8, 16), norm="batchnorm")
     weights = _weights(spec, seed=1)

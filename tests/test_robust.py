@@ -156,6 +156,7 @@ def _federated_accuracy(broker_url: str, digits, options: dict[str, str], job: s
     return report.rounds[-1].accuracy["global"]
 
 
+@pytest.mark.slow
 def test_a_poisoning_device_over_a_real_broker(broker, digits):
     plain = _federated_accuracy(broker.url, digits, {"clip": "none"}, "robust-mean")
     median = _federated_accuracy(broker.url, digits, {"aggregate": "median"}, "robust-median")

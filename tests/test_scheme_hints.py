@@ -4,19 +4,18 @@ that says which scheme to use, and paho's socket errors of the failed attempt ar
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from tests.requirements import needs
 
 MAKE_CERTS = Path(__file__).resolve().parents[1] / "deploy" / "homeserver" / "make-certs.sh"
 
-pytestmark = pytest.mark.skipif(find_mosquitto() is None or shutil.which("openssl") is None,
-                                reason="mosquitto and openssl are needed")
+pytestmark = needs("mosquitto", "openssl")
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +42,7 @@ def test_plain_client_on_a_tls_port_is_told_to_use_mqtts(tls_broker, caplog) -> 
     ok.close()
 
 
+@pytest.mark.slow
 def test_tls_client_on_a_plain_port_is_told_to_use_mqtt(tls_broker) -> None:
     broker = tls_broker[0]
     host, port = broker.url.removeprefix("mqtt://").split(":")

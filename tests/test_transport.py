@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
 
 import pytest
 
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, find_mosquitto, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.fair_inbox import InboxLimits
 from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
 from tests.faultproxy import FaultProxy
+from tests.requirements import needs, require
 
-needs_mosquitto = pytest.mark.skipif(find_mosquitto() is None, reason="mosquitto not installed")
+needs_mosquitto = needs("mosquitto")
 
 
 def _transport(url: str, **kw: object) -> MqttTransport:
@@ -161,8 +161,8 @@ def test_oversize_publish_refused_and_transport_stays_usable(topic_prefix: str) 
 @pytest.mark.parametrize("kind", ["mosquitto", "amqtt"])
 def test_last_will_on_crash_not_on_clean_close(
         kind: str, request: pytest.FixtureRequest, topic_prefix: str) -> None:
-    if kind == "mosquitto" and find_mosquitto() is None:
-        pytest.skip("mosquitto not installed")
+    if kind == "mosquitto":
+        require("mosquitto")
     b: EmbeddedBroker = request.getfixturevalue(f"{kind}_broker")
     crash_topic, clean_topic = f"{topic_prefix}/crash/status", f"{topic_prefix}/clean/status"
     with _transport(b.url) as observer:
@@ -243,8 +243,7 @@ def test_each_connection_has_its_own_stamped_will_and_birth(topic_prefix: str) -
             device.close()
 
 
-@pytest.mark.skipif(shutil.which("mosquitto_passwd") is None or find_mosquitto() is None,
-                    reason="mosquitto_passwd not installed")
+@needs("mosquitto", "mosquitto_passwd")
 def test_wrong_credentials_give_clear_error(tmp_path: pytest.TempPathFactory) -> None:
     pwfile = tmp_path / "passwd"  # type: ignore[operator]
     subprocess.run(["mosquitto_passwd", "-b", "-c", str(pwfile), "alice", "s3cret"],

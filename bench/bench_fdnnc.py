@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.runtime.broker import EmbeddedBroker
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
 
 __all__ = ["main"]
@@ -49,14 +49,12 @@ def _run(args: argparse.Namespace, url: str, pattern: str, upload: str, fraction
                "both_weight": args.both_weight}
     if args.server_opt != "none":
         options["server_opt"] = args.server_opt
-    config = SimulationConfig(
-        method="fdnnc", clients=args.clients, rounds=args.rounds, dataset=args.dataset, partition=args.partition,
-        seed=args.seed, out=str(Path(tmp) / f"{pattern}-{upload}-{fraction}"), broker_url=url, model="mlp",
-        throttle="off", plots=False, sim_device=args.sim_device,
-        job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}",
-        train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr, optimizer=args.optimizer),
-        options=options,
-    )
+    config = SimulationConfig(method="fdnnc", clients=args.clients, dataset=args.dataset, partition=args.partition,
+                              out=str(Path(tmp) / f"{pattern}-{upload}-{fraction}"), broker_url=url, model="mlp",
+                              throttle="off", plots=False, sim_device=args.sim_device,
+                              job=f"bench-fdnnc-{pattern}-{upload}-{int(fraction * 100)}", options=options,
+                              federation=sim_federation(rounds=args.rounds, seed=args.seed,
+                                                        train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr, optimizer=args.optimizer)))
     started = time.monotonic()
     report = run_simulation(config)
     tail = report.rounds[-3:]

@@ -36,7 +36,7 @@ import torch
 
 import simulation.simulate as simulate
 from coordinator.runtime.broker import EmbeddedBroker
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedpara import FedPara
 from coordinator.strategies.fedpara import choose_gamma
 from coordinator.runtime.fleet import DeviceRecord
@@ -108,13 +108,13 @@ def _capture() -> dict[str, Any]:
 def _run(args: argparse.Namespace, url: str, tmp: str, method: str, partition_spec: str, lr: float,
          options: dict[str, str], tag: str) -> tuple[dict[str, Any], dict[str, Any], SimulationConfig]:
     captured = _capture()
-    config = SimulationConfig(
-        method=method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
-        model=args.model, devices_per_round=args.per_round,
-        partition=partition_spec, seed=args.seed, out=str(Path(tmp) / tag), broker_url=url, throttle="off",
-        plots=False, job=f"bench-fedpara-{tag}", round_deadline_s=300, sim_device=args.sim_device,
-        train=TrainConfig(epochs=args.epochs, batch_size=32, lr=lr, optimizer="adam", threads=1),
-        options=options)
+    config = SimulationConfig(method=method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
+                              model=args.model, partition=partition_spec, out=str(Path(tmp) / tag), broker_url=url,
+                              throttle="off", plots=False, job=f"bench-fedpara-{tag}", sim_device=args.sim_device,
+                              options=options,
+                              federation=sim_federation(rounds=args.rounds, devices_per_round=args.per_round,
+                                                        seed=args.seed, round_deadline_s=300,
+                                                        train=TrainConfig(epochs=args.epochs, batch_size=32, lr=lr, optimizer="adam", threads=1)))
     started = time.monotonic()
     report = run_simulation(config)
     data = report.to_dict()

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from edge_sdk.methods.settings.options import option_pairs
-from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
+from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
 from edge_sdk.models.flanc import flanc_modules
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs, width_label
 from edge_sdk.models.spec import build_model, count_params
@@ -46,9 +46,10 @@ WIDTHS = (0.25, 0.5, 0.75, 1.0)
 
 def accuracy_runs(args: argparse.Namespace, out: Path) -> dict[str, dict]:
     """One simulate run per method; returns method -> report dict."""
-    common = dict(clients=args.clients, rounds=args.rounds, dataset=args.dataset, partition=args.partition,
-                  seed=args.seed, model=args.model, profiles=DEFAULT_FLEET, throttle="off", plots=False,
-                  train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr))
+    common = dict(clients=args.clients, dataset=args.dataset, partition=args.partition,
+                  model=args.model, profiles=DEFAULT_FLEET, throttle="off", plots=False,
+                  federation=sim_federation(rounds=args.rounds, seed=args.seed,
+                                            train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr)))
     norm = {"norm": args.norm}
     runs = {
         "flanc": {**norm, "export": str(out / "onnx"), **option_pairs(args.flanc_option)},

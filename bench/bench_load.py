@@ -90,7 +90,7 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     from coordinator.runtime.fleet import Fleet
     from coordinator.runtime.report import RunReport
     from coordinator.runtime.round_loop import RoundLoop
-    from simulation.simulate import SimulationConfig, build_strategy
+    from simulation.simulate import SimulationConfig, build_strategy, sim_federation
     from edge_sdk.data import load_dataset
     from edge_sdk.link import MessageLink
     from edge_sdk.protocol.topics import Topics
@@ -99,8 +99,9 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
 
     job = f"{JOB}{devices}"
     dataset = load_dataset(args.dataset)
-    config = SimulationConfig(method="fedavg", clients=devices, rounds=args.rounds, dataset=args.dataset,
-                              model=args.model, round_deadline_s=120.0, train=TrainConfig(epochs=1))
+    config = SimulationConfig(method="fedavg", clients=devices, dataset=args.dataset, model=args.model,
+                              federation=sim_federation(rounds=args.rounds, round_deadline_s=120.0,
+                                                        train=TrainConfig(epochs=1)))
     strategy = build_strategy(config, dataset, None)
     strategy.config = dataclasses.replace(strategy.config, register_timeout_s=300.0)
     transport = MqttTransport(TransportConfig(url=url, client_id=f"{job}-coordinator"))

@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 import torch
 
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
@@ -84,9 +84,9 @@ def binding_bound(report) -> float:
 
 def speedup(args: argparse.Namespace) -> str:
     train = TrainConfig(epochs=1, batch_size=32, lr=0.05)
-    base = dict(method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
-                dataset=args.dataset, data_root=args.data_root, model="cnn4", train=train, plots=False,
-                eval_every=args.rounds, seed=args.seed)
+    base = dict(method="fedavg", clients=args.devices, dataset=args.dataset, data_root=args.data_root, model="cnn4",
+                plots=False, federation=sim_federation(devices_per_round=args.per_round, rounds=args.rounds,
+                                                       train=train, eval_every=args.rounds, seed=args.seed))
     rows = []
     with tempfile.TemporaryDirectory() as out:
         torch.set_num_threads(max(args.workers))
@@ -158,13 +158,13 @@ def scale(args: argparse.Namespace) -> str:
         samples.append((record.round + 1, _rss_mb([os.getpid()]), _rss_mb(workers)))
 
     with tempfile.TemporaryDirectory() as out:
-        config = SimulationConfig(
-            method="fedavg", clients=args.devices, devices_per_round=args.per_round, rounds=args.rounds,
-            dataset="digits", model="mlp", train=train, plots=False, out=out, job="bench-scale",
-            backend="ray", ray_workers=args.workers[0] if args.workers else None, eval_every=1,
-            ray_actors_per_worker=args.actors_per_worker[0],
-            round_deadline_s=300.0)
-        from coordinator import ray_devices
+        config = SimulationConfig(method="fedavg", clients=args.devices, dataset="digits", model="mlp", plots=False,
+                                  out=out, job="bench-scale", backend="ray",
+                                  ray_workers=args.workers[0] if args.workers else None,
+                                  ray_actors_per_worker=args.actors_per_worker[0],
+                                  federation=sim_federation(devices_per_round=args.per_round, rounds=args.rounds,
+                                                            train=train, eval_every=1, round_deadline_s=300.0))
+        from simulation import ray_devices
 
         original = ray_devices.RayDevices.start
 

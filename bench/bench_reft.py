@@ -35,7 +35,7 @@ import torch
 
 from edge_sdk.methods.settings.options import option_pairs
 from coordinator.strategies.pruning import prune_spec
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import cnn4, resnet_small
 from edge_sdk.profiling import DeviceProfile, profile_to_toml
@@ -121,10 +121,11 @@ ROUND_DEADLINE_S = 7200.0
 def run(tag: str, method: str, rounds: int, profiles: tuple[str, ...], out: Path, train: TrainConfig,
         options: dict[str, str] | None = None) -> dict[str, Any]:
     started = time.perf_counter()
-    config = SimulationConfig(method=method, clients=len(profiles), rounds=rounds, **DATA,
-                              partition="iid", seed=0, out=str(out / tag), job=f"bench-{tag}",
-                              profiles=profiles, throttle="off", train=train, plots=False,
-                              options=options or {}, round_deadline_s=ROUND_DEADLINE_S)
+    config = SimulationConfig(method=method, clients=len(profiles), **DATA,
+                              partition="iid", out=str(out / tag), job=f"bench-{tag}",
+                              profiles=profiles, throttle="off", plots=False, options=options or {},
+                              federation=sim_federation(rounds=rounds, seed=0, train=train,
+                                                        round_deadline_s=ROUND_DEADLINE_S))
     report = run_simulation(config).to_dict()
     report["wall_seconds"] = time.perf_counter() - started
     return report

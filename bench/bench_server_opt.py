@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.methods.settings.options import option_pairs
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py (scripts run from bench/)
@@ -60,11 +60,14 @@ def _name(method: str, variant: str, seed: int) -> str:
 
 def _config(args: argparse.Namespace, variant: str, seed: int, out: Path) -> SimulationConfig:
     options = {**METHODS[args.method], **option_pairs(args.method_option), **VARIANTS[variant]}
-    return SimulationConfig(
-        method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset, data_root=args.data_root,
-        partition=args.partition, seed=seed, out=str(out), model=args.model, plots=False, options=dict(options),
-        devices_per_round=args.per_round, eval_samples=args.eval_samples, checkpoint_dir=str(out / "checkpoint"),
-        sim_device=args.sim_device, train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads))
+    return SimulationConfig(method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
+                            partition=args.partition, out=str(out), model=args.model, plots=False,
+                            options=dict(options), sim_device=args.sim_device,
+                            federation=sim_federation(rounds=args.rounds, seed=seed,
+                                                      devices_per_round=args.per_round,
+                                                      eval_samples=args.eval_samples,
+                                                      checkpoint_dir=str(out / "checkpoint"),
+                                                      train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads)))
 
 
 def _run(args: argparse.Namespace, variant: str, seed: int) -> None:

@@ -29,8 +29,8 @@ from unittest import mock
 import numpy as np
 import torch
 
-from coordinator import sim_devices
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation import sim_devices
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
@@ -75,11 +75,11 @@ def simulated_rounds(dataset_name: str, data_root: str | None, devices: int, per
                      train: TrainConfig, seed: int, device: str) -> tuple[list[float], float]:
     """Host seconds per round of `edgefl simulate` doing that work, and the job's accuracy."""
     with tempfile.TemporaryDirectory() as out:
-        report = run_simulation(SimulationConfig(
-            method="fedavg", clients=devices, devices_per_round=per_round, rounds=rounds, dataset=dataset_name,
-            data_root=data_root, model="cnn4", train=train, seed=seed, out=out, plots=False, job="bench-sim",
-            sim_device=device,
-        ))
+        report = run_simulation(SimulationConfig(method="fedavg", clients=devices, dataset=dataset_name,
+                                                 data_root=data_root, model="cnn4", out=out, plots=False,
+                                                 job="bench-sim", sim_device=device,
+                                                 federation=sim_federation(devices_per_round=per_round,
+                                                                           rounds=rounds, train=train, seed=seed)))
     return [r.host_seconds for r in report.rounds], report.rounds[-1].accuracy["global"]
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 import simulation.simulate as simulate
 from edge_sdk.methods.settings.options import option_pairs
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.data import ImageDataset
 from edge_sdk.training import TrainConfig
 
@@ -70,15 +70,15 @@ def simulation(args: argparse.Namespace, method: str, partition: str, widths: st
     else:
         options["assign"] = "cluster"
     options.update(option_pairs(args.option))
-    return SimulationConfig(
-        method=method, clients=args.clients, rounds=args.rounds, dataset="fashion-mnist",
-        data_root=args.data_root, partition=partition, seed=seed, out=str(out), model="flanc_cnn",
-        profiles=STATIC_FLEET, plots=False, options=options, devices_per_round=args.per_round,
-        checkpoint_dir=str(out / "checkpoint"),  # a run stopped half-way resumes where it was
-        eval_every=args.eval_every, eval_samples=args.eval_samples, sim_device=args.sim_device,
-        lr_decay=((args.decay_round, 0.1),) if args.decay_round < args.rounds else (),
-        train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, momentum=0.9, weight_decay=1e-4,
-                          augment="hflip", threads=args.threads))
+    train = TrainConfig(epochs=1, batch_size=32, lr=args.lr, momentum=0.9, weight_decay=1e-4, augment="hflip",
+                        threads=args.threads)
+    federation = sim_federation(rounds=args.rounds, seed=seed, devices_per_round=args.per_round,
+                                checkpoint_dir=str(out / "checkpoint"), eval_every=args.eval_every,
+                                eval_samples=args.eval_samples, train=train,
+                                lr_decay=((args.decay_round, 0.1),) if args.decay_round < args.rounds else ())
+    return SimulationConfig(method=method, clients=args.clients, dataset="fashion-mnist", data_root=args.data_root,
+                            partition=partition, out=str(out), model="flanc_cnn", profiles=STATIC_FLEET, plots=False,
+                            options=options, sim_device=args.sim_device, federation=federation)
 
 
 def variant(args: argparse.Namespace) -> list[str]:

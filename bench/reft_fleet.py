@@ -38,7 +38,7 @@ import torch
 from bench_reft import F_LAMBDA, fleet_profiles  # bench/bench_reft.py (scripts run from bench/)
 from bench_server_opt import rounds_to
 from edge_sdk.methods.settings.options import option_pairs
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
 
 from emit import emit  # bench/emit.py
@@ -62,17 +62,17 @@ def _run(args: argparse.Namespace, job: str, options: dict[str, str], out: Path)
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         common = dict(clients=args.clients, dataset=args.dataset, data_root=args.data_root, model=args.model,
-                      partition="iid", seed=args.seed, out=str(Path(tmp) / "run"), job=f"reft-fleet-{job}",
-                      profiles=fleet_profiles(Path(tmp)), throttle="off", plots=False, round_deadline_s=7200.0)
+                      partition="iid", out=str(Path(tmp) / "run"), job=f"reft-fleet-{job}",
+                      profiles=fleet_profiles(Path(tmp)), throttle="off", plots=False)
+        job_settings = dict(seed=args.seed, round_deadline_s=7200.0)
         if job == "fedavg":
-            config = SimulationConfig(method="fedavg", rounds=args.rounds, devices_per_round=args.per_round,
-                                      eval_samples=args.eval_samples,
-                                      train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads),
-                                      **common)
+            config = SimulationConfig(method="fedavg", **common, federation=sim_federation(
+                rounds=args.rounds, devices_per_round=args.per_round, eval_samples=args.eval_samples,
+                train=TrainConfig(epochs=1, batch_size=32, lr=args.lr, threads=args.threads), **job_settings))
         else:
-            config = SimulationConfig(method="reft", rounds=1, options={"f_lambda": str(F_LAMBDA), **options},
-                                      train=TrainConfig(epochs=args.reft_epochs, batch_size=32, threads=args.threads),
-                                      **common)
+            config = SimulationConfig(method="reft", options={"f_lambda": str(F_LAMBDA), **options}, **common,
+                                      federation=sim_federation(rounds=1, **job_settings, train=TrainConfig(
+                                          epochs=args.reft_epochs, batch_size=32, threads=args.threads)))
         report = run_simulation(config).to_dict()
     rounds = report["rounds"]
     fleet_bytes = np.cumsum([r["bytes_down"] + r["bytes_up"] for r in rounds]) / args.clients

@@ -20,42 +20,44 @@ def _simulate(args: argparse.Namespace) -> int:
         print(method_settings(args.method).help())
         return 0
 
-    from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation
+    from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
     from coordinator.strategies import strategy_class
     from coordinator.runtime.federation import TrainingFailed
     from rich.markup import escape
 
-    config = SimulationConfig(
-        method=args.method, clients=args.clients, rounds=args.rounds, dataset=args.dataset,
-        data_root=args.data_root, partition=args.partition, seed=args.seed, out=args.out,
-        broker_url=args.broker, model=args.model,
-        profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
-        throttle=args.throttle,
+    federation = sim_federation(
+        rounds=args.rounds, seed=args.seed, devices_per_round=args.devices_per_round, eval_every=args.eval_every,
+        eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
+        checkpoint_dir=args.checkpoint_dir,
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
                           momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment),
-        lr_decay=args.lr_decay, eval_samples=args.eval_samples,
-        link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
-        options=option_pairs(args.option), publish_every=args.publish_every,
-        devices_per_round=args.devices_per_round, eval_every=args.eval_every, sim_device=args.sim_device,
+    )
+    config = SimulationConfig(
+        method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
+        partition=args.partition, out=args.out, broker_url=args.broker, model=args.model,
+        profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
+        throttle=args.throttle, link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
+        options=option_pairs(args.option), sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
-        checkpoint_dir=args.checkpoint_dir, threads=args.threads or default_threads(),
+        threads=args.threads or default_threads(), federation=federation,
     )
-    display = Display(config.rounds, strategy_class(config.method).describe_label)
+    display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
     own_lr = strategy_class(config.method).own_lr(config.options)
     if own_lr is not None and args.lr != args.default_lr:
         display.console.print(f"[yellow]warning[/yellow]: --lr {args.lr:g} is not used: {config.method} trains with "
                               f"{escape(own_lr)}", soft_wrap=True)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
-                          f"{plural(config.rounds, 'round')}, {config.dataset} ({config.partition})")
+                          f"{plural(config.federation.rounds, 'round')}, {config.dataset} ({config.partition})")
     try:
         with display.console.status("starting the broker and the devices...") as display.status:
             report = run_simulation(config, on_round=display.round, on_progress=display.progress)
     except KeyboardInterrupt:
-        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {config.rounds} rounds; "
+        rounds = config.federation.rounds
+        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {rounds} rounds; "
                               + (f"the report of those rounds is in {config.out}/report.json" if display.done
                                  else "no round finished, no report written")
-                              + ("; run the same command again to resume" if config.checkpoint_dir else ""),
+                              + ("; run the same command again to resume" if config.federation.checkpoint_dir else ""),
                               soft_wrap=True)
         return EXIT_INTERRUPTED
     except TrainingFailed as exc:

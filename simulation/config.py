@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -13,10 +13,11 @@ from edge_sdk.link import LinkConfig
 from edge_sdk.throttle import MODES
 from edge_sdk.training import TrainConfig, default_threads
 
-from coordinator.runtime.lr_schedule import check_lr_decay
+from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
-__all__ = ["SimulationConfig", "DEFAULT_FLEET", "BACKENDS", "MAX_DEVICES_PER_PROCESS", "split_public"]
+__all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DEFAULT_FLEET", "BACKENDS",
+           "MAX_DEVICES_PER_PROCESS", "split_public"]
 
 #: paho-mqtt polls its socket with select(), which takes only file descriptors below 1024: past
 #: about 200 connected clients in one process, new connections never see their CONNACK
@@ -37,54 +38,45 @@ class SimulationConfig:
 
     method: str = "fedavg"
     clients: int = 4
-    rounds: int = 3
     dataset: str = "mnist-sample"
     data_root: str | None = None
     partition: str = "iid"
-    seed: int = 0
     out: str = "runs/latest"
     broker_url: str | None = None
     model: str = "cnn4"
     profiles: tuple[str, ...] = DEFAULT_FLEET
     throttle: str = "virtual"  # virtual | sleep | off
-    train: TrainConfig = field(default_factory=TrainConfig)
-    round_deadline_s: float = 600.0
     job: str = "sim"
     link: LinkConfig = field(default_factory=LinkConfig)
     plots: bool = True
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
-    publish_every: int = 0  # also send devices their model every this many rounds (0: after the last only)
-    devices_per_round: int | None = None  # sample this many devices per round (None: all), as the papers do
-    eval_every: int = 1  # evaluate after every this many rounds; the last round always
-    eval_samples: int | None = None  # interim evaluations on this many held-out samples; the last on all
-    lr_decay: tuple[tuple[int, float], ...] = ()  # ((round, factor), ...): after `round` rounds, lr × factor
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
     backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
     ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
     ray_actors_per_worker: int = 2  # actor processes per worker: any free worker trains the next device
-    checkpoint_dir: str | None = None  # save the job's state after every round; the same job resumes there
     #: torch threads of this process while the job runs: the local backend's device training and the
     #: coordinator's evaluation (Ray actors take ray_cpus_per_worker); None: leave torch's setting.
     #: Default: half of this machine's CPUs (`edge_sdk.training.default_threads`)
     threads: int | None = field(default_factory=default_threads)
+    #: the round loop's settings, the same `FederationConfig` `edgefl coordinator` reads from its TOML
+    #: (`sim_federation`: with a simulation's defaults); a simulated job waits for all ``clients``
+    #: (``min_devices`` is theirs) and evaluates where its devices train (``eval_device``: ``sim_device``)
+    federation: FederationConfig = field(default_factory=lambda: sim_federation())
 
     def __post_init__(self) -> None:
-        for name, low in (("clients", 1), ("rounds", 1), ("publish_every", 0), ("eval_every", 1)):
-            value = getattr(self, name)
-            if type(value) is not int or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if type(self.clients) is not int or self.clients < 1:
+            raise ValueError(f"clients must be an integer >= 1, got {self.clients!r}")
+        if not isinstance(self.federation, FederationConfig):
+            raise ValueError(f"federation must be a FederationConfig, got {type(self.federation).__name__}")
         if self.threads is not None and (type(self.threads) is not int or not 1 <= self.threads <= 1024):
             raise ValueError(f"threads must be an integer in 1..1024, got {self.threads!r}")
-        if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
-            raise ValueError(f"eval_samples must be an integer >= 1, got {self.eval_samples!r}")
-        k = self.devices_per_round
-        if k is not None and (type(k) is not int or not 1 <= k <= self.clients):
+        k = self.federation.devices_per_round
+        if k is not None and k > self.clients:
             raise ValueError(f"devices_per_round must be an integer in 1..clients ({self.clients}), got {k!r}")
         check_device_name(self.sim_device)  # syntax only: the run resolves it (torch, the GPU) where it is used
-        object.__setattr__(self, "lr_decay", check_lr_decay(self.lr_decay))
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS:
@@ -107,6 +99,11 @@ class SimulationConfig:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
 
+    def job_federation(self) -> FederationConfig:
+        """The round loop's settings of this simulated job: ``federation`` waiting for every
+        device and evaluating on ``sim_device``."""
+        return replace(self.federation, min_devices=self.clients, eval_device=self.sim_device)
+
     def to_plain(self) -> dict[str, Any]:
         """The settings as JSON-safe data (the report's config; what a Ray actor receives)."""
         data = asdict(self)
@@ -116,9 +113,22 @@ class SimulationConfig:
     @classmethod
     def from_plain(cls, data: dict[str, Any]) -> "SimulationConfig":
         """The inverse of `to_plain` (validated like any construction)."""
-        return cls(**{**data, "train": TrainConfig.from_dict(data["train"]), "link": LinkConfig(**data["link"]),
-                      "profiles": tuple(data["profiles"]),
-                      "lr_decay": tuple((int(r), float(f)) for r, f in data.get("lr_decay", ()))})
+        fed = data["federation"]
+        federation = FederationConfig(**{**fed, "train": TrainConfig.from_dict(fed["train"]),
+                                         "lr_decay": tuple((int(r), float(f)) for r, f in fed.get("lr_decay", ()))})
+        return cls(**{**data, "federation": federation, "link": LinkConfig(**data["link"]),
+                      "profiles": tuple(data["profiles"])})
+
+
+#: a simulated fleet fails alike every round (same code, same data): after this many rounds in
+#: which every device failed its training, the job stops with the devices' error
+STOP_AFTER_FAILED_ROUNDS = 3
+
+
+def sim_federation(**settings: Any) -> FederationConfig:
+    """`FederationConfig` with a simulation's defaults: 3 rounds, and the job stops after
+    :data:`STOP_AFTER_FAILED_ROUNDS` rounds in which every device failed; ``settings`` override."""
+    return FederationConfig(**{"rounds": 3, "stop_after_failed_rounds": STOP_AFTER_FAILED_ROUNDS, **settings})
 
 
 
@@ -132,7 +142,7 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
     everything = np.arange(len(dataset.y_train))
     if not strategy_class(config.method).needs_public_data:
         return everything, None
-    rng = np.random.default_rng(config.seed + 7919)
+    rng = np.random.default_rng(config.federation.seed + 7919)
     public = np.concatenate([
         rng.permutation(np.flatnonzero(dataset.y_train == c))[
             : int(round(config.public_fraction * np.sum(dataset.y_train == c)))]

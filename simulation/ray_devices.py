@@ -80,7 +80,7 @@ class DeviceActor:
         self.url = url
         self.indices = indices
         self.trusted_keys = tuple(bytes.fromhex(k) for k in trusted_keys)  # the job's public key(s), as hex
-        self.dataset = load_dataset(self.config.dataset, root=self.config.data_root, seed=self.config.seed)
+        self.dataset = load_dataset(self.config.dataset, root=self.config.data_root, seed=self.config.federation.seed)
         self.private, _ = split_public(self.config, self.dataset)
         self.host: Any = None
 

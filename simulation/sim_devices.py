@@ -54,7 +54,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
     whichever process builds them (the split depends only on the config and the dataset). They
     train on ``queue``'s thread (None: each on its own) and install only models signed by one of
     ``trusted_keys`` (raw Ed25519 public keys; none: any model)."""
-    shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.seed)
+    shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.federation.seed)
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
     for i in indices:
@@ -63,7 +63,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
         name = device_id(i)
         clients.append(DeviceClient(
             ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),
-                         job=config.job, link=config.link, register_retry_s=2.0, seed=config.seed + i,
+                         job=config.job, link=config.link, register_retry_s=2.0, seed=config.federation.seed + i,
                          state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device,
                          connect_retry_s=30.0, trusted_keys=trusted_keys),
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes),

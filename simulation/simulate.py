@@ -34,35 +34,21 @@ from simulation.ray_devices import RayDevices
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import CHECKPOINT_FILE
-from simulation.config import DEFAULT_FLEET, SimulationConfig, split_public
+from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.sim_devices import DeviceHost
 from coordinator.strategies import create_strategy
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.runtime.federation import EvalData
 from coordinator.strategies.base import Strategy, StrategyContext
 
-__all__ = ["SimulationConfig", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation", "build_strategy",
-           "split_public"]
+__all__ = ["SimulationConfig", "sim_federation", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation",
+           "build_strategy", "split_public"]
 
 log = logging.getLogger(__name__)
 
-#: a simulated fleet fails alike every round (same code, same data): after this many rounds in
-#: which every device failed its training, the job stops with the devices' error
-STOP_AFTER_FAILED_ROUNDS = 3
-
-
-def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None,
-                   checkpoint_dir: str | None = None) -> Strategy:
-    """The coordinator strategy `config.method` names, with its model, eval and public data."""
-    federation = FederationConfig(
-        rounds=config.rounds, min_devices=config.clients, quorum=0.5,
-        round_deadline_s=config.round_deadline_s, seed=config.seed, train=config.train,
-        checkpoint_dir=checkpoint_dir, publish_every=config.publish_every,
-        devices_per_round=config.devices_per_round, eval_every=config.eval_every, lr_decay=config.lr_decay,
-        eval_samples=config.eval_samples, eval_device=config.sim_device,
-        stop_after_failed_rounds=STOP_AFTER_FAILED_ROUNDS,
-    )
+def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None) -> Strategy:
+    """The coordinator strategy `config.method` names, with its model and public data."""
     return create_strategy(config.method, StrategyContext(
-        federation=federation, model_family=config.model, input_shape=dataset.input_shape,
+        federation=config.job_federation(), model_family=config.model, input_shape=dataset.input_shape,
         num_classes=dataset.num_classes, public_data=public_data, options=dict(config.options),
     ))
 
@@ -83,19 +69,20 @@ def run_simulation(config: SimulationConfig,
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
-    if config.checkpoint_dir is not None:
-        writable_dir(config.checkpoint_dir, "--checkpoint-dir")
+    if config.federation.checkpoint_dir is not None:
+        writable_dir(config.federation.checkpoint_dir, "--checkpoint-dir")
     if config.data_root is not None and not Path(config.data_root).expanduser().is_dir():
         raise ValueError(f"--data-root {config.data_root} is not a folder")
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.seed)
+    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
     for name in set(config.profiles):
         load_profile(name)  # a bad profile is an error now, not in a device thread
     resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
     private, public = split_public(config, dataset)
-    if config.checkpoint_dir is not None:
+    if config.federation.checkpoint_dir is not None:
         check_same_job(config)
-    strategy = build_strategy(config, dataset, public, checkpoint_dir=config.checkpoint_dir)
-    if config.checkpoint_dir is None or not (Path(config.checkpoint_dir) / CHECKPOINT_FILE).exists():
+    strategy = build_strategy(config, dataset, public)
+    checkpoint_dir = config.federation.checkpoint_dir
+    if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
     broker = None if config.broker_url else EmbeddedBroker()
     report: RunReport | None = None
@@ -123,7 +110,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
                 devices.start()
-            if config.checkpoint_dir is not None:  # the job starts: its settings go beside its checkpoints
+            if config.federation.checkpoint_dir is not None:  # the job starts: its settings go beside its checkpoints
                 keep_job_settings(config)
             RoundLoop(strategy, fleet, report, eval_data=EvalData(dataset.x_test, dataset.y_test),
                       preprocessing=dataset.preprocessing).run(on_round)
@@ -153,15 +140,22 @@ RESUMABLE_TRAIN_CHANGES = ("threads",)
 JOB_FILE = "simulation.json"
 
 
+#: The shape of the stored job settings: 2 since edgefl 0.3 (`SimulationConfig` nests the round
+#: loop's `FederationConfig`); the file of an older job has none.
+JOB_FORMAT = 2
+
+
 def _job_settings(config: SimulationConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(config.to_plain()))  # tuples as lists, as they are stored
+    """The job's settings as stored: the simulation's and its federation's in one flat table."""
+    plain = json.loads(json.dumps(config.to_plain()))  # tuples as lists, as they are stored
+    return {"format": JOB_FORMAT, **plain.pop("federation"), **plain}
 
 
 def check_same_job(config: SimulationConfig) -> None:
     """When the job's settings are beside its checkpoint already, check that ``config`` is the
     same job (only :data:`RESUMABLE_CHANGES` may differ); ValueError names the first difference.
     Writes nothing (`keep_job_settings` does, when the job starts)."""
-    folder = Path(config.checkpoint_dir or ".")
+    folder = Path(config.federation.checkpoint_dir or ".")
     path = folder / JOB_FILE
     mine = _job_settings(config)
     if path.exists():
@@ -169,6 +163,10 @@ def check_same_job(config: SimulationConfig) -> None:
             stored = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path}: unreadable ({exc}); remove the folder to start a new job") from None
+        if not isinstance(stored, dict) or stored.get("format") != JOB_FORMAT:
+            raise ValueError(f"the checkpoint in {folder} was written by an older edgefl (its {JOB_FILE} keeps the "
+                             f"job's settings in another shape): resume it with that version, or use another "
+                             f"--checkpoint-dir for a new job")
         for settings in (stored, mine):
             for key in RESUMABLE_TRAIN_CHANGES:
                 settings.get("train", {}).pop(key, None)
@@ -181,7 +179,7 @@ def check_same_job(config: SimulationConfig) -> None:
 def keep_job_settings(config: SimulationConfig) -> None:
     """Keep the job's settings beside its checkpoint, unless they are there already (a resumed
     job: `check_same_job` compared them)."""
-    folder = Path(config.checkpoint_dir or ".")
+    folder = Path(config.federation.checkpoint_dir or ".")
     path = folder / JOB_FILE
     if path.exists():
         return

@@ -92,8 +92,9 @@ def test_flanc_with_its_orthogonality_penalty_trains_on_cuda() -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+@pytest.mark.slow
 def test_simulated_devices_of_a_process_train_one_at_a_time(tmp_path, broker, monkeypatch) -> None:
-    from simulation.simulate import SimulationConfig, run_simulation
+    from simulation.simulate import SimulationConfig, run_simulation, sim_federation
     from edge_sdk.methods import base
 
     calls: list[tuple[str, float, float]] = []  # (thread, start, end) of every local training
@@ -106,9 +107,9 @@ def test_simulated_devices_of_a_process_train_one_at_a_time(tmp_path, broker, mo
         finally:
             calls.append((threading.current_thread().name, start, time.perf_counter()))
     monkeypatch.setattr(base, "train_local", recorded)
-    run_simulation(SimulationConfig(clients=4, rounds=2, dataset="digits", model="mlp", plots=False,
-                                    train=TrainConfig(epochs=2, batch_size=16), out=str(tmp_path),
-                                    broker_url=broker.url, job="one-at-a-time"))
+    run_simulation(SimulationConfig(clients=4, dataset="digits", model="mlp", plots=False, out=str(tmp_path),
+                                    broker_url=broker.url, job="one-at-a-time",
+                                    federation=sim_federation(rounds=2, train=TrainConfig(epochs=2, batch_size=16))))
     assert len(calls) == 8
     # on the coordinator's thread (here the test's), which serves the devices' training queue
     assert {name for name, _, _ in calls} == {threading.current_thread().name}

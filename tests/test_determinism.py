@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.device_config import schedule_from_toml
 from edge_sdk.training import TrainConfig, default_threads
 
 
 def _rounds(tmp_path, broker, name: str, threads: int) -> list[tuple[dict, float]]:
-    config = SimulationConfig(
-        method="fedavg", clients=3, rounds=2, dataset="digits", partition="shards:4", seed=3,
-        out=str(tmp_path / name), broker_url=broker.url, job=name, plots=False, threads=threads,
-        train=TrainConfig(epochs=1, batch_size=16),
-    )
+    config = SimulationConfig(method="fedavg", clients=3, dataset="digits", partition="shards:4",
+                              out=str(tmp_path / name), broker_url=broker.url, job=name, plots=False,
+                              threads=threads,
+                              federation=sim_federation(rounds=2, seed=3, train=TrainConfig(epochs=1, batch_size=16)))
     report = run_simulation(config)
     assert all(r.aggregated for r in report.rounds)
     return [(r.accuracy, r.loss) for r in report.rounds]
 
 
+@pytest.mark.slow
 def test_same_seed_and_threads_give_the_same_rounds(tmp_path, broker):
     before = torch.get_num_threads()
     first = _rounds(tmp_path, broker, "det-a", threads=1)

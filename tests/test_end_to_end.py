@@ -7,18 +7,19 @@ import json
 
 import pytest
 
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
+
+pytestmark = pytest.mark.slow  # a whole simulated job over a real broker
 
 
 @pytest.fixture(scope="module")
 def fedavg_run(tmp_path_factory, broker):
     out = tmp_path_factory.mktemp("fedavg")
-    config = SimulationConfig(
-        method="fedavg", clients=4, rounds=3, dataset="mnist-sample", partition="iid", seed=0,
-        out=str(out), broker_url=broker.url, job="e2e",
-        train=TrainConfig(epochs=2, batch_size=32, lr=0.05),
-    )
+    config = SimulationConfig(method="fedavg", clients=4, dataset="mnist-sample", partition="iid", out=str(out),
+                              broker_url=broker.url, job="e2e",
+                              federation=sim_federation(rounds=3, seed=0,
+                                                        train=TrainConfig(epochs=2, batch_size=32, lr=0.05)))
     return out, run_simulation(config)
 
 

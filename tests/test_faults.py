@@ -53,6 +53,8 @@ from tests.device_configs import device_toml
 from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks
 from tests.requirements import require
 
+pytestmark = pytest.mark.slow  # whole federations on a real broker with faults injected: ~3 min
+
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 CHUNK = 2048  # an update of the width-0.25 MLP (~170 KB) travels as ~110 chunks
 LABEL = "0.25"
@@ -263,14 +265,14 @@ def test_device_killed_mid_upload(broker, mnist, shards, tmp_path, caplog, clean
         assert device.client.rounds_trained == [0, 1]
     sent = sum(1 for t, e in sniffer.seen if isinstance(e.body, Chunk) and e.body.transfer_id == first.body.transfer_id)
     assert sent < first.body.count, f"the victim finished its upload ({sent} chunks) before the kill"
-    record = coordinator.runtime.fleet.devices["victim"]
+    record = coordinator.fleet.devices["victim"]
     assert (record.online, record.state, record.reason) == (False, "offline", "connection lost")  # its will
     assert "device victim went offline (connection lost); dropped 1 partial transfers" in caplog.text
-    assert coordinator.runtime.fleet.link.pending_transfers() == []
+    assert coordinator.fleet.link.pending_transfers() == []
     assert participants(report) == [["d0", "d1"]] * 2
     assert all(r.aggregated for r in report.rounds)
     assert report.rounds[0].host_seconds < deadline / 2, "round 0 waited for the dead device"
-    assert not [r for r in coordinator.runtime.fleet.rejections if r[0] == "victim"]
+    assert not [r for r in coordinator.fleet.rejections if r[0] == "victim"]
 
 
 # -- 2. a device that reconnects mid-round ----------------------------------------------------------
@@ -316,9 +318,9 @@ def test_device_connection_drop_mid_upload(broker, mnist, shards, cleanup):
     assert d2.client.rounds_trained == [0, 1]  # not trained again on the re-sent plan:
     assert d2.client.resent_updates == [0]  # its update was sent once more instead
     assert [e.round for t, e in sniffer.seen if accepted("d2", 0)(t, e)] == [0]  # counted once
-    assert list(coordinator.runtime.fleet.rejections) == []
-    assert coordinator.runtime.fleet.link.duplicate_chunks > 0  # the re-sent stragglers, ignored
-    assert coordinator.runtime.fleet.link.pending_transfers() == []
+    assert list(coordinator.fleet.rejections) == []
+    assert coordinator.fleet.link.duplicate_chunks > 0  # the re-sent stragglers, ignored
+    assert coordinator.fleet.link.pending_transfers() == []
 
 
 def test_device_client_restarted_mid_round(broker, mnist, shards, cleanup):
@@ -328,7 +330,7 @@ def test_device_client_restarted_mid_round(broker, mnist, shards, cleanup):
     old = devices[2]
     sniffer.wait_for("d2's upload", is_chunk_from("d2", 0))
     old.crash()
-    wait_until("the coordinator sees d2 offline", lambda: not coordinator.runtime.fleet.devices["d2"].online)
+    wait_until("the coordinator sees d2 offline", lambda: not coordinator.fleet.devices["d2"].online)
     new = Device(flaky.url, job, "d2", mnist, shards[2])
     cleanup.callback(new.close)
     sniffer.wait_for("the new d2's update accepted", accepted("d2", 0))
@@ -342,7 +344,7 @@ def test_device_client_restarted_mid_round(broker, mnist, shards, cleanup):
     assert all(r.aggregated for r in report.rounds)
     assert new.client.rounds_trained == [0, 1]
     assert [e.round for t, e in sniffer.seen if accepted("d2", 0)(t, e)] == [0]  # counted once
-    assert list(coordinator.runtime.fleet.rejections) == []
+    assert list(coordinator.fleet.rejections) == []
 
 
 def test_coordinator_connection_drop_loses_the_updates(broker, mnist, shards, cleanup):
@@ -374,7 +376,7 @@ def test_coordinator_connection_drop_loses_the_updates(broker, mnist, shards, cl
     for device in devices:
         assert device.join() == "training finished"
         assert device.client.rounds_trained == [0] and device.client.resent_updates == [0]
-    assert list(coordinator.runtime.fleet.rejections) == []
+    assert list(coordinator.fleet.rejections) == []
 
 
 # -- 3. the coordinator killed and restarted --------------------------------------------------------
@@ -494,7 +496,7 @@ def test_late_will_of_an_old_connection_is_ignored(broker, mnist, shards, caplog
     for device in devices:
         cleanup.callback(device.close)
     assert coordinator.round_done.wait(WAIT), "round 0 did not finish"
-    record = coordinator.runtime.fleet.devices["d0"]
+    record = coordinator.fleet.devices["d0"]
     current = devices[0].transport.connection_stamp
     assert record.connection == current  # learnt from its registration and statuses
 
@@ -508,7 +510,7 @@ def test_late_will_of_an_old_connection_is_ignored(broker, mnist, shards, caplog
     assert record.online and participants(report) == [["d0", "d1"]] * 2  # and changed nothing
 
     rogue.publish(topic, encode_envelope(Envelope.of(Status("offline", "x", connection=current), "d0")), qos=1)
-    wait_until("the current connection's will is taken", lambda: (coordinator.runtime.fleet.pump(0.05), not record.online)[1])
+    wait_until("the current connection's will is taken", lambda: (coordinator.fleet.pump(0.05), not record.online)[1])
 
 
 def test_roll_call_after_the_coordinator_reconnects(broker, mnist, shards, cleanup):
@@ -560,14 +562,14 @@ def test_duplicated_delayed_reordered_chunks(broker, mnist, shards, cleanup):
         assert device.client.rounds_trained == [0, 1] and device.client.errors == []
     # copies still on their way after the last update completed: receive them too
     end = time.monotonic() + 10
-    while coordinator.runtime.fleet.link.duplicate_chunks < proxy.duplicated and time.monotonic() < end:
-        coordinator.runtime.fleet.pump(0.1)
+    while coordinator.fleet.link.duplicate_chunks < proxy.duplicated and time.monotonic() < end:
+        coordinator.fleet.pump(0.1)
     assert participants(report) == [["d0", "d1", "d2"]] * 2
     assert all(r.aggregated for r in report.rounds)
-    assert list(coordinator.runtime.fleet.rejections) == []
+    assert list(coordinator.fleet.rejections) == []
     assert proxy.duplicated > 10 and proxy.reordered > 10 and proxy.delayed > 10
-    assert coordinator.runtime.fleet.link.duplicate_chunks == proxy.duplicated
-    assert coordinator.runtime.fleet.link.pending_transfers() == []
+    assert coordinator.fleet.link.duplicate_chunks == proxy.duplicated
+    assert coordinator.fleet.link.pending_transfers() == []
     assert report.rounds[-1].accuracy[LABEL] > 0.8
 
 

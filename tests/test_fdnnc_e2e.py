@@ -5,7 +5,7 @@ import json
 import pytest
 
 from edge_sdk.methods.settings.options import option_pairs
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.cli import build_parser, main
 from edge_sdk.training import TrainConfig
 
@@ -17,12 +17,11 @@ DENSE_PARAMS = 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10
 @pytest.fixture(scope="module")
 def switch_half(tmp_path_factory, broker):
     out = tmp_path_factory.mktemp("fdnnc")
-    config = SimulationConfig(
-        method="fdnnc", clients=4, rounds=2, model="mlp", partition="iid", seed=0, out=str(out),
-        broker_url=broker.url, job="fdnnc-e2e", throttle="off", plots=False,
-        train=TrainConfig(epochs=1, batch_size=32, lr=1e-3, optimizer="adam"),
-        options={"pattern": "switch", "upload": "half", "big_fraction": "0.5", "hidden": "128,64", "rank": "16"},
-    )
+    config = SimulationConfig(method="fdnnc", clients=4, model="mlp", partition="iid", out=str(out),
+                              broker_url=broker.url, job="fdnnc-e2e", throttle="off", plots=False,
+                              options={"pattern": "switch", "upload": "half", "big_fraction": "0.5", "hidden": "128,64", "rank": "16"},
+                              federation=sim_federation(rounds=2, seed=0,
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=1e-3, optimizer="adam")))
     return run_simulation(config)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedpara import GAMMA_KEY, FedPara, choose_gamma
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -136,11 +136,11 @@ def test_checkpoint_restores_an_auto_gamma() -> None:
 
 @pytest.mark.slow
 def test_fedpara_end_to_end_on_real_digits(tmp_path, broker) -> None:
-    report = run_simulation(SimulationConfig(
-        method="fedpara", clients=4, rounds=2, partition="iid", dataset="digits", out=str(tmp_path),
-        broker_url=broker.url,
-        job="fedpara-e2e", plots=False, throttle="off", round_deadline_s=120,
-        train=TrainConfig(epochs=5, threads=1), options={"gamma": "0.1"}))
+    report = run_simulation(SimulationConfig(method="fedpara", clients=4, partition="iid", dataset="digits",
+                                             out=str(tmp_path), broker_url=broker.url, job="fedpara-e2e",
+                                             plots=False, throttle="off", options={"gamma": "0.1"},
+                                             federation=sim_federation(rounds=2, round_deadline_s=120,
+                                                                       train=TrainConfig(epochs=5, threads=1))))
     data = report.to_dict()
     assert data["rejections"] == [] and {d["assignment"] for d in data["devices"]} == {"global"}
     assert data["rounds"][-1]["accuracy"]["global"] >= 0.6, data["rounds"]  # chance is 0.1

@@ -9,7 +9,8 @@ import torch
 
 from coordinator.runtime.fleet import DeviceRecord
 from coordinator.strategies import create_strategy
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.methods import device_method
 from edge_sdk.methods.base import DeviceContext, LocalData
 from edge_sdk.training import proximal_term

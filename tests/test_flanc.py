@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.flanc import Flanc
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -174,12 +174,14 @@ def test_state_round_trip(mnist):
         other.load_state_tensors({k: v for k, v in list(state.items())[1:]})
 
 
+@pytest.mark.slow
 def test_flanc_end_to_end_over_a_real_broker(broker, tmp_path):
     """4 profiled devices, one per width; every width learns; the widths export to ONNX."""
-    config = SimulationConfig(
-        method="flanc", clients=4, rounds=2, partition="iid", seed=0, out=str(tmp_path), broker_url=broker.url,
-        job="flanc-e2e", plots=False, throttle="off", profiles=tuple(PROFILES.values()),
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05), options={"export": str(tmp_path / "onnx")})
+    config = SimulationConfig(method="flanc", clients=4, partition="iid", out=str(tmp_path), broker_url=broker.url,
+                              job="flanc-e2e", plots=False, throttle="off", profiles=tuple(PROFILES.values()),
+                              options={"export": str(tmp_path / "onnx")},
+                              federation=sim_federation(rounds=2, seed=0,
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
     report = run_simulation(config).to_dict()
     assert {d["id"]: d["assignment"] for d in report["devices"]} == {
         "dev000": "0.25", "dev001": "0.5", "dev002": "0.75", "dev003": "1.0"}

@@ -8,7 +8,7 @@ import time
 
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.base import FederationConfig
+from coordinator.runtime.federation import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile

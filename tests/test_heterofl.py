@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.heterofl import HeteroFL
 from coordinator.runtime.federation import FederationConfig
@@ -155,11 +155,13 @@ def test_fedavg_width_option(mnist):
             make(mnist, FedAvg, **bad)
 
 
+@pytest.mark.slow
 def test_heterofl_end_to_end_over_a_real_broker(broker, tmp_path):
-    config = SimulationConfig(
-        method="heterofl", clients=4, rounds=2, partition="iid", seed=0, out=str(tmp_path), broker_url=broker.url,
-        job="heterofl-e2e", plots=False, throttle="off", profiles=tuple(PROFILES.values()),
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+    config = SimulationConfig(method="heterofl", clients=4, partition="iid", out=str(tmp_path),
+                              broker_url=broker.url, job="heterofl-e2e", plots=False, throttle="off",
+                              profiles=tuple(PROFILES.values()),
+                              federation=sim_federation(rounds=2, seed=0,
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
     report = run_simulation(config).to_dict()
     assert [d["assignment"] for d in report["devices"]] == list(PROFILES)
     final = report["final"]["accuracy"]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from coordinator.strategies.lowrank import LowRank
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.models.fedpara import FedParaLinear, precompose, rank_from_gamma
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks, naive_lowrank_spec
 from edge_sdk.models.lowrank_naive import NaiveLowRankConv2d, NaiveLowRankLinear, naive_rank_matching

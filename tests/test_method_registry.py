@@ -8,7 +8,7 @@ import time
 import pytest
 
 from coordinator.runtime.fleet import Fleet
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies import STRATEGIES
 from edge_sdk.link import MessageLink
 from edge_sdk.methods import DEVICE_METHODS
@@ -29,9 +29,10 @@ def test_every_method_has_a_device_part(name) -> None:
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_every_method_runs_a_round_end_to_end(name, tmp_path, broker) -> None:
-    config = SimulationConfig(method=name, clients=3, rounds=1, dataset="digits", model="mlp", out=str(tmp_path),
+    config = SimulationConfig(method=name, clients=3, dataset="digits", model="mlp", out=str(tmp_path),
                               broker_url=broker.url, job=f"registry-{name}", plots=False,
-                              options=OPTIONS.get(name, {}), train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+                              options=OPTIONS.get(name, {}),
+                              federation=sim_federation(rounds=1, train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
     report = run_simulation(config)
     assert report.rounds[0].aggregated and report.rounds[0].participants
     assert not report.to_dict()["rejections"]
@@ -75,6 +76,7 @@ def test_a_device_without_the_jobs_method_is_turned_away_at_registration(broker)
         coordinator.close()
 
 
+@pytest.mark.slow
 def test_a_device_client_turned_away_stops_with_the_reason(broker, monkeypatch) -> None:
     import threading
 
@@ -115,7 +117,8 @@ def test_every_methods_checkpoint_state_round_trips_and_rejects_a_stranger(name)
     import numpy as np
 
     from coordinator.strategies import create_strategy
-    from coordinator.strategies.base import FederationConfig, StrategyContext
+    from coordinator.runtime.federation import FederationConfig
+    from coordinator.strategies.base import StrategyContext
 
     def fresh(seed: int):
         public = np.random.default_rng(0).normal(size=(20, 1, 8, 8)).astype(np.float32)  # for REFT

@@ -13,7 +13,7 @@ import torch
 
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.publish import publish_models
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -30,13 +30,15 @@ from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, options", [("fedavg", {}), ("flanc", {"widths": "0.5,1"})])
 def test_every_device_gets_the_model_of_its_label_and_it_reproduces_the_accuracy(broker, tmp_path, method,
                                                                                 options):
     out = tmp_path / method
-    report = run_simulation(SimulationConfig(
-        method=method, clients=3, rounds=1, out=str(out), broker_url=broker.url, throttle="off", plots=False,
-        job=f"publish-{method}", train=TrainConfig(epochs=1, max_steps=20), options=options))
+    report = run_simulation(SimulationConfig(method=method, clients=3, out=str(out), broker_url=broker.url,
+                                             throttle="off", plots=False, job=f"publish-{method}", options=options,
+                                             federation=sim_federation(rounds=1,
+                                                                       train=TrainConfig(epochs=1, max_steps=20))))
     data = load_dataset("mnist-sample")
     final = report.rounds[-1].accuracy
     labels = {d["id"]: d["assignment"] for d in report.devices}
@@ -120,6 +122,7 @@ def _client(broker, job: str, device: str, state_dir, data) -> DeviceClient:
                         load_profile("raspberry-pi-4b"))
 
 
+@pytest.mark.slow
 def test_a_device_offline_at_the_end_installs_its_model_when_it_next_connects(broker, tmp_path):
     """The model is retained on the device's downlink: no coordinator needs to be running."""
     job = "publish-late"
@@ -173,15 +176,17 @@ def test_only_a_message_that_fits_one_frame_can_be_retained(broker):
         transport.close()
 
 
+@pytest.mark.slow
 def test_publish_every_sends_interim_models_and_the_device_ends_with_the_last(broker, tmp_path):
     job = "publish-every"
     sniffer = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-sniffer"))
     sniffer.subscribe(f"edgefl/{job}/down/+")
     sniffer.connect()
     try:
-        run_simulation(SimulationConfig(
-            method="fedavg", clients=2, rounds=3, out=str(tmp_path), broker_url=broker.url, throttle="off",
-            plots=False, job=job, train=TrainConfig(epochs=1, max_steps=5), publish_every=1))
+        run_simulation(SimulationConfig(method="fedavg", clients=2, out=str(tmp_path), broker_url=broker.url,
+                                        throttle="off", plots=False, job=job,
+                                        federation=sim_federation(rounds=3, train=TrainConfig(epochs=1, max_steps=5),
+                                                                  publish_every=1)))
         rounds: dict[str, list[int]] = {}
         while (incoming := sniffer.receive(1.0)) is not None:
             env = decode_envelope(incoming.payload)

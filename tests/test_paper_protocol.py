@@ -15,7 +15,7 @@ from coordinator.strategies.assignment import LevelAssigner
 from edge_sdk.methods.settings.shared import AssignmentConfig
 from coordinator.runtime.fleet import DeviceRecord, Fleet
 from coordinator.runtime.lr_schedule import lr_factor, parse_lr_decay
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.runtime.federation import EvalData, FederationConfig
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
@@ -100,11 +100,11 @@ def test_a_flanc_job_with_the_papers_protocol(tmp_path, broker, monkeypatch) -> 
         return real_send(self, device_id, body, rnd, **kw)
 
     monkeypatch.setattr(Fleet, "send", recording_send)
-    config = SimulationConfig(
-        method="flanc", clients=8, rounds=3, devices_per_round=5, dataset="digits", model="mlp",
-        out=str(tmp_path), broker_url=broker.url, job="paper-protocol", plots=False,
-        options={"sample": "every"}, lr_decay=((2, 0.1),), eval_samples=60,
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, augment="hflip"))
+    config = SimulationConfig(method="flanc", clients=8, dataset="digits", model="mlp", out=str(tmp_path),
+                              broker_url=broker.url, job="paper-protocol", plots=False, options={"sample": "every"},
+                              federation=sim_federation(rounds=3, devices_per_round=5, lr_decay=((2, 0.1),),
+                                                        eval_samples=60,
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, augment="hflip")))
     report = run_simulation(config)
     for rnd in range(3):
         plans = [s for s in sent if s[0] == rnd]
@@ -113,7 +113,7 @@ def test_a_flanc_job_with_the_papers_protocol(tmp_path, broker, monkeypatch) -> 
     assert {aug for *_, aug in sent} == {"hflip"}
     held_out = len(load_dataset("digits", seed=0).y_test)
     assert held_out > 300 and [r.metrics["eval_samples"] for r in report.rounds] == [60, 60, held_out]
-    assert json.loads((tmp_path / "report.json").read_text())["config"]["lr_decay"] == [[2, 0.1]]
+    assert json.loads((tmp_path / "report.json").read_text())["config"]["federation"]["lr_decay"] == [[2, 0.1]]
 
 
 def test_hflip_mirrors_a_random_half_of_each_batch() -> None:
@@ -166,22 +166,26 @@ def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
         coordinator_config_from_toml(path)
 
 
+@pytest.mark.slow
 def test_a_simulation_resumes_from_its_checkpoint(tmp_path, broker) -> None:
     base = dict(method="flanc", clients=4, dataset="digits", model="mlp", broker_url=broker.url, plots=False,
-                checkpoint_dir=str(tmp_path / "ckpt"), options={"sample": "every"},
-                train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
-    first = run_simulation(SimulationConfig(rounds=2, out=str(tmp_path / "a"), job="resume-a", **base))
+                options={"sample": "every"})
+    job = dict(checkpoint_dir=str(tmp_path / "ckpt"), train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+    first = run_simulation(SimulationConfig(out=str(tmp_path / "a"), job="resume-a", **base,
+                                            federation=sim_federation(rounds=2, **job)))
     assert (tmp_path / "ckpt" / "simulation.json").exists()
-    longer = run_simulation(SimulationConfig(rounds=3, out=str(tmp_path / "b"), job="resume-b", **base))
+    longer = run_simulation(SimulationConfig(out=str(tmp_path / "b"), job="resume-b", **base,
+                                             federation=sim_federation(rounds=3, **job)))
     assert len(longer.rounds) == 3
     assert [r.accuracy for r in longer.rounds[:2]] == [r.accuracy for r in first.rounds]  # restored, not retrained
     assert longer.rounds[2].accuracy and longer.rounds[2].participants
     with pytest.raises(ValueError, match=r"another job \(train was .* use another --checkpoint-dir"):
-        run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "c"), job="resume-c",
-                                        **{**base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)}))
+        run_simulation(SimulationConfig(out=str(tmp_path / "c"), job="resume-c", **base, federation=sim_federation(
+            rounds=4, **{**job, "train": TrainConfig(epochs=1, batch_size=32, lr=0.01)})))
     # how many torch threads train is where the job runs, not what it is: a resume may change it
-    threads = run_simulation(SimulationConfig(rounds=4, out=str(tmp_path / "d"), job="resume-d", **{
-        **base, "train": TrainConfig(epochs=1, batch_size=32, lr=0.05, threads=1)}))
+    threads = run_simulation(SimulationConfig(out=str(tmp_path / "d"), job="resume-d", **base,
+                                              federation=sim_federation(rounds=4, **{**job, "train": TrainConfig(
+                                                  epochs=1, batch_size=32, lr=0.05, threads=1)})))
     assert len(threads.rounds) == 4 and threads.rounds[2].accuracy == longer.rounds[2].accuracy
 
 

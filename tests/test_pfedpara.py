@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.fleet import DeviceRecord
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.pfedpara import PFedPara
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink, Received
@@ -105,6 +106,7 @@ class _Replay:
         return self.messages.pop(0) if self.messages else None
 
 
+@pytest.mark.slow
 def test_w2_never_crosses_the_wire(tmp_path, broker) -> None:
     job = f"pfedpara-spy-{uuid.uuid4().hex[:6]}"
     spy = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-spy"))
@@ -115,10 +117,11 @@ def test_w2_never_crosses_the_wire(tmp_path, broker) -> None:
         spy.publish(probe, b"probe")
         first = spy.receive(timeout=10)
         assert first is not None and first.topic == probe  # the subscription is live
-        report = run_simulation(SimulationConfig(
-            method="pfedpara", clients=4, rounds=2, partition="shards:2", dataset="digits", out=str(tmp_path),
-            broker_url=broker.url, job=job, plots=False, throttle="off", round_deadline_s=120,
-            train=TrainConfig(epochs=5, threads=1), options={"gamma": "0.3"}))
+        report = run_simulation(SimulationConfig(method="pfedpara", clients=4, partition="shards:2",
+                                                 dataset="digits", out=str(tmp_path), broker_url=broker.url, job=job,
+                                                 plots=False, throttle="off", options={"gamma": "0.3"},
+                                                 federation=sim_federation(rounds=2, round_deadline_s=120,
+                                                                           train=TrainConfig(epochs=5, threads=1))))
         time.sleep(0.5)
         recorded = []
         while (message := spy.receive(timeout=0.5)) is not None:

@@ -20,11 +20,12 @@ import psutil
 import pytest
 
 from simulation.ray_devices import _ray
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
+from tests.requirements import needs
 
 RAY = Path(sys.executable).with_name("ray")
-needs_ray = pytest.mark.skipif(not RAY.exists(), reason="Ray is not installed (pip install 'edgefl[ray]')")
+needs_ray = needs("ray")
 
 
 def _free_port() -> int:
@@ -72,10 +73,12 @@ def two_nodes():
 
 
 def _config(tmp_path: Path, **kw) -> SimulationConfig:
-    return SimulationConfig(method="fedavg", clients=4, rounds=2, dataset="digits", model="mlp", plots=False,
-                            train=TrainConfig(epochs=1, batch_size=32, lr=0.05), out=str(tmp_path), **kw)
+    return SimulationConfig(method="fedavg", clients=4, dataset="digits", model="mlp", plots=False,
+                            federation=sim_federation(rounds=2, train=TrainConfig(epochs=1, batch_size=32, lr=0.05)),
+                            out=str(tmp_path), **kw)
 
 
+@pytest.mark.slow
 @needs_ray
 def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, tmp_path, monkeypatch) -> None:
     address, token = two_nodes
@@ -99,8 +102,8 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
 
 def test_the_settings_cross_to_an_actor_as_json_and_come_back_equal() -> None:
     config = SimulationConfig(method="flanc", clients=7, partition="shards:2", backend="ray", ray_workers=3,
-                              ray_actors_per_worker=3,
-                              train=TrainConfig(epochs=2, lr=0.01), options={"sample": "any"})
+                              ray_actors_per_worker=3, options={"sample": "any"},
+                              federation=sim_federation(train=TrainConfig(epochs=2, lr=0.01)))
     assert SimulationConfig.from_plain(json.loads(json.dumps(config.to_plain()))) == config
 
 

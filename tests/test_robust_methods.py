@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.strategies import create_strategy
-from coordinator.strategies.base import FederationConfig, StrategyContext
+from coordinator.runtime.federation import FederationConfig
+from coordinator.strategies.base import StrategyContext
 from edge_sdk.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from simulation.simulate import SimulationConfig, run_simulation
-from coordinator.strategies.base import FederationConfig
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
+from coordinator.runtime.federation import FederationConfig
 from edge_sdk.training import TrainConfig
 
 
 def test_k_devices_per_round_and_evaluation_every_second_round(tmp_path, broker) -> None:
-    config = SimulationConfig(
-        method="fedavg", clients=5, rounds=3, devices_per_round=2, eval_every=2, dataset="digits",
-        model="mlp", out=str(tmp_path), broker_url=broker.url, job="sampling", plots=True,
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05),
-    )
+    config = SimulationConfig(method="fedavg", clients=5, dataset="digits", model="mlp", out=str(tmp_path),
+                              broker_url=broker.url, job="sampling", plots=True,
+                              federation=sim_federation(rounds=3, devices_per_round=2, eval_every=2,
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
     report = run_simulation(config)
     assert [len(r.participants) for r in report.rounds] == [2, 2, 2]
     assert len({tuple(r.participants) for r in report.rounds}) > 1  # sampled anew each round
@@ -35,7 +34,7 @@ def test_k_devices_per_round_and_evaluation_every_second_round(tmp_path, broker)
 ])
 def test_impossible_sampling_settings_are_rejected(kw, message) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        SimulationConfig(clients=4, **kw)
+        SimulationConfig(clients=4, federation=sim_federation(**kw))
 
 
 def test_the_coordinator_config_takes_eval_every() -> None:

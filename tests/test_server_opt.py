@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.runtime.report import RunReport
 from coordinator.aggregate.server_opt import ServerOptimizer
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import STRATEGIES, create_strategy
@@ -129,11 +129,11 @@ def test_moments_are_checkpointed_and_resumed(tmp_path) -> None:
 
 
 def test_flanc_steps_its_basis_and_each_width_as_groups(tmp_path, broker) -> None:
-    config = SimulationConfig(method="flanc", clients=4, rounds=2, dataset="digits", model="mlp", out=str(tmp_path),
+    config = SimulationConfig(method="flanc", clients=4, dataset="digits", model="mlp", out=str(tmp_path),
                               broker_url=broker.url, job="server-opt-flanc", plots=False,
-                              checkpoint_dir=str(tmp_path / "ckpt"),
                               options={"server_opt": "fedavgm", "sample": "every"},
-                              train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+                              federation=sim_federation(rounds=2, checkpoint_dir=str(tmp_path / "ckpt"),
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
     report = run_simulation(config)
     assert all(r.aggregated for r in report.rounds)
     assert all(0.0 <= a <= 1.0 for a in report.rounds[-1].accuracy.values())
@@ -154,11 +154,11 @@ def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
 
 
 def test_fdnnc_steps_its_composed_dense_model_once_per_round(tmp_path, broker) -> None:
-    config = SimulationConfig(method="fdnnc", clients=4, rounds=2, dataset="digits", model="mlp", out=str(tmp_path),
+    config = SimulationConfig(method="fdnnc", clients=4, dataset="digits", model="mlp", out=str(tmp_path),
                               broker_url=broker.url, job="server-opt-fdnnc", plots=False,
-                              checkpoint_dir=str(tmp_path / "ckpt"),
                               options={"server_opt": "fedavgm", "pattern": "both", "big_fraction": "0.5"},
-                              train=TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9))  # > 0.3 in 2 rounds
+                              federation=sim_federation(rounds=2, checkpoint_dir=str(tmp_path / "ckpt"),
+                                                        train=TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9)))  # > 0.3 in 2 rounds
     report = run_simulation(config)
     assert all(r.aggregated for r in report.rounds)
     assert report.rounds[-1].accuracy["big"] > 0.3 and report.rounds[-1].accuracy["small"] > 0.3

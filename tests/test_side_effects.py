@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from edge_sdk.accelerator import check_device_name
-from simulation.config import SimulationConfig
+from simulation.config import SimulationConfig, sim_federation
 from simulation.simulate import JOB_FILE, check_same_job, keep_job_settings
 
 
@@ -39,17 +39,30 @@ def test_a_bad_device_name_is_a_one_line_error_listing_the_choices(name) -> None
 
 def test_checking_a_job_writes_nothing_keeping_it_writes_once(tmp_path) -> None:
     folder = tmp_path / "ckpt"
-    config = SimulationConfig(checkpoint_dir=str(folder), rounds=2)
+    config = SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), rounds=2))
     check_same_job(config)
     assert not folder.exists()
     keep_job_settings(config)
     stored = (folder / JOB_FILE).read_text()
     assert json.loads(stored)["rounds"] == 2
-    check_same_job(SimulationConfig(checkpoint_dir=str(folder), rounds=5))  # rounds may change on resume
-    keep_job_settings(SimulationConfig(checkpoint_dir=str(folder), rounds=5))
+    # rounds may change on resume
+    check_same_job(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), rounds=5)))
+    keep_job_settings(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), rounds=5)))
     assert (folder / JOB_FILE).read_text() == stored  # the first job's settings stay
     with pytest.raises(ValueError, match="another job"):
-        check_same_job(SimulationConfig(checkpoint_dir=str(folder), seed=1))
+        check_same_job(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), seed=1)))
+
+
+def test_the_job_settings_of_an_older_edgefl_are_refused_in_one_line(tmp_path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    old = SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder))).to_plain()
+    old = {**old, **old.pop("federation")}  # 0.2 kept a flat SimulationConfig and no format
+    old.pop("format", None)
+    (folder / JOB_FILE).write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="written by an older edgefl") as err:
+        check_same_job(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder))))
+    assert "\n" not in str(err.value) and "another --checkpoint-dir" in str(err.value)
 
 
 def test_importing_the_transport_installs_no_logging_filter() -> None:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.data import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
 from edge_sdk.methods.fedavg import train_fedavg
@@ -28,9 +28,9 @@ PROFILES = ("raspberry-pi-3b", "jetson-nano", "laptop")
 
 def _job(tmp_path, broker, name: str, **kw):
     config = SimulationConfig(
-        method="fedavg", clients=3, rounds=2, dataset="digits", model="mlp", partition="iid",
+        method="fedavg", clients=3, dataset="digits", model="mlp", partition="iid",
         out=str(tmp_path / name), broker_url=broker.url, job=f"simtime-{name}", profiles=PROFILES,
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05), plots=False, **kw,
+        federation=sim_federation(rounds=2, train=TrainConfig(epochs=1, batch_size=32, lr=0.05)), plots=False, **kw,
     )
     return run_simulation(config)
 
@@ -40,6 +40,7 @@ def _busy_cores() -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 2)]
 
 
+@pytest.mark.slow
 def test_the_same_job_reports_the_same_simulated_seconds_under_load(tmp_path, broker) -> None:
     idle = _job(tmp_path, broker, "idle")
     spinners = _busy_cores()

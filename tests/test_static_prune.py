@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from simulation.simulate import SimulationConfig, run_simulation
+from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.static_prune import StaticPrune
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -23,12 +23,10 @@ from edge_sdk.training import TrainConfig
 @pytest.fixture(scope="module")
 def static_run(tmp_path_factory, broker):
     out = tmp_path_factory.mktemp("static")
-    config = SimulationConfig(
-        method="static-prune", clients=3, rounds=2, dataset="mnist-sample", partition="iid", seed=0,
-        out=str(out), broker_url=broker.url, job="e2e-static", throttle="off", plots=False,
-        profiles=("raspberry-pi-4b", "raspberry-pi-5", "laptop"),  # levels 0.8, 0.4, 0 at F_lambda 20
-        train=TrainConfig(epochs=2, batch_size=32), options={"f_lambda": "20"},
-    )
+    config = SimulationConfig(method="static-prune", clients=3, dataset="mnist-sample", partition="iid",
+                              out=str(out), broker_url=broker.url, job="e2e-static", throttle="off", plots=False,
+                              profiles=("raspberry-pi-4b", "raspberry-pi-5", "laptop"), options={"f_lambda": "20"},
+                              federation=sim_federation(rounds=2, seed=0, train=TrainConfig(epochs=2, batch_size=32)))
     yield out, run_simulation(config)  # one torch thread: tests/conftest.py
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from simulation.simulate import STOP_AFTER_FAILED_ROUNDS, SimulationConfig, run_simulation
-from coordinator.strategies.base import FederationConfig, TrainingFailed
+from simulation.simulate import STOP_AFTER_FAILED_ROUNDS, SimulationConfig, run_simulation, sim_federation
+from coordinator.runtime.federation import FederationConfig, TrainingFailed
 from edge_sdk.cli import main as edgefl
 from edge_sdk.methods import base
 from edge_sdk.training import TrainConfig
@@ -27,11 +27,12 @@ def _failing(every: int = 1):
 
 
 def _config(tmp_path, broker, rounds: int = 10) -> SimulationConfig:
-    return SimulationConfig(clients=3, rounds=rounds, dataset="digits", model="mlp", plots=False,
-                            train=TrainConfig(epochs=1, batch_size=32), out=str(tmp_path / "run"),
-                            broker_url=broker.url, job="failing", throttle="off")
+    return SimulationConfig(clients=3, dataset="digits", model="mlp", plots=False, out=str(tmp_path / "run"),
+                            broker_url=broker.url, job="failing", throttle="off",
+                            federation=sim_federation(rounds=rounds, train=TrainConfig(epochs=1, batch_size=32)))
 
 
+@pytest.mark.slow
 def test_a_job_whose_every_device_fails_stops_with_their_error(tmp_path, broker, monkeypatch) -> None:
     train, calls = _failing()
     monkeypatch.setattr(base, "train_local", train)
@@ -50,6 +51,7 @@ def test_a_job_where_some_devices_fail_runs_to_the_end(tmp_path, broker, monkeyp
     assert len(report.rounds) == 5 and len(calls) == 15
 
 
+@pytest.mark.slow
 def test_simulate_says_it_in_one_line(tmp_path, broker, monkeypatch, capsys) -> None:
     monkeypatch.setattr(base, "train_local", _failing()[0])
     code = edgefl(["simulate", "--clients", "3", "--rounds", "10", "--dataset", "digits", "--model", "mlp",

@@ -129,7 +129,7 @@ def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_pa
     """The in-process backend: the coordinator's thread (here, the test's) trains the devices while
     it waits for them and evaluates on the same thread, so torch has one OpenMP team in the process."""
     import edge_sdk.client as client_module
-    from simulation.simulate import SimulationConfig, run_simulation
+    from simulation.simulate import SimulationConfig, run_simulation, sim_federation
     from edge_sdk.training import TrainConfig
 
     ran_on: list[int] = []
@@ -145,10 +145,11 @@ def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_pa
         return run
 
     monkeypatch.setattr(client_module, "device_method", recording)
-    report = run_simulation(SimulationConfig(
-        method="fedavg", clients=4, rounds=2, dataset="digits", model="mlp", partition="iid",
-        out=str(tmp_path / "job"), broker_url=broker.url, job="queue-thread", plots=False,
-        train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
+    report = run_simulation(SimulationConfig(method="fedavg", clients=4, dataset="digits", model="mlp",
+                                             partition="iid", out=str(tmp_path / "job"), broker_url=broker.url,
+                                             job="queue-thread", plots=False,
+                                             federation=sim_federation(rounds=2,
+                                                                       train=TrainConfig(epochs=1, batch_size=32, lr=0.05))))
     assert [len(r.participants) for r in report.rounds] == [4, 4]
     assert ran_on == [threading.get_ident()] * 8
 

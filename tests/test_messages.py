@@ -10,28 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edge_sdk.protocol import (
-    MESSAGE_TYPES,
-    SCHEMA_VERSION,
-    Ack,
-    Chunk,
-    CodecLimits,
-    Model,
-    Envelope,
-    Error,
-    Plan,
-    ProfileUpdate,
-    ProtocolError,
-    Register,
-    RoundStart,
-    Status,
-    Stop,
-    Update,
-    decode_envelope,
-    encode_envelope,
-    packb,
-    peek_header,
-)
+from edge_sdk.protocol import (MESSAGE_TYPES, SCHEMA_VERSION, Ack, Chunk, CodecLimits, Model, Envelope, Error, Plan,
+                             ProfileUpdate, ProtocolError, Register, RoundStart, Status, Stop, Update,
+                             decode_envelope, encode_envelope, packb, peek_header)
 
 W = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
 FIXED_ID = "0123456789abcdef0123456789abcdef"

@@ -1,13 +1,12 @@
 """Model zoo: every family builds, shapes, parameter counts, widths, wire round trip."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import msgpack
 import pytest
 import torch
 
+from tests.run_python import run_python
 from edge_sdk.models import (MODEL_FAMILIES, SpecError, build_model, cnn4, count_flops,
                              count_params, infer_shapes, mlp, model_for_dataset, resnet_small)
 from edge_sdk.models.zoo import scale_width
@@ -115,8 +114,7 @@ def test_bad_arguments() -> None:
 
 
 def test_edge_sdk_stays_lean() -> None:
-    code = ("import sys, edge_sdk.models, edge_sdk.training, edge_sdk.tensors\n"
-            "bad = [m for m in ('coordinator', 'nni', 'onnx', 'sklearn', 'mlxtend', "
-            "'matplotlib', 'rich') if m in sys.modules]\n"
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    run_python("import sys, edge_sdk.models, edge_sdk.training, edge_sdk.tensors",
+               "heavy = ('coordinator', 'nni', 'onnx', 'sklearn', 'mlxtend', 'matplotlib', 'rich')",
+               "bad = [m for m in heavy if m in sys.modules]",
+               "assert not bad, bad", timeout=60)

@@ -201,10 +201,7 @@ class FedPara(WidthStrategy):
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
-        weights = [u.update.num_samples for u in updates]
-        self.weights, metrics = self.fold(
-            "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
-            self.options.robust, self.options.server)
+        metrics = self.fold_held_weights(updates)
         metrics.update(train_loss=mean_train_loss([u.update for u in updates]),
                        gamma=float(self.gamma))  # type: ignore[arg-type]
         if self.budget:

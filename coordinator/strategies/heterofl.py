@@ -122,10 +122,7 @@ class HeteroFL(WidthStrategy):
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
-        weights = [u.update.num_samples for u in updates]
-        self.weights, metrics = self.fold(
-            "weights", self.weights, [{k: u.update.tensors[k] for k in self.weights} for u in updates], weights,
-            self.options.robust, self.options.server)
+        metrics = self.fold_held_weights(updates)
         for q in self.labels:
             self._pool_stats(q, updates)
         metrics.update({f"devices_{label}": float(sum(u.update.label == label for u in updates))

@@ -23,7 +23,7 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.runtime.federation import EvalData
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.base import Strategy
 from coordinator.aggregate.validation import UpdateRejected, validate_update
 
@@ -77,6 +77,15 @@ class WidthStrategy(Strategy):
         if label is None:
             raise UpdateRejected("not_planned", "no plan was sent to this device")
         validate_update(update, self.expected[label], label, device.num_samples)
+
+    def fold_held_weights(self, updates: list[ReceivedUpdate]) -> dict[str, float]:
+        """Fold ``self.weights`` (group ``weights``) from the updates' tensors of the same names —
+        each a leading block of the global tensor, averaged element-wise over the devices that hold
+        it, sample-weighted, under the method's robust rule and server optimizer; the rule's metrics."""
+        sets = [{k: u.update.tensors[k] for k in self.weights} for u in updates]
+        self.weights, metrics = self.fold("weights", self.weights, sets, [u.update.num_samples for u in updates],
+                                          self.options.robust, self.options.server)
+        return metrics
 
     @classmethod
     def describe_label(cls, label: str) -> str:

@@ -39,7 +39,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, W
 
 __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
-SDK_VERSION = "0.2.0"
+SDK_VERSION = "0.3.0"
 log = logging.getLogger(__name__)
 #: Before re-measuring, the device watches the machine this long: the rest of it must stay idle.
 IDLE_WATCH_S = 5.0

@@ -41,7 +41,7 @@ def test_updates_come_in_participant_order_whatever_the_arrival(broker):
     strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(8,)))
     coordinator = MqttTransport(TransportConfig(url=broker.url, client_id="collect-order-coordinator"))
     coordinator.connect()
-    fleet = Fleet(MessageLink(coordinator), topics, on_register=strategy.on_register)
+    fleet = Fleet(MessageLink(coordinator), topics, on_register=lambda device: setattr(device, "label", strategy.assign(device)))
     fleet.start()
     names = ["zeta", "alpha", "mid"]
     peers = {d: _device(broker.url, topics, d) for d in names}
@@ -54,7 +54,7 @@ def test_updates_come_in_participant_order_whatever_the_arrival(broker):
             _acked(peer)
         result: dict = {}
         collector = threading.Thread(
-            target=lambda: result.update(fleet.collect(0, names, 20.0, strategy.check_update)))
+            target=lambda: result.update(fleet.collect(0, names, 20.0, strategy.check_update).updates))
         collector.start()
         time.sleep(0.2)
         for d in ("mid", "alpha", "zeta"):  # arrival order: neither the participants' nor sorted

@@ -96,7 +96,7 @@ def test_every_bad_update_is_rejected_and_reported(setup):
     ]
     result: dict = {}
     collector = threading.Thread(
-        target=lambda: result.update(fleet.collect(0, [DEVICE], 20.0, strategy.check_update)))
+        target=lambda: result.update(fleet.collect(0, [DEVICE], 20.0, strategy.check_update).updates))
     collector.start()
     time.sleep(0.2)
     for body, rnd, sender, code in cases:
@@ -138,7 +138,7 @@ def test_a_device_that_declines_does_not_hold_the_round_open(setup):
     result: dict = {}
     started = time.monotonic()
     collector = threading.Thread(
-        target=lambda: result.update(fleet.collect(0, [DEVICE], 30.0, strategy.check_update)))
+        target=lambda: result.update(fleet.collect(0, [DEVICE], 30.0, strategy.check_update).updates))
     collector.start()
     time.sleep(0.2)
     peer.send(Error("not_training", "outside the training window 22:00-06:30"), rnd=0)

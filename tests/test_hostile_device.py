@@ -96,7 +96,7 @@ def _collect_in_background(fleet: Fleet, strategy: FedAvg, participants: list[st
                            deadline_s: float = 30.0) -> tuple[threading.Thread, dict]:
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(
-        fleet.collect(0, participants, deadline_s, strategy.check_update)), daemon=True)
+        fleet.collect(0, participants, deadline_s, strategy.check_update).updates), daemon=True)
     thread.start()
     time.sleep(0.2)
     return thread, result
@@ -254,7 +254,7 @@ def test_one_poisoning_device_does_not_destroy_the_model_under_the_defaults(home
     heavy = _job_accuracy(home, digits, "hostile-heavy", HeavyZero, hostile_samples=20_000)
     print(f"accuracy after 3 rounds: honest only {honest:.3f}, 1e30 poisoner {poisoned:.3f}, "
           f"zero update with 20,000 samples claimed {heavy:.3f}")
-    assert honest > 0.8, honest
+    assert honest > 0.86, honest  # 0.894 measured 2026-11-25
     # a 1e30 update is scaled back to 3x the median norm and its weight by as much: it fades out
     assert poisoned >= honest - 0.01, (honest, poisoned)
     # a zero update keeps at most half of the round's weight (measured: 0.891 against 0.894)

@@ -162,7 +162,7 @@ def test_an_update_during_a_round_applies_when_the_round_ends(job) -> None:
     strategy.configure_train(0, slow)
     result: dict = {}
     collector = threading.Thread(target=lambda: result.update(
-        fleet.collect(0, ["slow"], 2.0, strategy.check_update)))
+        fleet.collect(0, ["slow"], 2.0, strategy.check_update).updates))
     collector.start()
     time.sleep(0.3)
     peers["slow"].send(ProfileUpdate(150.0, trials=10))

@@ -32,7 +32,7 @@ from edge_sdk.token_bucket import TokenBucket
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 
-__all__ = ["DeviceRecord", "ReceivedUpdate", "Fleet", "FleetProgress", "COORDINATOR_ID"]
+__all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
@@ -79,6 +79,16 @@ class ReceivedUpdate:
     round: int
     update: Update
     nbytes: int
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one round's collection brought: the valid updates, in the order of the participants,
+    and the participants that reported a failed local training (``train_failed``), with their
+    messages."""
+
+    updates: dict[str, ReceivedUpdate]
+    failures: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -156,8 +166,6 @@ class Fleet:
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
         self._collecting: _Collection | None = None
-        #: the last collected round's devices that reported ``train_failed``, with their messages
-        self.round_failures: dict[str, str] = {}
         self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
         #: per device, the (device connection, coordinator connection) its plan was last sent
         #: over: a plan is sent again only when one side has reconnected since
@@ -289,8 +297,9 @@ class Fleet:
         return sorted(d.device_id for d in self.devices.values() if d.online)
 
     def collect(self, rnd: int, participants: list[str], deadline_s: float,
-                check: Callable[[DeviceRecord, Update], None]) -> dict[str, ReceivedUpdate]:
-        """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline.
+                check: Callable[[DeviceRecord, Update], None]) -> Collected:
+        """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline,
+        and the participants' reported training failures.
 
         They come in the order of `participants`, not of arrival, so that floating-point sums over
         them, and with them a seeded job, are the same from run to run.
@@ -324,8 +333,7 @@ class Fleet:
                     self.pump(0.0)
             progress()
             accepted = self._collecting.accepted
-            self.round_failures = dict(self._collecting.failed)
-            return {d: accepted[d] for d in participants if d in accepted}
+            return Collected({d: accepted[d] for d in participants if d in accepted}, dict(self._collecting.failed))
         finally:
             self._collecting = None
             for device in self._plans:  # back to the budget of a device not asked for an update

@@ -154,8 +154,8 @@ class RoundLoop:
                 plan = replace(plan, preprocessing=self.preprocessing.normalisation())
             sent[device_id] = fleet.send(device_id, plan, rnd)
             self.payload_bytes.setdefault(plan.label, sent[device_id])
-        updates = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update)
-        failures = dict(fleet.round_failures)
+        collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update)
+        updates, failures = collected.updates, collected.failures
         if participants and set(failures) >= set(participants):
             self._failed_in_a_row += 1
             self._last_failure = next(iter(failures.values()))

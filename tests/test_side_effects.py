@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,3 +80,24 @@ def test_paho_noise_after_a_clean_disconnect_goes_to_debug(caplog) -> None:
         logger.error("Client is not connected")
         logger.error("failed to receive on socket")
     assert [r.getMessage() for r in caplog.records] == ["failed to receive on socket"]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "flanc", "heterofl", "fedpara", "pfedpara", "lowrank",
+                                    "fdnnc", "static-prune"])
+def test_building_a_method_leaves_torchs_global_generator_alone(method) -> None:
+    options = {"gamma": "0.5"} if "para" in method or method == "lowrank" else {}  # built now, not at setup
+    from coordinator.runtime.federation import FederationConfig
+    from coordinator.strategies import create_strategy
+    from coordinator.strategies.base import StrategyContext
+
+    def build(seed: int):
+        return create_strategy(method, StrategyContext(FederationConfig(seed=seed), "mlp", (1, 8, 8), 4,
+                                                       options=options))
+
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    first = build(7)
+    assert torch.equal(torch.get_rng_state(), before)  # not reseeded, not advanced
+    torch.manual_seed(99)  # whatever the caller's state, the same seed builds the same model
+    again = build(7)
+    assert all(np.array_equal(a, again.state_tensors()[k]) for k, a in first.state_tensors().items())

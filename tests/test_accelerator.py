@@ -57,7 +57,7 @@ def test_training_on_a_named_device_leaves_the_model_where_it_was() -> None:
     model = _model()
     result = train_local(model, x, y, TrainConfig(epochs=2, batch_size=16, lr=0.1), device="cpu")
     assert result.steps == 12 and all(p.device.type == "cpu" for p in model.parameters())
-    assert evaluate(model, x, y, device="cpu")[0] > 0.5
+    assert evaluate(model, x, y, device="cpu")[0] > 0.67  # 0.708 measured 2026-11-25
 
 
 @needs_cuda

@@ -71,7 +71,7 @@ def test_real_fleet_from_toml_configs(tmp_path, broker):
     assert "round 2/2: accuracy global" in out and "done after 2 rounds" in out, out
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [(r["round"], r["round_index"]) for r in report["rounds"]] == [(1, 0), (2, 1)]
-    assert report["final"]["accuracy"]["global"] >= 0.85
+    assert report["final"]["accuracy"]["global"] >= 0.93  # 0.963 measured 2026-11-25
     assert sorted(d["id"] for d in report["devices"]) == ["pi0", "pi1"]
     assert (tmp_path / "checkpoint" / "checkpoint.msgpack").exists()
 

@@ -570,7 +570,7 @@ def test_duplicated_delayed_reordered_chunks(broker, mnist, shards, cleanup):
     assert proxy.duplicated > 10 and proxy.reordered > 10 and proxy.delayed > 10
     assert coordinator.fleet.link.duplicate_chunks == proxy.duplicated
     assert coordinator.fleet.link.pending_transfers() == []
-    assert report.rounds[-1].accuracy[LABEL] > 0.8
+    assert report.rounds[-1].accuracy[LABEL] > 0.84  # 0.871 measured 2026-11-25 (the same in two runs)
 
 
 def test_downlink_chunks_duplicated_reordered_and_dropped(broker, mnist, shards, caplog, cleanup):

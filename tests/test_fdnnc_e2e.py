@@ -33,7 +33,7 @@ def test_switch_half_learns_on_big_and_small_devices(switch_half):
     assert labels == {"raspberry-pi-3b": "small", "raspberry-pi-4b": "small",
                       "raspberry-pi-5": "big", "jetson-nano": "big"}
     final = report.rounds[-1].accuracy
-    assert final["big"] >= 0.75 and final["small"] >= 0.75, final  # chance is 0.10
+    assert final["big"] >= 0.84 and final["small"] >= 0.84, final  # 0.875 and 0.875 measured 2026-11-25
     assert report.rejections == []
     assert report.models["big"]["params"] == DENSE_PARAMS
     assert report.models["small"]["params"] * 5 < report.models["big"]["params"]

@@ -143,7 +143,7 @@ def test_fedpara_end_to_end_on_real_digits(tmp_path, broker) -> None:
                                                                        train=TrainConfig(epochs=5, threads=1))))
     data = report.to_dict()
     assert data["rejections"] == [] and {d["assignment"] for d in data["devices"]} == {"global"}
-    assert data["rounds"][-1]["accuracy"]["global"] >= 0.6, data["rounds"]  # chance is 0.1
+    assert data["rounds"][-1]["accuracy"]["global"] >= 0.75, data["rounds"]  # 0.780 measured 2026-11-25
     model = data["models"]["global"]
     raw = 4 * model["params"]
     assert raw <= model["payload_bytes"] <= raw + 8192

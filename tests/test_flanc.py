@@ -186,7 +186,8 @@ def test_flanc_end_to_end_over_a_real_broker(broker, tmp_path):
     assert {d["id"]: d["assignment"] for d in report["devices"]} == {
         "dev000": "0.25", "dev001": "0.5", "dev002": "0.75", "dev003": "1.0"}
     final = report["final"]["accuracy"]
-    assert set(final) == set(PROFILES) and min(final.values()) > 0.3, final  # chance is 0.1
+    floor = {"0.25": 0.74, "0.5": 0.83, "0.75": 0.86, "1.0": 0.87}  # 0.777, 0.867, 0.896, 0.903 measured 2026-11-25
+    assert set(final) == set(PROFILES) and all(final[w] > floor[w] for w in floor), final
     assert report["rejections"] == []
     models = report["models"]
     assert models["1.0"]["params"] < 0.45 * count_params(cnn4(norm="batchnorm"))

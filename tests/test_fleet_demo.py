@@ -66,7 +66,7 @@ def test_the_demo_job_learns_and_a_device_predicts(demo):
     assert len(report["rounds"]) == 3
     assert all(set(r["participants"]) == set(DEVICES) for r in report["rounds"])
     accuracy = report["final"]["accuracy"]["global"]
-    assert accuracy >= 0.75, report["rounds"]  # chance is 0.1
+    assert accuracy >= 0.84, report["rounds"]  # 0.876 measured 2026-11-25
     assert report["rounds"][-1]["accuracy"]["global"] > report["rounds"][0]["accuracy"]["global"]
     for name in DEVICES:  # the coordinator pushed each device its model after the last round
         assert (folder / name / "state" / "model.onnx").stat().st_size > 0
@@ -76,7 +76,7 @@ def test_the_demo_job_learns_and_a_device_predicts(demo):
     with np.load(folder / "pi-kitchen" / "state" / "data.npz") as data:
         truth = data["y_test"]
     assert len(predicted) == len(truth) == 300
-    assert np.mean(np.array(predicted) == truth) >= 0.75
+    assert np.mean(np.array(predicted) == truth) >= 0.84  # 0.870 measured 2026-11-25
     assert re.search(r'^\{"index": 0, "class": \d, "score": ', proc.stdout, re.M), proc.stdout
     assert "300 predictions" in proc.stdout
     print(f"fleet demo: {seconds:.1f} s, accuracy {accuracy:.3f}")

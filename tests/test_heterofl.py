@@ -165,6 +165,7 @@ def test_heterofl_end_to_end_over_a_real_broker(broker, tmp_path):
     report = run_simulation(config).to_dict()
     assert [d["assignment"] for d in report["devices"]] == list(PROFILES)
     final = report["final"]["accuracy"]
-    assert set(final) == set(PROFILES) and min(final.values()) > 0.3, final  # chance is 0.1
+    floor = {"0.25": 0.74, "0.5": 0.89, "0.75": 0.89, "1.0": 0.86}  # 0.779, 0.924, 0.928, 0.894 measured 2026-11-25
+    assert set(final) == set(PROFILES) and all(final[w] > floor[w] for w in floor), final
     assert report["rejections"] == []
     assert report["models"]["1.0"]["params"] == count_params(cnn4(norm="batchnorm"))

@@ -53,7 +53,7 @@ def test_onnxruntime_matches_torch_on_real_digits(digits_model):
     pred = clf.predict(data.x_test)
     assert (pred.classes == expected.argmax(1)).all()
     assert np.allclose(pred.probabilities.sum(1), 1.0, atol=1e-5)
-    assert (pred.classes == data.y_test).mean() > 0.5  # it learned the digits (chance: 0.1)
+    assert (pred.classes == data.y_test).mean() > 0.65  # it learned the digits: 0.680 measured 2026-11-25
 
 
 def test_flat_rows_are_reshaped_and_bad_inputs_refused(digits_model):

@@ -55,7 +55,8 @@ def test_device_keeps_w2_in_its_state_dir_and_uploads_only_w1(tmp_path, two_digi
     ctx = DeviceContext("d1", 0, seed=3, state_dir=tmp_path)
     update = train_pfedpara(plan, two_digits, ctx)
     assert set(update.tensors) == set(plan.tensors)  # W1, biases: nothing personal goes up
-    assert update.metrics["local_n"] == 60 and update.num_samples == 180 and update.metrics["local_acc"] > 0.7
+    # local_acc 0.9 measured 2026-11-25
+    assert update.metrics["local_n"] == 60 and update.num_samples == 180 and update.metrics["local_acc"] > 0.87
     strategy.check_update(device, update)
     stored = load_personal(tmp_path / PERSONAL_FILE, spec_fingerprint(plan.model_spec), _personal_shapes(strategy))
     assert stored is not None and len(stored) == 14 and all(k.endswith(PERSONAL) for k in stored)
@@ -150,5 +151,6 @@ def test_w2_never_crosses_the_wire(tmp_path, broker) -> None:
             assert value.tobytes()[:64] not in raw, f"{name} of dev{device:03d} was on the wire"  # ... W2 never
     data = report.to_dict()
     assert data["rejections"] == []
-    assert data["rounds"][-1]["accuracy"]["local"] >= 0.7, data["rounds"]  # 2 classes per device
+    # 2 classes per device; 0.941 measured 2026-11-25
+    assert data["rounds"][-1]["accuracy"]["local"] >= 0.91, data["rounds"]
     assert data["models"]["global"]["payload_bytes"] < 0.6 * 4 * data["models"]["global"]["params"]

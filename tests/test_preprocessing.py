@@ -143,7 +143,8 @@ def test_a_published_model_takes_raw_inputs_and_names_its_classes(published):
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["class"] for r in rows] == expected.tolist()
-    assert np.mean(expected == data.y_test) > 0.5  # a model that learned (chance: 0.1), on raw pixels
+    # a model that learned (0.680 measured 2026-11-25; chance: 0.1), on raw pixels
+    assert np.mean(expected == data.y_test) > 0.65
     assert rows[0]["label"] == f"digit {rows[0]['class']}"
     shown = json.loads(_predict("--model", str(folder / "new.onnx"), "--show").stdout)
     assert shown["inputs"] == "raw" and shown["input_shape"] == [1, 8, 8] and shown["dtype"] == "float32"

@@ -72,7 +72,8 @@ def test_distillation_transfers_a_real_teacher(digits) -> None:
     before, _ = evaluate(student, digits.x_test, digits.y_test)
     result = distill(student, public, logits, DistillConfig(epochs=30, lr=3e-3))
     after, _ = evaluate(student, digits.x_test, digits.y_test)
-    assert before < 0.3 and after >= teacher_acc - 0.08 and after > 0.8, (before, after, teacher_acc)
+    # 0.930 measured 2026-11-25
+    assert before < 0.3 and after >= teacher_acc - 0.08 and after > 0.9, (before, after, teacher_acc)
     assert result.agreement > 0.9 and result.steps == 30 * 10
     with pytest.raises(ValueError):
         distill(student, public, logits[:10])
@@ -153,7 +154,8 @@ def test_one_round_then_a_further_round_without_the_public_set(digits, tmp_path)
     metrics = strategy.aggregate(0, updates)
     accuracy, _ = strategy.evaluate(0, EvalData(digits.x_test, digits.y_test))
     assert set(accuracy) == {"global", "p0.9", "p0.6", "p0"}
-    assert accuracy["global"] > 0.75 and metrics["distill_agreement"] > 0.8, (accuracy, metrics)
+    # 0.911 measured 2026-11-25
+    assert accuracy["global"] > 0.88 and metrics["distill_agreement"] > 0.8, (accuracy, metrics)
     plans2, _ = _round(strategy, fleet, 1, tmp_path)  # devices kept the public set on disk
     assert not any("public.x" in p.tensors for p in plans2)
     assert not np.array_equal(plans2[2].tensors["layers.1.weight"], plans[2].tensors["layers.1.weight"])
@@ -251,7 +253,7 @@ def test_a_median_teacher_survives_a_device_sending_poisoned_logits(digits, tmp_
         strategy.aggregate(0, updates)
         accuracy[(name, poison)] = strategy.evaluate(0, EvalData(digits.x_test, digits.y_test))[0]["global"]
     honest = accuracy[("plain mean", False)]
-    assert honest > 0.75, accuracy
+    assert honest > 0.88, accuracy  # 0.916 measured 2026-11-25
     assert accuracy[("plain mean", True)] < honest - 0.3, accuracy
     for name in ("mean", "median"):
         assert accuracy[(name, True)] > honest - 0.1, (name, accuracy)

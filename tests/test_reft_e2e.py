@@ -33,7 +33,7 @@ def test_devices_get_their_level_and_the_distilled_model_learns(reft_run) -> Non
     data = json.loads((out / "report.json").read_text())
     assert [d["assignment"] for d in data["devices"]] == LEVELS
     assert len(report.rounds) == 1 and report.rounds[0].aggregated
-    assert report.rounds[0].accuracy["global"] >= 0.6, report.rounds[0].accuracy  # chance is 0.1
+    assert report.rounds[0].accuracy["global"] >= 0.85, report.rounds[0].accuracy  # 0.880 measured 2026-11-25
     # NNI where it imports (and wherever CI requires it: a broken NNI must not pass as torch-pruning)
     assert data["config"]["method_config"]["pruning_backend"] == expected_pruning_backend()
     assert data["rejections"] == []

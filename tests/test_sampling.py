@@ -21,7 +21,8 @@ def test_k_devices_per_round_and_evaluation_every_second_round(tmp_path, broker)
     assert [bool(r.accuracy) for r in report.rounds] == [False, True, True]  # round 2, and the last
     assert report.rounds[0].loss is None and report.rounds[2].loss is not None
     final = report.to_dict()["final"]
-    assert final["evaluated_round"] == 3 and final["accuracy"]["global"] > 0.5  # counted from 1
+    # the round counted from 1; the accuracy 0.744 measured 2026-11-25
+    assert final["evaluated_round"] == 3 and final["accuracy"]["global"] > 0.71
     csv_rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert csv_rows[1].split(",")[:4] == ["1", "0", "", ""]  # round 1 (index 0): no accuracy, no loss
     assert (tmp_path / "accuracy.png").stat().st_size > 0

@@ -161,7 +161,8 @@ def test_fdnnc_steps_its_composed_dense_model_once_per_round(tmp_path, broker) -
                                                         train=TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9)))  # > 0.3 in 2 rounds
     report = run_simulation(config)
     assert all(r.aggregated for r in report.rounds)
-    assert report.rounds[-1].accuracy["big"] > 0.3 and report.rounds[-1].accuracy["small"] > 0.3
+    # big 0.524, small 0.337 measured 2026-11-25
+    assert report.rounds[-1].accuracy["big"] > 0.49 and report.rounds[-1].accuracy["small"] > 0.3
     groups = {k.split("/")[1] for k in load_checkpoint(tmp_path / "ckpt").tensors if k.startswith("server_opt:m/")}
     assert groups == {"dense"}
 

@@ -40,7 +40,7 @@ def test_every_device_trains_the_weakest_devices_model(static_run) -> None:
     assert params < 0.1 * count_params(cnn4())
     assert 4 * params <= data["models"]["p0.8"]["payload_bytes"] <= 4 * params + 4096
     accuracies = [r.accuracy["p0.8"] for r in report.rounds]
-    assert accuracies[-1] >= 0.5, accuracies  # chance is 0.1
+    assert accuracies[-1] >= 0.85, accuracies  # 0.883 measured 2026-11-25
     assert data["rejections"] == []
 
 

@@ -59,7 +59,7 @@ def test_train_digits_to_high_accuracy(digits, family: str) -> None:
     res = train_local(model, xtr, ytr, cfg, seed=1)
     assert time.perf_counter() - start < 30   # generous: the machine may be shared
     acc, loss = evaluate(model, xte, yte)
-    assert acc > 0.85, (acc0, acc)
+    assert acc > 0.94, (acc0, acc)  # cnn4 0.980, mlp 0.972 measured 2026-11-25
     assert loss < loss0 and acc > acc0
     assert res.steps == 10 * 88 and res.samples == 10 * 1400 and res.seconds > 0
     assert 0 < res.loss < loss0
@@ -70,7 +70,7 @@ def test_adam_and_batchnorm_model_train(digits) -> None:
     torch.manual_seed(0)
     model = build_model(resnet_small(1, 10, 8, width=0.5, norm="batchnorm"))
     train_local(model, xtr, ytr, TrainConfig(epochs=3, lr=0.003, optimizer="adam"), seed=0)
-    assert evaluate(model, xte, yte)[0] > 0.85
+    assert evaluate(model, xte, yte)[0] > 0.94  # 0.975 measured 2026-11-25
 
 
 def test_deterministic_by_seed_and_rng_untouched(digits) -> None:

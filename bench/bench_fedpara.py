@@ -94,9 +94,9 @@ def _capture() -> dict[str, Any]:
         strategy = captured["strategy"] = original(*args, **kw)
         aggregate = strategy.aggregate
 
-        def keep(rnd: int, updates: list) -> dict[str, float]:
+        def keep(rnd: int, updates: list, failures: Any = None) -> dict[str, float]:
             captured["last"].update({u.device_id: u.update.tensors for u in updates})
-            return aggregate(rnd, updates)
+            return aggregate(rnd, updates, failures)
 
         strategy.aggregate = keep
         return strategy

@@ -89,6 +89,7 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     """One job of ``devices`` devices; returns its figures."""
     from coordinator.runtime.fleet import Fleet
     from coordinator.runtime.report import RunReport
+    from coordinator.runtime.federation import EvalData
     from coordinator.runtime.round_loop import RoundLoop
     from simulation.simulate import SimulationConfig, build_strategy, sim_federation
     from edge_sdk.data import load_dataset
@@ -131,7 +132,8 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
         fleet.wait_for_devices(devices, 300.0)
         registered = time.monotonic() - started
         marks.update(cpu=time.process_time(), wall=time.monotonic())
-        RoundLoop(strategy, fleet, RunReport(method="fedavg", config={})).run(on_round)
+        RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}),
+                  eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing).run(on_round)
         transport.wait_published(10.0)
     finally:
         for worker in workers:

@@ -204,7 +204,7 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
     fed_acc = [r["accuracy"]["global"] for r in fed["rounds"]]
     best = int(np.argmax(fed_acc))
     fed_bytes = per_round_device_bytes(fed)
-    print(f"\n## FedAvg, dense {fed['config']['model']}, {len(fed_acc)} rounds x 2 local epochs (SGD lr {fed['config']['train']['lr']}), "
+    print(f"\n## FedAvg, dense {fed['config']['model']}, {len(fed_acc)} rounds x 2 local epochs (SGD lr {fed['config']['federation']['train']['lr']}), "
           "5 devices")
     print("accuracy per round: " + " ".join(f"{a:.3f}" for a in fed_acc))
     print(f"best {fed_acc[best]:.3f} at round {best} (of 0..{len(fed_acc) - 1}); "
@@ -222,7 +222,7 @@ def summarise(runs: dict[str, dict[str, Any]], levels: list[dict[str, Any]]) -> 
     reft_eval = runs.get("reft-eval")
     mc = reft["config"]["method_config"]
     global_acc = reft["final"]["accuracy"]["global"]
-    print(f"\n## REFT one-shot ({reft['config']['train']['epochs']} local epochs, Adam lr "
+    print(f"\n## REFT one-shot ({reft['config']['federation']['train']['epochs']} local epochs, Adam lr "
           f"{mc['local_lr']}; distillation T={mc['temperature']}, {mc['distill_epochs']} epochs, Adam lr "
           f"{mc['distill_lr']}); pruning backend: {mc['pruning_backend']}")
     print(f"public set: {mc['public_samples']} unlabeled images held out of training (no device holds them), "

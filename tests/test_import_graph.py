@@ -1,7 +1,8 @@
 """The house's import graph: no circles, and each layer imports only the layers below it.
 
 Every import counts — at module level, inside functions, and under ``TYPE_CHECKING`` — because a
-lazy import hides a circle rather than removing it. Layers, bottom to top: ``edge_sdk`` (the
+lazy import hides a circle rather than removing it; and importing ``a.b.c`` runs ``a/__init__`` and
+``a/b/__init__`` first, so those count too (unless the importer is inside them already). Layers, bottom to top: ``edge_sdk`` (the
 device SDK), ``coordinator`` (the coordinator), ``simulation`` (a whole fleet on one machine).
 """
 
@@ -45,7 +46,17 @@ def import_graph() -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph[name].add(target)
+                    graph[name].update(_parents_run_first(name, target, modules))
     return graph
+
+
+def _parents_run_first(importer: str, target: str, modules: dict[str, Path]) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first: ``a`` and ``a.b`` for
+    ``a.b.c``, except those ``importer`` is inside (they are being imported already)."""
+    parts = target.split(".")
+    parents = {".".join(parts[:i]) for i in range(1, len(parts))}
+    inside = {importer} | {".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 1)}
+    return {p for p in parents - inside if p in modules}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -92,6 +103,17 @@ def test_the_graph_reads_lazy_and_type_checking_imports():
 
 def test_no_import_circles():
     assert _cycles(import_graph()) == []
+
+
+def test_importing_a_module_counts_its_packages_init():
+    graph = import_graph()
+    # edge_sdk.models.flanc imports edge_sdk.model_names (no package between); simulation.simulate
+    # imports coordinator.runtime.fleet, which runs coordinator/__init__ and coordinator/runtime/__init__
+    assert {"coordinator", "coordinator.runtime"} <= graph["simulation.simulate"]
+    # a module inside a package is imported while that package's __init__ runs: no edge back to it
+    # (coordinator/strategies/reft.py imports coordinator.strategies.pruning, a sibling)
+    assert "coordinator.strategies.pruning" in graph["coordinator.strategies.reft"]
+    assert "coordinator.strategies" not in graph["coordinator.strategies.reft"]
 
 
 def test_a_made_up_circle_is_found():

@@ -177,6 +177,7 @@ class RoundLoop:
             else:
                 accuracy, loss = strategy.evaluate(rnd, held_out)
                 metrics = {**metrics, "eval_samples": float(len(held_out))}
+            accuracy = {**accuracy, **strategy.reported_accuracy(rnd)}
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
             bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),

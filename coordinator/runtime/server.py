@@ -9,6 +9,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.link import LinkConfig, MessageLink
@@ -123,6 +124,7 @@ def run_coordinator(config: CoordinatorConfig,
     new job keeps an earlier job's report in ``out`` under a dated name. Ctrl-C writes the
     report of the rounds finished so far (the checkpoint resumes the rest) and propagates.
     """
+    resolve_device(config.federation.eval_device)  # no such GPU: one line now, before anything is touched
     checkpoint_dir = config.federation.checkpoint_dir
     checkpoint = load_checkpoint(Path(checkpoint_dir)) if checkpoint_dir else None
     if checkpoint is not None and checkpoint.round + 1 >= config.federation.rounds:

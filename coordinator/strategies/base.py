@@ -63,9 +63,9 @@ class Strategy(ABC):
 
     The class is the method's descriptor: its ``name``, the device part that trains its plans
     (``device_method``, which a device must list in its capabilities), its settings dataclass
-    (``settings_type``, defined beside its device half in :mod:`edge_sdk.methods.settings`, which
-    also registers its docs page) and :meth:`create`; :data:`coordinator.strategies.STRATEGIES`
-    registers it.
+    (``settings_type``, defined beside its device half in :mod:`edge_sdk.methods.settings`, whose
+    ``METHODS`` registry names its docs page) and :meth:`create`;
+    :data:`coordinator.strategies.STRATEGIES` registers it.
     """
 
     name: ClassVar[str] = ""
@@ -168,7 +168,7 @@ class Strategy(ABC):
         """Raise `UpdateRejected` unless `update` fits what `device` was sent."""
 
     @abstractmethod
-    def aggregate(self, rnd: int, results: list[ReceivedUpdate],
+    def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         """Fold the round's valid updates into the global state; returns metrics. ``failures``:
         the devices asked that reported a failed training, with their messages."""
@@ -178,7 +178,7 @@ class Strategy(ABC):
         ``rnd`` (None: nothing; the default until devices evaluate)."""
         return None
 
-    def aggregate_evaluate(self, rnd: int, results: list[Any],
+    def aggregate_evaluate(self, rnd: int, reports: list[Any],
                            failures: Mapping[str, str] | None = None) -> dict[str, float]:
         """Federated evaluation: the devices' reports folded into metrics (default: none)."""
         return {}
@@ -186,6 +186,11 @@ class Strategy(ABC):
     @abstractmethod
     def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         """Accuracy per label and a loss, on the coordinator's held-out ``data``."""
+
+    def reported_accuracy(self, rnd: int) -> dict[str, float]:
+        """Accuracy per label that the devices reported with round ``rnd``'s updates (e.g.
+        pFedPara's ``local``), shown beside :meth:`evaluate`'s in evaluated rounds (default: none)."""
+        return {}
 
     def finished(self, data: EvalData | None) -> None:
         """Called once after the last round (e.g. to export every width's network)."""

@@ -180,15 +180,15 @@ class Fdnnc(Strategy):
                 self._asked[device_id] = "a" if turn % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
         mode = self._asked.setdefault(device.device_id, "full")
-        train = (train_config or self.config.train).to_dict()
+        settings = (train or self.config.train).to_dict()
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
-                        train={**train, **to_wire(FdnncRound(upload="full", freeze=False))})
+                        train={**settings, **to_wire(FdnncRound(upload="full", freeze=False))})
         asked = FdnncRound(upload=mode, freeze=self.options.freeze and mode != "full")
         return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
-                    train={**train, **to_wire(asked)})
+                    train={**settings, **to_wire(asked)})
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         mode = self._asked.get(device.device_id)

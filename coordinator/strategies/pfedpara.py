@@ -20,7 +20,6 @@ import numpy as np
 
 from edge_sdk.methods.settings.fedpara import PFedParaSettings
 
-from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import ReceivedUpdate
 from coordinator.strategies.fedpara import FedPara
 
@@ -45,9 +44,8 @@ class PFedPara(FedPara):
             metrics["local_accuracy"] = self._local
         return metrics
 
-    def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
-        accuracy, loss = super().evaluate(rnd, data)
+    def reported_accuracy(self, rnd: int) -> dict[str, float]:
+        """``local``: the devices' accuracy of their personalised models on their held-out data,
+        sample-weighted, as reported with this round's updates (none: nothing reported)."""
         local, self._local = getattr(self, "_local", None), None  # this round's reports only
-        if local is not None:
-            accuracy["local"] = local
-        return accuracy, loss
+        return {} if local is None else {"local": local}

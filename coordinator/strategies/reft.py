@@ -138,7 +138,7 @@ class Reft(Strategy):
         return level_label(level)
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
         level = self.levels.get(device.device_id)
         if level is None:
             level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
@@ -149,11 +149,12 @@ class Reft(Strategy):
             tensors.update(self.public)
         sent = _Sent(level_label(level), level, pruned.spec)
         self._sent[device.device_id] = sent
-        local = self.options.local_train((train_config or self.config.train).to_dict())
+        local = self.options.local_train((train or self.config.train).to_dict())
         local["lr"] = self.scheduled_lr(self.options.local_lr, rnd)  # REFT's own lr, under the job's schedule
-        train = {**local, **to_wire(ReftRound(public_digest=self.digest)),
+        settings = {**local, **to_wire(ReftRound(public_digest=self.digest)),
                  **to_wire(self.options)}  # logits_dtype, upload_weights (device_eval)
-        return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors, train=train)
+        return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors,
+                    train=settings)
 
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""

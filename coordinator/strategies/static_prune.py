@@ -28,7 +28,7 @@ from coordinator.strategies.pruning import (PruneResult, capacity_level, describ
                                            resolve_backend, round_to_level)
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.runtime.federation import FederationConfig
-from coordinator.strategies.base import StrategyContext
+from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
 __all__ = ["StaticPrune"]
@@ -76,7 +76,8 @@ class StaticPrune(FedAvg):
         self.pruned = prune_spec(self.dense_spec, self.initial, level, self.backend)
         self.model_spec = self.pruned.spec
         self.weights = dict(self.pruned.tensors)
-        self.model = build_model(self.pruned.spec)
+        with seeded_init(self.config.seed):  # its weights are loaded before use; the draw stays here
+            self.model = build_model(self.pruned.spec)
         self.expected = expected_from(self.weights)
         log.info("static-prune: every device at %s (%d params, %s)", self.label, self.pruned.params,
                  self.pruned.backend)
@@ -98,12 +99,12 @@ class StaticPrune(FedAvg):
             device.label = self.label
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train_config: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
         assert self.pruned is not None
-        train = {**(train_config or self.config.train).to_dict(), "optimizer": self.options.local_optimizer,
+        settings = {**(train or self.config.train).to_dict(), "optimizer": self.options.local_optimizer,
                  "lr": self.scheduled_lr(self.options.local_lr, rnd)}
         return Plan(method=self.device_part(), label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
-                    train=train)
+                    train=settings)
 
     def inference_model(self, label: str) -> torch.nn.Module | None:
         if self.level is None or label != self.label:

@@ -31,7 +31,7 @@ from torch import nn
 
 from edge_sdk.models.layers import (MAX_CHANNELS, Field, Shape, SpecError, bool_field, int_field,
                                     register_layer)
-from edge_sdk.methods.settings.flanc import COEFF_INITS
+from edge_sdk.model_names import COEFF_INITS
 from edge_sdk.models.spec import SpecModel, build_model
 
 __all__ = ["FlancConv2d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "COEFF_INITS", "prefer_composed",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Sequence
 
-from edge_sdk.methods.settings.shared import width_label
+from edge_sdk.model_names import width_label
 from edge_sdk.models import flanc as _flanc  # noqa: F401  (registers the flanc layer types)
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.zoo import model_for_dataset

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edge_sdk.methods.settings.options import boolean, choice, group, number, option
+from edge_sdk.model_names import COEFF_INITS
 from edge_sdk.methods.settings.shared import (ProxSettings, RobustConfig, ServerOptConfig, WidthSettings, prox_group,
                                               robust_group, server_group)
 
-__all__ = ["FlancSettings", "COEFF_INITS"]
+__all__ = ["FlancSettings"]
 
-#: How coefficients start: ``he`` (edgefl's, He-normal) or ``torch`` (PyTorch's default for the 1×1
-#: conv, ``kaiming_uniform_(a=√5)``: U(±1/√(G·R2)), √6× smaller; the official code's)
-#: (:func:`edge_sdk.models.flanc.init_coefficients`).
-COEFF_INITS = ("he", "torch")
+# How coefficients start (COEFF_INITS): ``he`` (edgefl's, He-normal) or ``torch`` (PyTorch's default for
+# the 1×1 conv, ``kaiming_uniform_(a=√5)``: U(±1/√(G·R2)), √6× smaller; the official code's)
+# (:func:`edge_sdk.models.flanc.init_coefficients`).
 
 
 def _precompose(key: str, text: str) -> bool | None:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from edge_sdk.methods.settings.options import boolean, choice, group, number, option, text
+from edge_sdk.model_names import width_label
 
 __all__ = ["robust_group", "server_group", "prox_group", "RULES", "DEFAULT_CLIP", "RobustConfig", "clip_option",
            "clip_factor", "OPTIMIZERS", "DEFAULT_LR", "ServerOptConfig", "ProxSettings", "MODES", "SAMPLING",
-           "AssignmentConfig", "positive_number", "NORMS", "WidthSettings", "width_label"]
+           "AssignmentConfig", "positive_number", "NORMS", "WidthSettings"]
 
 log = logging.getLogger("coordinator.aggregate.server_opt")
 
@@ -168,11 +169,6 @@ class ProxSettings:
 MODES = ("cluster", "quantile", "budget")
 SAMPLING = ("fixed", "random", "any", "every")
 NORMS = ("none", "batchnorm", "groupnorm")
-
-
-def width_label(width: float) -> str:
-    """The label of width ``p``: ``"0.25"``, ``"0.5"``, ``"1.0"``."""
-    return str(float(width))
 
 
 def positive_number(name: str, value: object) -> float:

@@ -12,33 +12,32 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.paths import writable_dir
-from edge_sdk.link import MessageLink
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.training import torch_threads
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.transport import TransportConfig
 
 from coordinator.runtime.broker import EmbeddedBroker
-from coordinator.runtime.fleet import Fleet, FleetProgress
-from coordinator.runtime.publish import attach_signer
-from simulation.ray_devices import RayDevices
-from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
-from coordinator.runtime.round_loop import RoundLoop
-from coordinator.runtime.state import CHECKPOINT_FILE
-from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
-from simulation.sim_devices import DeviceHost
-from coordinator.strategies import create_strategy
 from coordinator.runtime.federation import EvalData
+from coordinator.runtime.fleet import Fleet, FleetProgress
+from coordinator.runtime.job import JobConnection, run_job
+from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.state import CHECKPOINT_FILE
+from coordinator.strategies import create_strategy
 from coordinator.strategies.base import Strategy, StrategyContext
+
+from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
+from simulation.ray_devices import RayDevices
+from simulation.sim_devices import DeviceHost
 
 __all__ = ["SimulationConfig", "sim_federation", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation",
            "build_strategy", "split_public"]
@@ -85,22 +84,17 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
     broker = None if config.broker_url else EmbeddedBroker()
-    report: RunReport | None = None
-    devices: DeviceHost | RayDevices | None = None
-    finished = False
     try:
         if broker is not None:
             broker.start()
         url = config.broker_url or broker.url
         report = RunReport(method=config.method, config=_config_dict(config, strategy, url))
-        transport = MqttTransport(TransportConfig(url=url, client_id=f"{config.job}-coordinator"))
-        transport.connect()
         signer = ModelSigner.generate()  # an ephemeral key: the simulated devices trust only it
-        try:
-            fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
-                          method=strategy.device_part())
-            attach_signer(fleet, signer)
-            fleet.start()
+
+        @contextmanager
+        def simulated_devices(fleet: Fleet) -> Iterator[None]:
+            """The devices run while the rounds do; they are given 30 s to finish when the job did."""
+            devices: DeviceHost | RayDevices
             if config.backend == "ray":
                 devices = RayDevices(config, url, trusted_keys=(signer.public_key,))
                 report.config["ray"] = {"hosts": devices.start()}
@@ -110,24 +104,25 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
                 devices.start()
-            if config.federation.checkpoint_dir is not None:  # the job starts: its settings go beside its checkpoints
-                keep_job_settings(config)
-            RoundLoop(strategy, fleet, report, eval_data=EvalData(dataset.x_test, dataset.y_test),
-                      preprocessing=dataset.preprocessing).run(on_round)
-            transport.wait_published(10.0)
-            finished = True
-        finally:
-            if devices is not None:
+            finished = False
+            try:
+                if config.federation.checkpoint_dir is not None:  # the job starts: its settings beside its checkpoints
+                    keep_job_settings(config)
+                yield
+                finished = True
+            finally:
                 devices.stop(wait_s=30.0 if finished else 0.0)
                 if isinstance(devices, RayDevices):
                     report.config["ray"]["slots"] = devices.slot_stats
-            transport.close()
+
+        connection = JobConnection(TransportConfig(url=url, client_id=f"{config.job}-coordinator"), config.job,
+                                   config.link, signer=signer)
+        return run_job(strategy, report, connection, config.out, beside=simulated_devices,
+                       eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing,
+                       on_round=on_round, on_progress=on_progress, plots=config.plots)
     finally:
         if broker is not None:
             broker.stop()
-        if report is not None:
-            report.write_outcome(Path(config.out), finished, plots=config.plots, describe=strategy.describe_label)
-    return report
 
 
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.

@@ -12,21 +12,19 @@ import numpy as np
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import ImageDataset, load_dataset
-from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.link import LinkConfig
 from edge_sdk.paths import writable_dir
 from edge_sdk.preprocessing import Preprocessing
-from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.transport import TransportConfig
 
 from coordinator.runtime.device_budgets import FleetLimits
-from coordinator.runtime.fleet import Fleet, FleetProgress
-from coordinator.runtime.publish import attach_signer
+from coordinator.runtime.federation import EvalData, FederationConfig, federation_from_toml
+from coordinator.runtime.fleet import FleetProgress
+from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
-from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy, strategy_class
-from coordinator.runtime.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.strategies.base import StrategyContext
 
 __all__ = ["CoordinatorConfig", "coordinator_config_from_toml", "run_coordinator"]
@@ -154,23 +152,9 @@ def run_coordinator(config: CoordinatorConfig,
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
-    transport = MqttTransport(config.transport)
-    transport.connect()
-    finished = False
-    try:
-        fleet = Fleet(MessageLink(transport, config.link), Topics(job=config.job), on_progress=on_progress,
-                      method=strategy.device_part(), limits=config.limits)
-        if signer is not None:
-            attach_signer(fleet, signer)
-        fleet.start()
-        RoundLoop(strategy, fleet, report, eval_data=EvalData(eval_x, dataset.y_test),
-                  preprocessing=preprocessing).run(on_round)
-        transport.wait_published(10.0)
-        finished = True
-    finally:
-        transport.close()
-        report.write_outcome(out, finished, describe=strategy.describe_label)
-    return report
+    connection = JobConnection(config.transport, config.job, config.link, config.limits, signer)
+    return run_job(strategy, report, connection, out, eval_data=EvalData(eval_x, dataset.y_test),
+                   preprocessing=preprocessing, on_round=on_round, on_progress=on_progress)
 
 
 def job_preprocessing(dataset: ImageDataset, task: Preprocessing | None) -> tuple[Preprocessing, np.ndarray]:

@@ -1,0 +1,67 @@
+"""One federated job on a broker: transport → fleet → round loop → report, for `edgefl coordinator`
+and `edgefl simulate` alike (they differ only in what they build before and run beside it)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.signing import ModelSigner
+from edge_sdk.transport import MqttTransport, TransportConfig
+
+from coordinator.runtime.device_budgets import FleetLimits
+from coordinator.runtime.federation import EvalData
+from coordinator.runtime.fleet import Fleet, FleetProgress
+from coordinator.runtime.publish import attach_signer
+from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.runtime.round_loop import RoundLoop
+from coordinator.strategies.base import Strategy
+
+__all__ = ["JobConnection", "run_job"]
+
+
+@dataclass(frozen=True)
+class JobConnection:
+    """Where the coordinator of a job talks to its fleet, and how it signs what it publishes."""
+
+    transport: TransportConfig
+    job: str
+    link: LinkConfig = field(default_factory=LinkConfig)
+    limits: FleetLimits = field(default_factory=FleetLimits)
+    #: signs every published model (None: they go out unsigned)
+    signer: ModelSigner | None = None
+
+
+def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, out: str | Path, *,
+            eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None,
+            beside: Callable[[Fleet], AbstractContextManager[object]] | None = None,
+            on_round: Callable[[RoundRecord], None] | None = None,
+            on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True) -> RunReport:
+    """Connect, start the fleet, run the round loop to the end and write the report into ``out``
+    (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
+
+    ``beside(fleet)``: a context that runs while the rounds do (e.g. a simulation's devices); it
+    is left before the coordinator disconnects, with the exception that stopped the job, if any.
+    """
+    transport = MqttTransport(connection.transport)
+    transport.connect()
+    finished = False
+    try:
+        fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job), on_progress=on_progress,
+                      method=strategy.device_part(), limits=connection.limits)
+        if connection.signer is not None:
+            attach_signer(fleet, connection.signer)
+        fleet.start()
+        with beside(fleet) if beside is not None else nullcontext():
+            RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing).run(on_round)
+            transport.wait_published(10.0)
+        finished = True
+    finally:
+        transport.close()
+        report.write_outcome(Path(out), finished, plots=plots, describe=strategy.describe_label)
+    return report

@@ -286,8 +286,8 @@ class DeviceClient:
             if body.code == ErrorCode.UNKNOWN_DEVICE:
                 self._registered = False
                 self._last_register = 0.0
-            if body.code == ErrorCode.UNSUPPORTED_METHOD:  # this job needs a method this SDK lacks: no use retrying
-                return f"the coordinator turned this device away: {body.message}"
+            if body.code in (ErrorCode.UNSUPPORTED_METHOD, ErrorCode.TASK_MISMATCH):  # retrying cannot help:
+                return f"the coordinator turned this device away: {body.message}"  # a method or data this job lacks
             if body.code == ErrorCode.KIND and env.reply_to is not None and env.reply_to == self._profile_update_id:
                 log.warning("%s: the coordinator does not take profile updates (an older edgefl): not "
                             "re-measuring any more", self.config.device_id)
@@ -542,7 +542,8 @@ class DeviceClient:
         env = Envelope.of(
             Register(profile=self.profile.to_dict(), num_samples=len(self.data),
                      capabilities=tuple(DEVICE_METHODS), sdk_version=SDK_VERSION,
-                     connection=self.link.transport.connection_stamp if self.link else 0),
+                     connection=self.link.transport.connection_stamp if self.link else 0,
+                     input_shape=tuple(int(n) for n in self.data.x.shape[1:]), num_classes=self.data.num_classes),
             self.config.device_id,
         )
         self._register_id = env.msg_id

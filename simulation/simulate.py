@@ -32,6 +32,7 @@ from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.runtime.state import CHECKPOINT_FILE
+from coordinator.runtime.task import Task
 from coordinator.strategies import create_strategy
 from coordinator.strategies.base import Strategy, StrategyContext
 
@@ -116,7 +117,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                     report.config["ray"]["slots"] = devices.slot_stats
 
         connection = JobConnection(TransportConfig(url=url, client_id=f"{config.job}-coordinator"), config.job,
-                                   config.link, signer=signer)
+                                   config.link, signer=signer,
+                                   task=Task(tuple(dataset.input_shape), dataset.num_classes))
         return run_job(strategy, report, connection, config.out, beside=simulated_devices,
                        eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing,
                        on_round=on_round, on_progress=on_progress, plots=config.plots)

@@ -25,6 +25,42 @@ def test_profile_measures_this_device(tmp_path):
     assert profile["gflops"] > 0.1 and profile["ram_mb"] > 100 and profile["cpu_count"] >= 1
 
 
+@pytest.mark.slow
+def test_a_coordinator_without_data_learns_the_task_of_its_toml_and_turns_other_data_away(tmp_path, broker):
+    """No held-out set: the job's task is [task]'s alone; a device whose data is of another task
+    (8x8 digits, not 28x28 MNIST) is refused at registration, its client stops with the reason in
+    one line, the report lists it, and the two others train."""
+    task = '[task]\ninput_shape = [1, 28, 28]\nnum_classes = 10\nmean = [33.3]\nstd = [78.6]'
+    coordinator_toml, client_tomls = _write_configs(tmp_path, broker.url, rounds=1, data=task, job="nodata")
+    other = device_toml(tmp_path, broker.url, "nodata", "pi-digits", 0, 1,
+                        ).read_text().replace('dataset = "mnist-sample"', 'dataset = "digits"')
+    (tmp_path / "pi-digits.toml").write_text(other)
+    coordinator = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(coordinator_toml)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clients = [subprocess.Popen(EDGEFL + ["client", "--config", str(p)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+               for p in [*client_tomls, tmp_path / "pi-digits.toml"]]
+    try:
+        out, err = coordinator.communicate(timeout=240)
+        assert coordinator.returncode == 0, err
+        turned_away = clients[2].communicate(timeout=60)
+        assert clients[2].returncode == 0 and "Traceback" not in turned_away[1], turned_away
+        assert "client finished: the coordinator turned this device away: this job's task takes inputs of " \
+               "shape (1, 28, 28); this device's data has (1, 8, 8)" in turned_away[0], turned_away
+        for client in clients[:2]:
+            c_out, c_err = client.communicate(timeout=60)
+            assert client.returncode == 0 and "round 1: trained fedavg global" in c_out, c_err
+    finally:
+        for process in (coordinator, *clients):
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["rounds"][0]["participants"] == ["pi0", "pi1"] and report["rounds"][0]["accuracy"] == {}
+    refused = [r for r in report["rejections"] if r["device"] == "pi-digits"]
+    assert refused and refused[0]["code"] == "task_mismatch" and "(1, 8, 8)" in refused[0]["message"], refused
+
+
 def test_bad_config_is_a_clear_error(tmp_path):
     bad = tmp_path / "client.toml"
     bad.write_text('device_id = "x"\nbrokr = 1\n')
@@ -33,12 +69,14 @@ def test_bad_config_is_a_clear_error(tmp_path):
     assert "unknown keys ['brokr']" in run.stderr
 
 
-def _write_configs(tmp: Path, url: str, rounds: int) -> tuple[Path, list[Path]]:
+def _write_configs(tmp: Path, url: str, rounds: int, data: str = 'dataset = "mnist-sample"',
+                   job: str = "clitest") -> tuple[Path, list[Path]]:
     coordinator = tmp / "coordinator.toml"
     coordinator.write_text(f"""
 method = "fedavg"
-job = "clitest"
+job = "{job}"
 out = "{tmp / 'report'}"
+{data}
 [broker]
 url = "{url}"
 [federation]
@@ -50,7 +88,7 @@ checkpoint_dir = "{tmp / 'checkpoint'}"
 [train]
 epochs = 2
 """)
-    clients = [device_toml(tmp, url, "clitest", f"pi{i}", i, 2) for i in range(2)]
+    clients = [device_toml(tmp, url, job, f"pi{i}", i, 2) for i in range(2)]
     return coordinator, clients
 
 

@@ -46,6 +46,19 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
     ('[limits]\nmessages_per_s = -1\n', "[limits] "),
     ('[broker]\npassword_file = "/nonexistent/coordinator.password"\n',
      "[broker] password_file /nonexistent/coordinator.password cannot be read: No such file or directory"),
+    # no held-out data and no whole [task]: the job's task is unknown (no silent MNIST any more)
+    ('', 'without dataset = "..." (held-out data) the task comes from [task] alone: it needs input_shape, '
+         'num_classes (or classes), mean, std'),
+    ('[task]\ninput_shape = [1, 28, 28]\nclasses = ["a", "b"]\n', "[task] preprocessing needs 'mean'"),
+    ('[task]\ninput_shape = [1, 28, 28]\nnum_classes = 10\nmean = [0.5]\n', "[task] preprocessing needs 'std'"),
+    ('dataset = "digits"\n[task]\ninput_shape = [1, 0]\nnum_classes = 10\n',
+     "[task] input_shape must be 1 to 8 positive integers"),
+    ('dataset = "digits"\n[task]\nnum_classes = 10\n',
+     "[task] needs both input_shape and num_classes (or classes), got only num_classes"),
+    ('dataset = "digits"\n[task]\ninput_shape = [1, 8, 8]\nnum_classes = 3\nmean = [1]\nstd = [1]\n'
+     'classes = ["a", "b"]\n', "[task] num_classes = 3 but classes names 2"),
+    ('dataset = "digits"\n[task]\ninput_shape = "1x8x8"\nnum_classes = 10\n',
+     "[task] input_shape must be a list"),
 ])
 def test_a_coordinator_config_error_names_the_file_and_the_key(tmp_path, toml, words):
     path = tmp_path / "coordinator.toml"
@@ -53,6 +66,21 @@ def test_a_coordinator_config_error_names_the_file_and_the_key(tmp_path, toml, w
     with pytest.raises(ValueError) as info:
         coordinator_config_from_toml(path)
     assert str(info.value).startswith(f"{path}: {words}"), str(info.value)
+
+
+def test_the_task_of_the_toml_and_of_the_held_out_data_must_agree(tmp_path):
+    from coordinator.runtime.server import job_task
+    from coordinator.runtime.task import Task
+
+    path = tmp_path / "coordinator.toml"
+    path.write_text('dataset = "digits"\n[task]\ninput_shape = [1, 28, 28]\nnum_classes = 10\n')
+    with pytest.raises(ValueError, match=r"\[task\] says inputs of shape \(1, 28, 28\) in 10 classes; dataset "
+                                         r"'digits' has \(1, 8, 8\) in 10"):
+        job_task(coordinator_config_from_toml(path))
+    path.write_text('[task]\ninput_shape = [1, 8, 8]\nnum_classes = 10\nmean = [4.9]\nstd = [6.0]\n')
+    task, preprocessing, held_out = job_task(coordinator_config_from_toml(path))
+    assert (task, held_out) == (Task((1, 8, 8), 10), None)
+    assert (preprocessing.mean, preprocessing.std, preprocessing.input_shape) == ((4.9,), (6.0,), (1, 8, 8))
 
 
 def test_unwritable_folders_are_one_line_errors(tmp_path):

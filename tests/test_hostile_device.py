@@ -265,7 +265,7 @@ def test_the_coordinator_toml_sets_the_per_device_budgets(tmp_path):
     from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
-    path.write_text('[limits]\nerror_replies_per_s = 5.0\nplan_resends_per_round = 2\nmessages_per_s = 50.0\n')
+    path.write_text('dataset = "digits"\n[limits]\nerror_replies_per_s = 5.0\nplan_resends_per_round = 2\nmessages_per_s = 50.0\n')
     limits = coordinator_config_from_toml(path).limits
     assert (limits.error_replies_per_s, limits.plan_resends_per_round, limits.messages_per_s) == (5.0, 2, 50.0)
     assert limits.error_reply_burst == FleetLimits().error_reply_burst  # the rest keep their defaults

@@ -19,6 +19,7 @@ FIXED_ID = "0123456789abcdef0123456789abcdef"
 
 SAMPLES = [
     Register({"ram_mb": 4096, "cpu_ghz": 1.5, "arch": "aarch64", "gpu": False}, 1200, ("fp16", "prune"), "0.1.0"),
+    Register({"ram_mb": 4096}, 1200, ("fedavg",), "0.3.0", 1, (1, 28, 28), 10),
     Plan("fedavg", "sub-0.5", {"arch": "cnn", "layers": [{"conv": [3, 16, 3]}, None, 1.5, True]},
          {"conv.weight": np.ones((16, 3, 3, 3), np.float32), "steps": np.arange(3, dtype=np.int64)},
          {"epochs": 2, "lr": 0.01, "optimizer": {"name": "sgd", "momentum": 0.9}}),
@@ -276,6 +277,14 @@ def test_forward_compatible_extra_fields_and_optional_defaults() -> None:
     assert env.body == Status("online", "", {})
     reg = decode_envelope(wire_of(base_map(kind="register", body={"profile": {}, "num_samples": 0})))
     assert reg.body == Register({}, 0, (), "")
+
+
+@pytest.mark.parametrize("shape", [[0], [1, -2], ["28"], [1.5], [1] * 9, [2 ** 31], "1x28"])
+def test_a_registration_input_shape_must_be_a_few_positive_integers(shape) -> None:
+    body = {"profile": {}, "num_samples": 5, "input_shape": shape, "num_classes": 10}
+    with pytest.raises(ProtocolError, match="input_shape") as err:
+        decode_envelope(wire_of(base_map(kind="register", body=body)))
+    assert err.value.code == "malformed"
 
 
 def test_limits_apply_to_envelopes() -> None:

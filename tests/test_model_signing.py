@@ -269,15 +269,15 @@ def test_the_coordinator_toml_names_its_signing_key(tmp_path) -> None:
     example = read_toml(ROOT / "deploy" / "coordinator.toml")
     assert example["security"] == {"signing_key": "/etc/edgefl/model-signing.key"}
     path = tmp_path / "coordinator.toml"
-    path.write_text('[security]\nsigning_key = "/etc/edgefl/model-signing.key"\n')
+    path.write_text('dataset = "digits"\n[security]\nsigning_key = "/etc/edgefl/model-signing.key"\n')
     assert coordinator_config_from_toml(path).signing_key == "/etc/edgefl/model-signing.key"
-    path.write_text('[security]\nsigning_key = ""\n')
+    path.write_text('dataset = "digits"\n[security]\nsigning_key = ""\n')
     with pytest.raises(ValueError, match="signing_key must be the path"):
         coordinator_config_from_toml(path)
-    path.write_text('[security]\nsigning_keys = "x"\n')
+    path.write_text('dataset = "digits"\n[security]\nsigning_keys = "x"\n')
     with pytest.raises(ValueError, match="unknown keys"):
         coordinator_config_from_toml(path)
-    path.write_text("")
+    path.write_text('dataset = "digits"\n')
     assert coordinator_config_from_toml(path).signing_key is None
 
 
@@ -291,7 +291,7 @@ def test_a_bad_signing_key_stops_the_coordinator_in_one_line_before_it_connects(
     (tmp_path / "model.pub").write_bytes(public_key_pem(A.public_key))
     config = tmp_path / "coordinator.toml"
     # port 1: nothing listens there, so a key checked only after connecting would be a connection error
-    config.write_text(f'job = "x"\n[broker]\nurl = "mqtt://127.0.0.1:1"\n[security]\n'
+    config.write_text(f'job = "x"\ndataset = "digits"\n[broker]\nurl = "mqtt://127.0.0.1:1"\n[security]\n'
                       f'signing_key = "{tmp_path / key}"\n')
     proc = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "coordinator", "--config", str(config)],
                           capture_output=True, text=True, timeout=120)

@@ -157,11 +157,11 @@ def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
     from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
-    path.write_text('[federation]\nrounds = 200\ndevices_per_round = 10\neval_every = 10\n'
+    path.write_text('dataset = "digits"\n[federation]\nrounds = 200\ndevices_per_round = 10\neval_every = 10\n'
                     'eval_samples = 2000\nlr_decay = "100:0.1"\n')
     federation = coordinator_config_from_toml(path).federation
     assert (federation.lr_decay, federation.eval_samples, federation.devices_per_round) == (((100, 0.1),), 2000, 10)
-    path.write_text('[federation]\nlr_decay = "100"\n')
+    path.write_text('dataset = "digits"\n[federation]\nlr_decay = "100"\n')
     with pytest.raises(ValueError, match="expected ROUND:FACTOR"):
         coordinator_config_from_toml(path)
 

@@ -93,7 +93,7 @@ def test_two_devices_with_different_data_train_on_the_same_scale(tmp_path):
 
 def test_the_coordinator_task_table_sets_the_jobs_normalisation(tmp_path):
     path = tmp_path / "coordinator.toml"
-    path.write_text('[task]\nmean = [33.0]\nstd = [78.0]\nclasses = ["zero","one","two","three","four","five",'
+    path.write_text('dataset = "digits"\n[task]\nmean = [33.0]\nstd = [78.0]\nclasses = ["zero","one","two","three","four","five",'
                     '"six","seven","eight","nine"]\n')
     task = coordinator_config_from_toml(path).task
     data = load_dataset("digits")
@@ -102,10 +102,10 @@ def test_the_coordinator_task_table_sets_the_jobs_normalisation(tmp_path):
     raw = data.x_test * np.float32(data.std[0]) + np.float32(data.mean[0])
     np.testing.assert_allclose(eval_x, (raw - 33.0) / 78.0, atol=1e-4)
     assert job_preprocessing(data, None) == (data.preprocessing, data.x_test)
-    path.write_text("[task]\nmean = [33.0]\nstd = [0]\n")
+    path.write_text('dataset = "digits"\n[task]\nmean = [33.0]\nstd = [0]\n')
     with pytest.raises(ValueError, match=r"coordinator.toml: \[task\] preprocessing std must hold finite numbers > 0"):
         coordinator_config_from_toml(path)
-    path.write_text('[task]\nmean = [33.0]\nstd = [1.0]\nclasses = ["a", "b"]\n')
+    path.write_text('dataset = "digits"\n[task]\nmean = [33.0]\nstd = [1.0]\nclasses = ["a", "b"]\n')
     with pytest.raises(ValueError, match="classes names 2 classes; the data has 10"):
         job_preprocessing(data, coordinator_config_from_toml(path).task)
 

@@ -145,7 +145,7 @@ def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
     from coordinator.runtime.server import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
-    path.write_text('method = "heterofl"\n[options]\nserver_opt = "fedyogi"\nserver_lr = 0.003\nprox_mu = 0.01\n')
+    path.write_text('method = "heterofl"\ndataset = "digits"\n[options]\nserver_opt = "fedyogi"\nserver_lr = 0.003\nprox_mu = 0.01\n')
     config = coordinator_config_from_toml(path)
     strategy = create_strategy(config.method, StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10,
                                                               options=config.options))

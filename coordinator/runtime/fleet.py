@@ -29,8 +29,9 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.token_bucket import TokenBucket
 
-from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
+from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
+from coordinator.runtime.task import Task
 
 __all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
@@ -135,10 +136,12 @@ class Fleet:
     def __init__(self, link: MessageLink, topics: Topics,
                  on_register: Callable[[DeviceRecord], None] | None = None,
                  on_progress: Callable[[FleetProgress], None] | None = None,
-                 method: str | None = None, limits: FleetLimits = _DEFAULT_LIMITS) -> None:
+                 method: str | None = None, limits: FleetLimits = _DEFAULT_LIMITS, task: Task | None = None) -> None:
         self.link = link
         self.topics = topics
         self.limits = limits
+        #: the job's task: a device whose registered data is of another is refused (None: not checked)
+        self.task = task
         #: the key that signs the models published to this fleet (`coordinator.runtime.publish.attach_signer`)
         self.model_signer: ModelSigner | None = None
         self._reply_budget: dict[str, TokenBucket] = {}
@@ -402,6 +405,10 @@ class Fleet:
                          f"this job runs method {self.method!r}, which this device's edgefl SDK does not "
                          f"support (it supports {', '.join(sorted(body.capabilities))}); update the SDK",
                          env.msg_id)
+            return
+        why = self.task.refuses(body.input_shape, body.num_classes) if self.task is not None else None
+        if why is not None:
+            self._reject(device, ErrorCode.TASK_MISMATCH, why, env.msg_id)
             return
         record = self.devices.get(device)
         if record is None:

@@ -20,6 +20,7 @@ from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.report import RoundRecord, RunReport
 from coordinator.runtime.round_loop import RoundLoop
+from coordinator.runtime.task import Task
 from coordinator.strategies.base import Strategy
 
 __all__ = ["JobConnection", "run_job"]
@@ -35,6 +36,8 @@ class JobConnection:
     limits: FleetLimits = field(default_factory=FleetLimits)
     #: signs every published model (None: they go out unsigned)
     signer: ModelSigner | None = None
+    #: what the job learns: devices whose data is of another task are refused (None: not checked)
+    task: Task | None = None
 
 
 def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, out: str | Path, *,
@@ -53,7 +56,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
     finished = False
     try:
         fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job), on_progress=on_progress,
-                      method=strategy.device_part(), limits=connection.limits)
+                      method=strategy.device_part(), limits=connection.limits, task=connection.task)
         if connection.signer is not None:
             attach_signer(fleet, connection.signer)
         fleet.start()

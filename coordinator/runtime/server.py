@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -24,6 +24,7 @@ from coordinator.runtime.fleet import FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.runtime.state import load_checkpoint
+from coordinator.runtime.task import Task
 from coordinator.strategies import create_strategy, strategy_class
 from coordinator.strategies.base import StrategyContext
 
@@ -45,7 +46,8 @@ class CoordinatorConfig:
     job: str = "default"
     out: str = "runs/coordinator"
     model: str = "cnn4"
-    dataset: str = "mnist-sample"  # held-out data the coordinator evaluates on
+    #: held-out data the coordinator evaluates on (None: none; the task then comes from `[task]` alone)
+    dataset: str | None = None
     data_root: str | None = None
     public_dataset: str | None = None  # unlabeled inputs for methods that distil (their training split)
     options: dict[str, str] = field(default_factory=dict)
@@ -59,6 +61,9 @@ class CoordinatorConfig:
     #: `[task]`: the job's input normalisation (mean, std per channel, raw scale) and class names;
     #: None: the evaluation dataset's training statistics and names
     task: Preprocessing | None = None
+    #: `[task]` input_shape and num_classes (or the number of classes named): what the job learns; a
+    #: device whose data is of another task is refused. None: the evaluation dataset's
+    task_shape: Task | None = None
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -81,7 +86,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         raise ValueError(f"{path}: [security] signing_key must be the path of a PEM private key file")
     return CoordinatorConfig(
         method=setting(config, "method", str, "fedavg"), job=job, out=setting(config, "out", str, "runs/coordinator"),
-        model=setting(config, "model", str, "cnn4"), dataset=setting(config, "dataset", str, "mnist-sample"),
+        model=setting(config, "model", str, "cnn4"), dataset=setting(config, "dataset", str),
         data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
         options={str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()},
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
@@ -89,7 +94,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
-        task=_task(path, config),
+        task=_task(path, config), task_shape=_task_shape(config),
     )
 
 
@@ -101,16 +106,48 @@ def _in_table(name: str, build: Callable[[], T]) -> T:
         raise ValueError(f"[{name}] {exc}") from None
 
 
+_TASK_KEYS = {"mean", "std", "classes", "input_shape", "num_classes"}
+
+
 def _task(path: str | Path, config: dict) -> Preprocessing | None:
-    """The `[task]` table: ``mean`` and ``std`` (one number per input channel, in the devices' raw
-    value scale) and optional ``classes`` (a name per class)."""
-    if "task" not in config:
+    """The `[task]` table's normalisation: ``mean`` and ``std`` (one number per input channel, in the
+    devices' raw value scale) and optional ``classes`` (a name per class); None when it names none."""
+    task = section(config, "task", _TASK_KEYS)
+    normalisation = {k: v for k, v in task.items() if k in ("mean", "std", "classes")}
+    if not normalisation:  # input_shape / num_classes only: the dataset's normalisation
         return None
-    task = section(config, "task", {"mean", "std", "classes"})
+    if "input_shape" in task:
+        normalisation["input_shape"] = task["input_shape"]
     try:
-        return Preprocessing.from_dict(task)
+        return Preprocessing.from_dict(normalisation)
     except ValueError as exc:
         raise ValueError(f"{path}: [task] {exc}") from None
+
+
+def _task_shape(config: dict) -> Task | None:
+    """`[task]` ``input_shape`` and ``num_classes`` (else the number of ``classes`` named); None when
+    the table says neither; without ``dataset`` both are needed, with mean and std (one line)."""
+    task = section(config, "task", _TASK_KEYS)
+    shape = setting(task, "input_shape", list, None, "[task]")
+    classes = setting(task, "classes", list, None, "[task]")
+    count = setting(task, "num_classes", int, len(classes) if classes else None, "[task]")
+    if classes and count != len(classes):
+        raise ValueError(f"[task] num_classes = {count} but classes names {len(classes)}")
+    if "dataset" not in config:
+        missing = [key for key, value in (("input_shape", shape), ("num_classes (or classes)", count),
+                                          ("mean", task.get("mean")), ("std", task.get("std"))) if value is None]
+        if missing:
+            raise ValueError(f"without dataset = \"...\" (held-out data) the task comes from [task] alone: it needs "
+                             f"{', '.join(missing)}")
+    if shape is None and "num_classes" not in task:  # class names alone name the dataset's classes
+        return None
+    if shape is None or count is None:
+        raise ValueError(f"[task] needs both input_shape and num_classes (or classes), got only "
+                         f"{'input_shape' if shape is not None else 'num_classes'}")
+    try:
+        return Task(tuple(shape), count)
+    except ValueError as exc:
+        raise ValueError(f"[task] {exc}") from None
 
 
 def run_coordinator(config: CoordinatorConfig,
@@ -133,18 +170,17 @@ def run_coordinator(config: CoordinatorConfig,
     if checkpoint_dir:
         writable_dir(checkpoint_dir, "[federation] checkpoint_dir")
     signer = _signer(config)
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
+    task, preprocessing, eval_data = job_task(config)
     public, public_set = None, None
     if strategy_class(config.method).needs_public_data:
         if config.public_dataset is None:
             raise ValueError(f"method {config.method!r} needs public_dataset = \"...\" in the config")
         public_set = load_dataset(config.public_dataset, root=config.data_root)
-    preprocessing, eval_x = job_preprocessing(dataset, config.task)
     if public_set is not None:
         public = preprocessing.convert_from(public_set.preprocessing, public_set.x_train)
     strategy = create_strategy(config.method, StrategyContext(
-        federation=config.federation, model_family=config.model, input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes, public_data=public, options=dict(config.options),
+        federation=config.federation, model_family=config.model, input_shape=task.input_shape,
+        num_classes=task.num_classes, public_data=public, options=dict(config.options),
     ))
     out = Path(config.out)
     if checkpoint is None:
@@ -152,9 +188,30 @@ def run_coordinator(config: CoordinatorConfig,
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
-    connection = JobConnection(config.transport, config.job, config.link, config.limits, signer)
-    return run_job(strategy, report, connection, out, eval_data=EvalData(eval_x, dataset.y_test),
-                   preprocessing=preprocessing, on_round=on_round, on_progress=on_progress)
+    connection = JobConnection(config.transport, config.job, config.link, config.limits, signer, task)
+    return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,
+                   on_round=on_round, on_progress=on_progress)
+
+
+def job_task(config: CoordinatorConfig) -> tuple[Task, Preprocessing, EvalData | None]:
+    """What the job learns, its normalisation and the held-out data (None: the coordinator has
+    none): from ``dataset`` (checked against `[task]`), or from `[task]` alone."""
+    if config.dataset is None:
+        if config.task_shape is None or config.task is None:
+            raise ValueError("without a dataset (held-out data) the task comes from [task] alone: it needs "
+                             "input_shape, num_classes (or classes), mean and std")
+        task = config.task_shape
+        log.info("no held-out data: the task is [task]'s, inputs of shape %s in %d classes", task.input_shape,
+                 task.num_classes)
+        return task, replace(config.task, input_shape=task.input_shape), None
+    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
+    task = Task(tuple(dataset.input_shape), dataset.num_classes)
+    if config.task_shape is not None and config.task_shape != task:
+        raise ValueError(f"[task] says inputs of shape {config.task_shape.input_shape} in "
+                         f"{config.task_shape.num_classes} classes; dataset {config.dataset!r} has "
+                         f"{task.input_shape} in {task.num_classes}")
+    preprocessing, eval_x = job_preprocessing(dataset, config.task)
+    return task, preprocessing, EvalData(eval_x, dataset.y_test)
 
 
 def job_preprocessing(dataset: ImageDataset, task: Preprocessing | None) -> tuple[Preprocessing, np.ndarray]:

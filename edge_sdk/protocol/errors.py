@@ -41,6 +41,7 @@ class ErrorCode(str, Enum):
     UNEXPECTED = "unexpected"
     RATE_LIMITED = "rate_limited"
     UNSUPPORTED_METHOD = "unsupported_method"
+    TASK_MISMATCH = "task_mismatch"  # at registration: the device's data is not of the job's task
     # a method's own checks of an update (coordinator/strategies)
     NOT_PLANNED = "not_planned"  # no plan was sent to this device
     NOT_ASKED = "not_asked"  # no plan of this method or stage was sent to this device

@@ -90,6 +90,14 @@ def _str_tuple(body: dict, name: str, default: Any = _MISSING) -> tuple[str, ...
     return tuple(v)
 
 
+def _shape(body: dict, name: str, default: Any = _MISSING) -> tuple[int, ...]:
+    """An array of at most 8 integers in 1 … 2³⁰ (an input shape without the batch axis)."""
+    v = _get(body, name, default)
+    if not isinstance(v, (list, tuple)) or len(v) > 8 or not all(type(x) is int and 1 <= x <= 2 ** 30 for x in v):
+        raise _bad(f"field {name!r} must be an array of at most 8 integers in 1..2^30")
+    return tuple(v)
+
+
 def _map(body: dict, name: str, default: Any, types: tuple[type, ...]) -> dict:
     v = _get(body, name, default)
     if not isinstance(v, dict) or not all(isinstance(k, str) and type(x) in types for k, x in v.items()):
@@ -150,17 +158,23 @@ class Register(Message):
     capabilities: tuple[str, ...] = ()
     sdk_version: str = ""
     connection: int = 0  # the MQTT connection it registers over (see `Status.connection`)
+    #: the shape of one input of its data (no batch axis) and its number of classes — what its data
+    #: is, never the data; ``()`` and 0: not said (an SDK before 0.3)
+    input_shape: tuple[int, ...] = ()
+    num_classes: int = 0
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
         return {"profile": dict(self.profile), "num_samples": self.num_samples,
                 "capabilities": list(self.capabilities), "sdk_version": self.sdk_version,
-                "connection": self.connection}
+                "connection": self.connection, "input_shape": list(self.input_shape),
+                "num_classes": self.num_classes}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Register:
         return cls(_map(body, "profile", _MISSING, (int, float, str, bool)),
                    _int(body, "num_samples", lo=0), _str_tuple(body, "capabilities", ()),
-                   _str(body, "sdk_version", ""), _int(body, "connection", 0, lo=0))
+                   _str(body, "sdk_version", ""), _int(body, "connection", 0, lo=0),
+                   _shape(body, "input_shape", ()), _int(body, "num_classes", 0, lo=0, hi=1_000_000))
 
 
 @dataclass(frozen=True, eq=False)

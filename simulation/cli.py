@@ -120,7 +120,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
     p.add_argument("--model", default="cnn4",
-                   help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp")
+                   help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp; "
+                        "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")
     p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
                                       "files), taken in turn (default: a mixed home fleet)")
     p.add_argument("--throttle", default="virtual", choices=["virtual", "sleep", "off"],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from edge_sdk.models.spec_file import is_spec_file
+
+from coordinator.strategies.base import Strategy, StrategyContext
 from coordinator.strategies.fdnnc import Fdnnc
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.fedprox import FedProx
@@ -12,7 +15,6 @@ from coordinator.strategies.lowrank import LowRank
 from coordinator.strategies.pfedpara import PFedPara
 from coordinator.strategies.reft import Reft
 from coordinator.strategies.static_prune import StaticPrune
-from coordinator.strategies.base import Strategy, StrategyContext
 
 __all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
 
@@ -31,5 +33,12 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
-    """Build the strategy `name` from `ctx`."""
-    return strategy_class(name).create(ctx)
+    """Build the strategy `name` from `ctx`; a model spec file (``spec:FILE``) only for the methods
+    that can take one (ValueError, one line, naming those that can)."""
+    cls = strategy_class(name)
+    if is_spec_file(ctx.model_family) and not cls.spec_file_support:
+        takers = sorted(n for n, c in STRATEGIES.items() if c.spec_file_support)
+        raise ValueError(f"{name} composes its networks from a model family (cnn4, flanc_cnn, mlp, resnet_small) "
+                         f"and cannot compress the layers of {ctx.model_family}; with a spec file use "
+                         f"{', '.join(takers)}")
+    return cls.create(ctx)

@@ -71,6 +71,9 @@ class Strategy(ABC):
     name: ClassVar[str] = ""
     #: True when the method distils on a public unlabeled set (the simulation then holds one out).
     needs_public_data: ClassVar[bool] = False
+    #: what the method compresses in a model of your own (``--model spec:FILE``): one line that says
+    #: so, or "" when it builds its networks from a model family only and refuses spec files
+    spec_file_support: ClassVar[str] = ""
     #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``); empty: ``name``.
     device_method: ClassVar[str] = ""
     #: Its settings: one frozen dataclass whose fields are the ``--option`` keys, with their one

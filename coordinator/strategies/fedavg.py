@@ -40,6 +40,7 @@ class FedAvg(Strategy):
     """Every device trains the same model; the server averages all weights."""
 
     name = "fedavg"
+    spec_file_support = "trains the spec file's network as written (every layer type a spec may hold)"
     settings_type: type = FedAvgSettings
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any], label: str = GLOBAL,

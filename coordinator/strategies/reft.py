@@ -56,6 +56,8 @@ class Reft(Strategy):
     """Pruned models out, logits back, importance-weighted distillation into the global model."""
 
     name = "reft"
+    spec_file_support = ("prunes the spec file's conv2d and linear layers (structured, by filters/units); the "
+                         "other layers follow their shapes")
     settings_type = ReftSettings
     needs_public_data = True
 

@@ -41,6 +41,8 @@ class StaticPrune(FedAvg):
     evaluation and update checks, on the pruned model)."""
 
     name = "static-prune"
+    spec_file_support = ("prunes the spec file's conv2d and linear layers once, for the weakest device; the "
+                         "other layers follow their shapes")
     settings_type = StaticPruneSettings
     device_method = "fedavg"  # devices train the pruned network as plain FedAvg
 

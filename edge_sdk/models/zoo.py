@@ -11,6 +11,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from edge_sdk.models.spec import validate_spec
+from edge_sdk.models.spec_file import is_spec_file, load_spec_file
 
 __all__ = ["cnn4", "flanc_cnn", "resnet_small", "mlp", "MODEL_FAMILIES", "model_for_dataset", "scale_width"]
 
@@ -165,7 +166,13 @@ MODEL_FAMILIES: dict[str, Callable[..., dict]] = {
 
 def model_for_dataset(family: str, input_shape: Sequence[int], num_classes: int,
                       width: float = 1.0, **kw: Any) -> dict:
-    """Spec of ``family`` for samples of ``input_shape`` (``(C, H, W)`` or ``(F,)``)."""
+    """Spec of ``family`` for samples of ``input_shape`` (``(C, H, W)`` or ``(F,)``); ``spec:FILE``:
+    the user's own spec file, as written (:mod:`edge_sdk.models.spec_file`)."""
+    if is_spec_file(family):
+        if width != 1.0 or kw:
+            raise ValueError(f"{family}: a model spec file is used as written; width and "
+                             f"{', '.join(sorted(kw)) or 'other'} options do not apply to it")
+        return load_spec_file(family, input_shape, num_classes)
     if family not in MODEL_FAMILIES:
         raise ValueError(f"unknown model family {family!r}; choose from {sorted(MODEL_FAMILIES)}")
     shape = tuple(int(d) for d in input_shape)

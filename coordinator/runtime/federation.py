@@ -12,7 +12,7 @@ from edge_sdk.accelerator import check_device_name
 from edge_sdk.config import section, setting
 from edge_sdk.training import TrainConfig
 
-from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, parse_lr_decay
+from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 
 __all__ = ["FederationConfig", "EvalData", "TrainingFailed", "federation_from_toml"]
 
@@ -51,6 +51,11 @@ class FederationConfig:
     def __post_init__(self) -> None:
         decay = self.lr_decay
         object.__setattr__(self, "lr_decay", parse_lr_decay(decay) if isinstance(decay, str) else check_lr_decay(decay))
+        for at, _ in self.lr_decay:  # every plan's lr stays a lr a device takes (TrainConfig: at most 10)
+            if isinstance(self.train, TrainConfig) and self.train.lr * lr_factor(self.lr_decay, at) > 10:
+                raise ValueError(f"lr_decay: from round {at + 1} the lr would be "
+                                 f"{self.train.lr * lr_factor(self.lr_decay, at):g} (lr {self.train.lr:g} times "
+                                 f"{lr_factor(self.lr_decay, at):g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
                           ("stop_after_failed_rounds", 0)):
             value = getattr(self, name)

@@ -209,10 +209,11 @@ def test_a_model_with_large_logits_passes_the_onnx_check_relative_to_its_outputs
     from edge_sdk.models.spec import build_model
     from edge_sdk.models.zoo import model_for_dataset
 
+    torch.manual_seed(0)  # not whatever state earlier tests left: building a method no longer reseeds torch
     model = build_model(model_for_dataset("cnn4", (1, 28, 28), 10))
     last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
     with torch.no_grad():
-        last.weight.mul_(30000.0)
+        last.weight.mul_(30000.0)  # seed 0: logits up to ~3,100, onnxruntime off by ~0.0022
     x = np.random.default_rng(0).normal(size=(16, 1, 28, 28)).astype(np.float32)
     scale, absolute = _largest_output(model, x), export_onnx(model, tmp_path / "m.onnx", x)
     assert scale > 1000 and absolute > MAX_ONNX_DIFF  # an absolute check would refuse this model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
-        task=_task(path, config), task_shape=_task_shape(config),
+        **_task(path, config),
     )
 
 
@@ -109,10 +109,16 @@ def _in_table(name: str, build: Callable[[], T]) -> T:
 _TASK_KEYS = {"mean", "std", "classes", "input_shape", "num_classes"}
 
 
-def _task(path: str | Path, config: dict) -> Preprocessing | None:
-    """The `[task]` table's normalisation: ``mean`` and ``std`` (one number per input channel, in the
-    devices' raw value scale) and optional ``classes`` (a name per class); None when it names none."""
-    task = section(config, "task", _TASK_KEYS)
+def _task(path: str | Path, config: dict) -> dict[str, Any]:
+    """The `[task]` table, read once: ``task`` (its normalisation) and ``task_shape`` (what the job
+    learns) of `CoordinatorConfig`."""
+    table = section(config, "task", _TASK_KEYS)
+    return {"task": _task_normalisation(path, table), "task_shape": _task_shape(table, "dataset" in config)}
+
+
+def _task_normalisation(path: str | Path, task: dict) -> Preprocessing | None:
+    """`[task]` ``mean`` and ``std`` (one number per input channel, in the devices' raw value scale)
+    and optional ``classes`` (a name per class); None when it names none."""
     normalisation = {k: v for k, v in task.items() if k in ("mean", "std", "classes")}
     if not normalisation:  # input_shape / num_classes only: the dataset's normalisation
         return None
@@ -124,16 +130,15 @@ def _task(path: str | Path, config: dict) -> Preprocessing | None:
         raise ValueError(f"{path}: [task] {exc}") from None
 
 
-def _task_shape(config: dict) -> Task | None:
+def _task_shape(task: dict, has_dataset: bool) -> Task | None:
     """`[task]` ``input_shape`` and ``num_classes`` (else the number of ``classes`` named); None when
-    the table says neither; without ``dataset`` both are needed, with mean and std (one line)."""
-    task = section(config, "task", _TASK_KEYS)
+    the table says neither; without a dataset both are needed, with mean and std (one line)."""
     shape = setting(task, "input_shape", list, None, "[task]")
     classes = setting(task, "classes", list, None, "[task]")
     count = setting(task, "num_classes", int, len(classes) if classes else None, "[task]")
     if classes and count != len(classes):
         raise ValueError(f"[task] num_classes = {count} but classes names {len(classes)}")
-    if "dataset" not in config:
+    if not has_dataset:
         missing = [key for key, value in (("input_shape", shape), ("num_classes (or classes)", count),
                                           ("mean", task.get("mean")), ("std", task.get("std"))) if value is None]
         if missing:

@@ -59,6 +59,8 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
      'classes = ["a", "b"]\n', "[task] num_classes = 3 but classes names 2"),
     ('dataset = "digits"\n[task]\ninput_shape = "1x8x8"\nnum_classes = 10\n',
      "[task] input_shape must be a list"),
+    ('dataset = "digits"\n[task]\ninput_shap = [1, 8, 8]\n',
+     "[task]: unknown keys ['input_shap']; allowed: ['classes', 'input_shape', 'mean', 'num_classes', 'std']"),
     ('dataset = "digits"\n[train]\nlr = 2.0\n[federation]\nlr_decay = "5:10"\n',
      "[federation] lr_decay: from round 6 the lr would be 20 (lr 2 times 10); a device takes at most 10"),
 ])

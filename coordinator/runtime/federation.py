@@ -52,10 +52,10 @@ class FederationConfig:
         decay = self.lr_decay
         object.__setattr__(self, "lr_decay", parse_lr_decay(decay) if isinstance(decay, str) else check_lr_decay(decay))
         for at, _ in self.lr_decay:  # every plan's lr stays a lr a device takes (TrainConfig: at most 10)
-            if isinstance(self.train, TrainConfig) and self.train.lr * lr_factor(self.lr_decay, at) > 10:
-                raise ValueError(f"lr_decay: from round {at + 1} the lr would be "
-                                 f"{self.train.lr * lr_factor(self.lr_decay, at):g} (lr {self.train.lr:g} times "
-                                 f"{lr_factor(self.lr_decay, at):g}); a device takes at most 10")
+            factor = lr_factor(self.lr_decay, at)
+            if self.train.lr * factor > 10:
+                raise ValueError(f"lr_decay: from round {at + 1} the lr would be {self.train.lr * factor:g} "
+                                 f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
                           ("stop_after_failed_rounds", 0)):
             value = getattr(self, name)

@@ -69,8 +69,9 @@ def run_simulation(config: SimulationConfig,
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
-    if config.federation.checkpoint_dir is not None:
-        writable_dir(config.federation.checkpoint_dir, "--checkpoint-dir")
+    checkpoint_dir = config.federation.checkpoint_dir
+    if checkpoint_dir is not None:
+        writable_dir(checkpoint_dir, "--checkpoint-dir")
     if config.data_root is not None and not Path(config.data_root).expanduser().is_dir():
         raise ValueError(f"--data-root {config.data_root} is not a folder")
     dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
@@ -78,10 +79,9 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
         load_profile(name)  # a bad profile is an error now, not in a device thread
     resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
     private, public = split_public(config, dataset)
-    if config.federation.checkpoint_dir is not None:
+    if checkpoint_dir is not None:
         check_same_job(config)
     strategy = build_strategy(config, dataset, public)
-    checkpoint_dir = config.federation.checkpoint_dir
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
     broker = None if config.broker_url else EmbeddedBroker()
@@ -107,7 +107,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 devices.start()
             finished = False
             try:
-                if config.federation.checkpoint_dir is not None:  # the job starts: its settings beside its checkpoints
+                if checkpoint_dir is not None:  # the job starts: its settings go beside its checkpoints
                     keep_job_settings(config)
                 yield
                 finished = True

@@ -287,6 +287,14 @@ def test_a_registration_input_shape_must_be_a_few_positive_integers(shape) -> No
     assert err.value.code == "malformed"
 
 
+@pytest.mark.parametrize("classes", [-1, 10 ** 7, 2.5, "10", True])
+def test_a_registration_class_count_must_be_a_bounded_integer(classes) -> None:
+    body = {"profile": {}, "num_samples": 5, "input_shape": [1, 8, 8], "num_classes": classes}
+    with pytest.raises(ProtocolError, match="num_classes") as err:
+        decode_envelope(wire_of(base_map(kind="register", body=body)))
+    assert err.value.code == "malformed"
+
+
 def test_limits_apply_to_envelopes() -> None:
     env = Envelope.of(Update("l", {f"t{i}": np.zeros(1, np.float32) for i in range(5)}, 1, {}), "d")
     wire = encode_envelope(env)

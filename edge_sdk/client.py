@@ -12,11 +12,13 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
+from edge_sdk.evaluation import evaluate_holdout
+from edge_sdk.holdout import check_holdout, split_holdout
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
@@ -28,7 +30,8 @@ from edge_sdk.profiling import (
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Model, Plan, ProfileUpdate, Register, RoundStart, Status, Stop, Update, encode_envelope,
+    Ack, Envelope, Error, Evaluate, Evaluation, Model, Plan, ProfileUpdate, Register, RoundStart, Status, Stop, Update,
+    encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision, SchedulePolicy, SystemMonitor, apply_caps
@@ -36,6 +39,9 @@ from edge_sdk.signing import SignatureRejected, key_id, verify_model
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, Will
+
+if TYPE_CHECKING:
+    from edge_sdk.sources import DataSource
 
 __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
@@ -74,6 +80,14 @@ class ClientConfig:
     remeasure_every_s: float = 0.0
     #: seconds a (re-)measurement takes (`edge_sdk.profiling.measure_flops_detail`)
     measure_seconds: float = 1.0
+    #: share of its data the device holds out of training for federated evaluation, chosen by each
+    #: sample's stable key (edge_sdk/holdout.py): a fraction in (0, 0.9]; 0: none (it answers an
+    #: evaluation with none); None: the held-out set its data source names (an npz's x_test/y_test)
+    holdout: float | None = 0.0
+
+    def __post_init__(self) -> None:
+        if self.holdout is not None and self.holdout != 0:
+            check_holdout(self.holdout, "holdout")
 
 
 @dataclass(frozen=True)
@@ -107,10 +121,11 @@ def plan_digest(plan: Plan) -> str:
 class DeviceClient:
     """Runs one device until the coordinator says stop (or `stop()` is called)."""
 
-    def __init__(self, config: ClientConfig, data: LocalData, profile: DeviceProfile,
+    def __init__(self, config: ClientConfig, data: LocalData | None, profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
-                 run_compute: Callable[[Callable[[], Update]], Update] | None = None) -> None:
+                 run_compute: Callable[[Callable[[], object]], object] | None = None,
+                 source: "DataSource | None" = None, test: LocalData | None = None) -> None:
         self.config = config
         for key in config.trusted_keys:
             key_id(key)  # a raw 32-byte Ed25519 public key, or a ValueError now rather than at the first model
@@ -119,7 +134,13 @@ class DeviceClient:
         #: devices of one process hand it to one shared thread (simulation/training_queue.py)
         self.run_compute = run_compute
         self.on_round = on_round  # called after every round this device trained and uploaded
-        self.data = data
+        #: where the data comes from, read again at the start of every round the device trains
+        #: (edge_sdk/sources); None: ``data`` as given, for good
+        self.source = source
+        self.data = data  # what it trains on (its held-out share removed: `_use_data`)
+        self.holdout: LocalData | None = None  # what it evaluates on
+        self._holdout_note = ""  # why it holds nothing out
+        self.evaluations: list[Evaluation] = []  # what it answered the coordinator's evaluations
         self.profile = profile
         self.throttle = throttle
         self.topics = Topics(job=config.job)
@@ -161,6 +182,24 @@ class DeviceClient:
         #: the job's normalisation the last plan named, and the data converted to it (`_job_data`)
         self._job_preprocessing: Preprocessing | None = None
         self._job_data_cache: LocalData = data
+        self._use_data(data, test)
+
+    def _use_data(self, data: LocalData | None, test: LocalData | None = None) -> None:
+        """Train on ``data`` less its held-out share (`ClientConfig.holdout`), or hold out ``test``."""
+        holdout = self.config.holdout
+        self._job_preprocessing = None
+        if data is None:
+            self.data = LocalData(np.zeros((0,), np.float32), np.zeros(0, np.int64), 0)
+            self.holdout, self._holdout_note = None, "it has no data"
+        elif holdout is None:
+            self.data, self.holdout = data, test
+            self._holdout_note = "" if test is not None else "its data source names no held-out set"
+        elif holdout == 0:
+            self.data, self.holdout, self._holdout_note = data, None, "it holds out no data ([data] holdout)"
+        else:
+            split = split_holdout(data, holdout)
+            self.data, self.holdout, self._holdout_note = split.train, split.holdout, split.note
+        self._job_data_cache = self.data
 
     # -- public -----------------------------------------------------------
     def stop(self) -> None:
@@ -280,6 +319,8 @@ class DeviceClient:
             self._registered = True
         elif isinstance(body, Plan):
             self._on_plan(env)
+        elif isinstance(body, Evaluate):
+            self._on_evaluate(env)
         elif isinstance(body, Error):
             self.errors.append(body)
             log.warning("%s: coordinator error %s: %s", self.config.device_id, body.code, body.message)
@@ -366,6 +407,8 @@ class DeviceClient:
             stop=self._stop, device=self.torch_device, memory=self._memory,
         )
         started = time.monotonic()
+        if self.source is not None and not self._read_source(rnd):
+            return None
         try:
             data = self._job_data(plan)
             method = device_method(plan.method)
@@ -396,6 +439,65 @@ class DeviceClient:
                 time.monotonic() - started, sum(t.nbytes for t in plan.tensors.values()),
                 sum(t.nbytes for t in update.tensors.values())))
         return update
+
+    def _read_source(self, rnd: int) -> bool:
+        """Read the data source again (it may have grown); a missing or empty one is answered
+        ``no_data`` and the device stays in the fleet, training nothing this round."""
+        from edge_sdk.sources import NoData
+
+        assert self.source is not None
+        try:
+            read = self.source.read()
+        except NoData as exc:
+            log.warning("%s: round %d: no data: %s", self.config.device_id, rnd + 1, exc)
+            self._use_data(None)
+            self._send(Error(ErrorCode.NO_DATA, str(exc)[:1000]), rnd)
+            self._status("idle", f"no data: {exc}"[:200])
+            return False
+        except (ValueError, OSError) as exc:
+            log.error("%s: round %d: reading %s failed: %s", self.config.device_id, rnd + 1,
+                      self.source.description, exc)
+            self._send(Error(ErrorCode.NO_DATA, f"reading its data failed: {exc}"[:1000]), rnd)
+            self._status("idle", f"reading its data failed: {exc}"[:200])
+            return False
+        before = len(self.data)
+        self._use_data(read.data, read.test)
+        if len(self.data) != before:
+            log.info("%s: round %d: %d samples to train on (%d before)", self.config.device_id, rnd + 1,
+                     len(self.data), before)
+        return True
+
+    # -- federated evaluation -------------------------------------------------
+    def _on_evaluate(self, env: Envelope) -> None:
+        """Evaluate the model the coordinator names on the held-out data, and answer with the
+        counts (never a sample); with none held out, an evaluation of no samples saying why."""
+        request: Evaluate = env.body
+        ctx = DeviceContext(device_id=self.config.device_id, round=env.round, seed=self.config.seed,
+                            state_dir=Path(self.config.state_dir) if self.config.state_dir else None,
+                            stop=self._stop, device=self.torch_device, memory=self._memory)
+        try:
+            holdout = self._job_holdout(request)
+            if self.run_compute is None:
+                result = evaluate_holdout(request, holdout, ctx, self._holdout_note)
+            else:
+                result = self.run_compute(lambda: evaluate_holdout(request, holdout, ctx, self._holdout_note))
+        except TrainingStopped:
+            return
+        except (KeyError, ValueError, RuntimeError, ArithmeticError) as exc:
+            log.error("%s: evaluation of round %d failed: %s", self.config.device_id, env.round + 1, exc)
+            result = Evaluation(request.label, 0, 0, 0.0, reason=f"evaluation failed: {exc}"[:300])
+        assert isinstance(result, Evaluation)
+        self.evaluations.append(result)
+        if result.num_samples:
+            log.info("%s: round %d: the %s model scores %.4f on its %d held-out samples", self.config.device_id,
+                     env.round + 1, request.label, result.correct / result.num_samples, result.num_samples)
+        self._send_reply(result, env)
+
+    def _job_holdout(self, request: Evaluate) -> LocalData | None:
+        """The held-out data in the normalisation ``request`` names."""
+        if self.holdout is None or request.preprocessing is None:
+            return self.holdout
+        return self.holdout.normalised_as(Preprocessing.from_dict(request.preprocessing))
 
     def _job_data(self, plan: Plan) -> LocalData:
         """The device's data in the normalisation the plan names (converted once per job and

@@ -19,8 +19,8 @@ from torch import nn
 
 from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
-__all__ = ["AUGMENTATIONS", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped", "train_local",
-           "evaluate", "on_device", "proximal_term", "torch_threads", "default_threads"]
+__all__ = ["AUGMENTATIONS", "EvalCounts", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped",
+           "train_local", "evaluate", "evaluate_counts", "on_device", "proximal_term", "torch_threads", "default_threads"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -200,11 +200,32 @@ def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = E
              device: torch.device | str | None = None) -> tuple[float, float]:
     """``(accuracy in [0, 1], mean cross-entropy)`` in eval mode without gradients, on
     ``device`` if given (the model is moved back afterwards)."""
+    counts = evaluate_counts(model, x, y, batch_size, device)
+    return counts.correct / counts.samples, counts.loss_sum / counts.samples
+
+
+@dataclass(frozen=True)
+class EvalCounts:
+    """What an evaluation counted: samples, correct ones, summed cross-entropy, and per class
+    (``class_counts``/``class_correct``, one entry per output; empty unless asked for)."""
+
+    samples: int
+    correct: int
+    loss_sum: float
+    class_counts: tuple[int, ...] = ()
+    class_correct: tuple[int, ...] = ()
+
+
+def evaluate_counts(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = EVAL_BATCH,
+                    device: torch.device | str | None = None, per_class: bool = False) -> EvalCounts:
+    """:func:`evaluate`'s sums (and, with ``per_class``, per-class counts), for reports that are
+    added up over devices."""
     if type(batch_size) is not int or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     xt, yt = _tensors(model, x, y)
     was_training = model.training
     correct, loss_sum = 0, 0.0
+    counts = right = None
     model.eval()
     try:
         with on_device(model, device) as dev, torch.no_grad():
@@ -213,7 +234,16 @@ def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = E
                 logits = model(xb)
                 _check_labels(logits, yb)
                 loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-                correct += int((logits.argmax(dim=1) == yb).sum())
+                hit = logits.argmax(dim=1) == yb
+                correct += int(hit.sum())
+                if per_class:
+                    k = logits.shape[1]
+                    batch_counts = torch.bincount(yb, minlength=k).cpu()
+                    batch_right = torch.bincount(yb[hit], minlength=k).cpu()
+                    counts = batch_counts if counts is None else counts + batch_counts
+                    right = batch_right if right is None else right + batch_right
     finally:
         model.train(was_training)
-    return correct / len(xt), loss_sum / len(xt)
+    if counts is None or right is None:
+        return EvalCounts(len(xt), correct, loss_sum)
+    return EvalCounts(len(xt), correct, loss_sum, tuple(int(c) for c in counts), tuple(int(c) for c in right))

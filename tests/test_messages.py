@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edge_sdk.protocol import (MESSAGE_TYPES, SCHEMA_VERSION, Ack, Chunk, CodecLimits, Model, Envelope, Error, Plan,
+from edge_sdk.protocol import (MESSAGE_TYPES, SCHEMA_VERSION, Ack, Chunk, CodecLimits, Model, Envelope, Error,
+                             Evaluate, Evaluation, Plan,
                              ProfileUpdate, ProtocolError, Register, RoundStart, Status, Stop, Update,
                              decode_envelope, encode_envelope, packb, peek_header)
 
@@ -32,6 +33,10 @@ SAMPLES = [
     Chunk("ab" * 16, 1, 3, 2500, bytes(range(32)), b"\x00\xff" * 10),
     Model("0.5", 4, bytes(range(32)), b"\x08\x07onnx", (1, 28, 28)),
     ProfileUpdate(12.5, 10, 1.08, 11.9, 0.31, 0.04, 1800.0),
+    Evaluate("flanc", "0.5", {"layers": [{"type": "linear", "out": 2}]}, {"w": W}, {"static_bn": True},
+             {"mean": [0.5], "std": [0.25]}, True),
+    Evaluation("0.5", 40, 31, 12.5, (20, 20), (15, 16), "", 0.02),
+    Evaluation("0.5", 0, 0, 0.0, reason="too little data"),
 ]
 
 
@@ -55,6 +60,22 @@ def test_roundtrip_every_kind(body) -> None:
     assert (out.kind, out.sender, out.round, out.msg_id, out.reply_to, out.version) == (
         body.KIND, "dev-1", 4, env.msg_id, "f" * 32, SCHEMA_VERSION)
     assert_same_body(body, out.body)
+
+
+@pytest.mark.parametrize("body", [
+    {"label": "g", "num_samples": 5, "correct": 6, "loss_sum": 1.0},  # more correct than samples
+    {"label": "g", "num_samples": 5, "correct": 2, "loss_sum": -1.0},  # a negative loss
+    {"label": "g", "num_samples": 5, "correct": 2, "loss_sum": float("nan")},
+    {"label": "g", "num_samples": 5, "correct": 2, "loss_sum": 1.0, "class_counts": [2, 2], "class_correct": [1, 1]},
+    {"label": "g", "num_samples": 4, "correct": 2, "loss_sum": 1.0, "class_counts": [2, 2], "class_correct": [0, 3]},
+    {"label": "g", "num_samples": 4, "correct": 2, "loss_sum": 1.0, "class_counts": [4], "class_correct": [1, 1]},
+    {"label": "g", "num_samples": 0, "correct": 0, "loss_sum": 2.0},  # a loss over no samples
+    {"label": "g", "num_samples": -1, "correct": 0, "loss_sum": 0.0},
+    {"label": "g" * 100, "num_samples": 1, "correct": 0, "loss_sum": 0.0},
+])
+def test_an_impossible_evaluation_is_malformed(body) -> None:
+    with pytest.raises(ProtocolError, match="malformed"):
+        Evaluation.from_body(body, CodecLimits(), None)
 
 
 def test_every_kind_is_registered_and_sampled() -> None:

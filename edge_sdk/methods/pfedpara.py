@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import evaluate
 
-__all__ = ["train_pfedpara", "holdout_split", "spec_fingerprint", "load_personal",
+__all__ = ["train_pfedpara", "personal_model", "holdout_split", "spec_fingerprint", "load_personal",
            "save_personal", "PERSONAL_FILE"]
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,17 @@ def save_personal(path: Path, fingerprint: str, tensors: dict[str, np.ndarray]) 
     os.replace(tmp, path)
 
 
-def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
-    """One local pFedPara round: train W1 and the device's own W2, upload W1 only."""
-    config, settings = plan_settings(plan, PFedParaSettings)
-    holdout = settings.holdout
-    holdout_split(1, holdout, 0)  # validates the range
+@dataclass
+class _Personal:
+    model: torch.nn.Module
+    personal: list[str]
+    shared: list[str]
+    path: Path | None
+    fingerprint: str
+
+
+def _personal_model(plan: Plan, ctx: DeviceContext) -> _Personal:
+    """The plan's shared tensors with this device's own W2 (a first-time one if it has none)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(ctx.seed * 1_000_003 + 17)  # a device's first W2 is its own
         model = build_model(plan.model_spec)
@@ -118,6 +125,22 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         else (ctx.memory or {}).get(f"pfedpara/{fingerprint}")
     if stored is not None:
         load_numpy_state(model, stored, strict=False)
+    return _Personal(model, personal, shared, path, fingerprint)
+
+
+def personal_model(plan: Plan, ctx: DeviceContext) -> torch.nn.Module:
+    """The model this device is served: the shared tensors of ``plan`` with its own W2 (what
+    federated evaluation evaluates)."""
+    return _personal_model(plan, ctx).model
+
+
+def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
+    """One local pFedPara round: train W1 and the device's own W2, upload W1 only."""
+    config, settings = plan_settings(plan, PFedParaSettings)
+    holdout = settings.holdout
+    holdout_split(1, holdout, 0)  # validates the range
+    built = _personal_model(plan, ctx)
+    model = built.model
     train_idx, held_idx = holdout_split(len(data), holdout, ctx.seed * 7919 + 1)
     result = ctx.train(model, data.x[train_idx], data.y[train_idx], config)
     seconds = result.seconds
@@ -129,12 +152,12 @@ def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
         metrics["local_n"] = float(len(held_idx))
         seconds += time.perf_counter() - start
     after = state_to_numpy(model, copy=True)
-    own = {k: after[k] for k in personal}
-    if path is not None:
-        save_personal(path, fingerprint, own)
+    own = {k: after[k] for k in built.personal}
+    if built.path is not None:
+        save_personal(built.path, built.fingerprint, own)
     elif ctx.memory is not None:
-        ctx.memory[f"pfedpara/{fingerprint}"] = own
+        ctx.memory[f"pfedpara/{built.fingerprint}"] = own
     compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=len(held_idx))
     metrics.update(train_seconds=seconds, compute_s=compute_s)
-    return Update(label=plan.label, tensors={k: after[k] for k in shared},
+    return Update(label=plan.label, tensors={k: after[k] for k in built.shared},
                   num_samples=len(train_idx), metrics=metrics)

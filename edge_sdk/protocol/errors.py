@@ -53,6 +53,9 @@ class ErrorCode(str, Enum):
     NOT_TRAINING = "not_training"
     TRAIN_FAILED = "train_failed"
     BAD_MODEL = "bad_model"
+    NO_DATA = "no_data"  # its data source is missing or empty: it stays in the fleet, training nothing
+    # the coordinator, refusing a device's evaluation report
+    BAD_EVALUATION = "bad_evaluation"
 
     def __str__(self) -> str:  # the wire string, on Python 3.10 to 3.12+ alike (as `enum.StrEnum`)
         return self.value

@@ -25,11 +25,12 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "ProfileUpdate", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope",
+    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope",
     "peek_header",
 ]
 
 SCHEMA_VERSION = 1
+MAX_EVAL_CLASSES = 100_000  # per-class counts an evaluation may carry
 MAX_ID_LEN = 64  # msg_id, reply_to, transfer_id
 MAX_PLAIN_DEPTH = 16  # nesting of model_spec / train
 MAX_SIGNATURE_LEN = 1024  # a model's signature (Ed25519: 64 bytes)
@@ -87,6 +88,15 @@ def _str_tuple(body: dict, name: str, default: Any = _MISSING) -> tuple[str, ...
     v = _get(body, name, default)
     if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
         raise _bad(f"field {name!r} must be an array of strings")
+    return tuple(v)
+
+
+def _int_tuple(body: dict, name: str) -> tuple[int, ...]:
+    """An optional array of at most MAX_EVAL_CLASSES integers >= 0 (default empty)."""
+    v = _get(body, name, ())
+    if not isinstance(v, (list, tuple)) or len(v) > MAX_EVAL_CLASSES or not all(
+            type(x) is int and 0 <= x <= 1 << 40 for x in v):
+        raise _bad(f"field {name!r} must be an array of at most {MAX_EVAL_CLASSES} integers >= 0")
     return tuple(v)
 
 
@@ -434,7 +444,90 @@ class ProfileUpdate(Message):
         return cls(*cls._values(body))
 
 
-AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate]
+@dataclass(frozen=True, eq=False)
+class Evaluate(Message):
+    """Coordinator -> device: evaluate this model — the one the device would be served, as a
+    plan carries it — on the device's held-out data, and answer with an `Evaluation`
+    (``reply_to`` = this message). ``per_class``: also count per class (they reveal the device's
+    label mix, so only when the job asks)."""
+
+    KIND: ClassVar[str] = "evaluate"
+    method: str
+    label: str
+    model_spec: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    settings: dict[str, Any]  # the method's settings a device needs to build the model (a plan's ``train``)
+    preprocessing: dict[str, Any] | None = None
+    per_class: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan, per_class: bool = False) -> Evaluate:
+        """The evaluation of the model ``plan`` carries."""
+        return cls(plan.method, plan.label, plan.model_spec, plan.tensors, plan.train, plan.preprocessing, per_class)
+
+    def as_plan(self) -> Plan:
+        """The model to evaluate as a plan (what the device's method parts build models from)."""
+        return Plan(self.method, self.label, self.model_spec, self.tensors, self.settings, self.preprocessing)
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        body = self.as_plan().to_body(transfer_dtype)
+        body["settings"] = body.pop("train")
+        body["per_class"] = self.per_class
+        return body
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Evaluate:
+        plan = Plan.from_body({**body, "train": _get(body, "settings", _MISSING)}, limits, data)
+        return cls.of(plan, _bool(body, "per_class", False))
+
+
+@dataclass(frozen=True)
+class Evaluation(Message):
+    """Device -> coordinator: how the model of an `Evaluate` did on the device's held-out data:
+    ``num_samples`` evaluated, ``correct`` of them, ``loss_sum`` (summed cross-entropy), and per
+    class (``class_counts``/``class_correct``, only when asked). ``num_samples`` 0: no evaluation,
+    ``reason`` says why (e.g. too little data)."""
+
+    KIND: ClassVar[str] = "evaluation"
+    label: str
+    num_samples: int
+    correct: int
+    loss_sum: float
+    class_counts: tuple[int, ...] = ()
+    class_correct: tuple[int, ...] = ()
+    reason: str = ""  # <= 300 characters
+    seconds: float = 0.0  # the evaluation's wall-clock on the device
+
+    def __post_init__(self) -> None:  # checked as a receiver would
+        self._check(self.to_body())
+
+    @classmethod
+    def _check(cls, body: dict) -> tuple:
+        n = _int(body, "num_samples", lo=0, hi=1 << 40)
+        correct = _int(body, "correct", lo=0, hi=n)
+        loss = _float(body, "loss_sum", lo=0.0)
+        counts, right = (_int_tuple(body, name) for name in ("class_counts", "class_correct"))
+        if len(counts) != len(right) or sum(counts) != (n if counts else 0) or sum(right) != (correct if right else 0) \
+                or any(r > c for r, c in zip(right, counts)):
+            raise _bad("class_counts/class_correct must be of one length, sum to num_samples/correct, "
+                       "and no class may have more correct than samples")
+        if n == 0 and (correct or loss):
+            raise _bad("an evaluation of no samples has no correct ones and no loss")
+        return (_str(body, "label", max_len=MAX_ID_LEN), n, correct, loss, counts, right,
+                _str(body, "reason", "", max_len=300), _float(body, "seconds", 0.0, lo=0.0, hi=1e7))
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {"label": self.label, "num_samples": self.num_samples, "correct": self.correct,
+                "loss_sum": self.loss_sum, "class_counts": list(self.class_counts),
+                "class_correct": list(self.class_correct), "reason": self.reason, "seconds": self.seconds}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Evaluation:
+        return cls(*cls._check(body))
+
+
+AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate,
+                   Evaluate, Evaluation]
 MESSAGE_TYPES: dict[str, type[Message]] = {c.KIND: c for c in AnyMessage.__args__}  # type: ignore[attr-defined]
 
 

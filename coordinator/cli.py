@@ -87,8 +87,17 @@ class Display:
     def round(self, record: Any) -> None:
         self.done += 1
         self._round_started = time.monotonic()
-        evaluated = (f"accuracy {_accuracies(record.accuracy, self.describe)}  loss {record.loss:.3f}"
-                     if record.accuracy else "not evaluated")
+        parts = []
+        if record.accuracy:
+            parts.append(f"accuracy {_accuracies(record.accuracy, self.describe)}  loss {record.loss:.3f}")
+        if record.federated_accuracy:
+            ev = record.evaluation
+            parts.append(f"federated {_accuracies(record.federated_accuracy, self.describe)} "
+                         f"({ev.get('samples', 0)} held-out samples on {ev.get('devices', 0)} devices)")
+        elif record.evaluation.get("asked"):
+            parts.append(f"no federated evaluation ({record.evaluation.get('no_evaluation', 0)} devices had no "
+                         f"held-out data, {record.evaluation.get('missing', 0)} did not answer)")
+        evaluated = "  ".join(parts) or "not evaluated"
         self.console.print(
             f"round {record.round + 1}/{self.rounds}: {evaluated}"
             f"  {len(record.participants)} devices  down {size(record.bytes_down)}"
@@ -108,9 +117,14 @@ class Display:
     def final(self, report: Any, out: str) -> None:
         data = report.to_dict()
         final = data["final"]
+        accuracy = []
+        if final["accuracy"]:
+            accuracy.append(f"accuracy {_accuracies(final['accuracy'], self.describe)}")
+        if final["federated_accuracy"]:
+            accuracy.append(f"federated accuracy {_accuracies(final['federated_accuracy'], self.describe)}")
         self.console.print(
-            f"[green]done[/green] after {plural(len(report.rounds), 'round')}: accuracy "
-            f"{_accuracies(final['accuracy'], self.describe)}; {size(final['bytes_down_total'])} down, "
+            f"[green]done[/green] after {plural(len(report.rounds), 'round')}: "
+            f"{', '.join(accuracy) or 'not evaluated'}; {size(final['bytes_down_total'])} down, "
             f"{size(final['bytes_up_total'])} up, {final['seconds_total']:.0f} s on the devices; "
             f"report in {out}/report.json", soft_wrap=True)
 

@@ -47,6 +47,15 @@ class FederationConfig:
     #: stop the job (`TrainingFailed`) when every device asked reports a failed local training
     #: this many rounds in a row (0: never; a simulation uses 3: its devices fail alike every round)
     stop_after_failed_rounds: int = 0
+    #: federated evaluation: in every evaluated round, the devices evaluate the model they would be
+    #: served on their own held-out data (`[data] holdout` on the device) and report counts
+    federated_eval: bool = True
+    #: devices asked to evaluate per evaluated round, sampled (None: every online device)
+    eval_devices: int | None = None
+    #: how long an evaluation waits for the devices' reports (None: `round_deadline_s`)
+    eval_deadline_s: float | None = None
+    #: devices also report counts per class (they reveal a device's label mix: off by default)
+    eval_per_class: bool = False
 
     def __post_init__(self) -> None:
         decay = self.lr_decay
@@ -64,13 +73,19 @@ class FederationConfig:
         check_device_name(self.eval_device)  # syntax only: the round loop checks the GPU is there
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
-        k = self.devices_per_round
-        if k is not None and (type(k) is not int or k < 1):
-            raise ValueError(f"devices_per_round must be an integer >= 1 (or absent: every device), got {k!r}")
+        for name in ("devices_per_round", "eval_devices"):
+            k = getattr(self, name)
+            if k is not None and (type(k) is not int or k < 1):
+                raise ValueError(f"{name} must be an integer >= 1 (or absent: every device), got {k!r}")
+        for name in ("federated_eval", "eval_per_class"):
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not (isinstance(self.quorum, (int, float)) and 0 < self.quorum <= 1):
             raise ValueError(f"quorum must be a fraction in (0, 1], got {self.quorum!r}")
-        for name in ("round_deadline_s", "register_timeout_s"):
+        for name in ("round_deadline_s", "register_timeout_s", "eval_deadline_s"):
             value = getattr(self, name)
+            if value is None and name == "eval_deadline_s":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         if type(self.seed) is not int:

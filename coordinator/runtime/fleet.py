@@ -17,13 +17,13 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from edge_sdk.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Plan, ProfileUpdate, Register, Status, Update,
+    Ack, Envelope, Error, Evaluate, Evaluation, Plan, ProfileUpdate, Register, Status, Update,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
@@ -33,7 +33,8 @@ from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.runtime.task import Task
 
-__all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "Fleet", "FleetProgress", "COORDINATOR_ID"]
+__all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "CollectedEvaluations", "Fleet", "FleetProgress",
+           "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
@@ -66,6 +67,8 @@ class DeviceRecord:
     offline_since: float = 0.0  # time.monotonic() when it went offline
     #: `Fleet.rounds_collected` when ``num_samples`` was last raised (its growth is counted from there)
     samples_since: int = 0
+    #: its latest federated evaluation: (round, samples, correct, label); None: none yet
+    last_evaluation: tuple[int, int, int, str] | None = None
 
     def acknowledged(self, msg_id: str) -> bool:
         """Has the device acknowledged the message ``msg_id`` (an `ack` whose ``reply_to`` is it)?"""
@@ -90,6 +93,15 @@ class Collected:
 
     updates: dict[str, ReceivedUpdate]
     failures: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CollectedEvaluations:
+    """What one federated evaluation brought: the valid reports in the order of the devices asked
+    (those of no samples too: they say why), and the devices asked that sent none in time."""
+
+    reports: dict[str, Evaluation]
+    missing: list[str]
 
 
 @dataclass(frozen=True)
@@ -121,8 +133,10 @@ MAX_DRAIN = 1000
 class _Collection:
     round: int
     participants: set[str]
-    check: Callable[[DeviceRecord, Update], None]
-    accepted: dict[str, ReceivedUpdate] = field(default_factory=dict)
+    check: Callable[[DeviceRecord, Any], None]
+    #: the answer collected: an `Update` (a training round) or an `Evaluation` (a federated evaluation)
+    kind: type = Update
+    accepted: dict[str, Any] = field(default_factory=dict)  # device -> ReceivedUpdate, or its Evaluation
     declined: set[str] = field(default_factory=set)  # said "not_training" for this round
     failed: dict[str, str] = field(default_factory=dict)  # reported "train_failed": its message
     lost: set[str] = field(default_factory=set)  # said a message to it stalled: wants its plan again
@@ -203,7 +217,7 @@ class Fleet:
         of the device's answer: `DeviceRecord.acknowledged`); returns the payload bytes."""
         body, rnd = env.body, env.round
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
-        if isinstance(body, Plan):
+        if isinstance(body, (Plan, Evaluate)):  # what the device must answer, sent again if it is lost
             self._plans[device_id] = (rnd, body)
             self._plan_sent_over[device_id] = self._connections(device_id)
             self.link.set_sender_budget(self.topics.uplink(device_id), self.limits.upload_budget(nbytes))
@@ -307,18 +321,36 @@ class Fleet:
         They come in the order of `participants`, not of arrival, so that floating-point sums over
         them, and with them a seeded job, are the same from run to run.
         """
-        self._collecting = _Collection(rnd, set(participants), check)
+        try:
+            col = self._wait_for(_Collection(rnd, set(participants), check), participants, deadline_s)
+            return Collected({d: col.accepted[d] for d in participants if d in col.accepted}, dict(col.failed))
+        finally:
+            self.rounds_collected += 1
+            pending, self._pending_profiles = self._pending_profiles, {}
+            for device, profile in pending.items():
+                self._apply_profile(device, profile)
+
+    def collect_evaluations(self, rnd: int, devices: list[str], deadline_s: float,
+                            check: Callable[[DeviceRecord, Evaluation], None]) -> CollectedEvaluations:
+        """The `Evaluation`s of round ``rnd`` from ``devices`` (each sent an `Evaluate`), until all
+        online ones answered or the deadline; a device that drops out is counted, not waited for."""
+        col = self._wait_for(_Collection(rnd, set(devices), check, Evaluation), devices, deadline_s)
+        return CollectedEvaluations({d: col.accepted[d] for d in devices if d in col.accepted},
+                                    [d for d in devices if d not in col.accepted])
+
+    def _wait_for(self, col: _Collection, participants: list[str], deadline_s: float) -> _Collection:
+        """Handle messages until every participant still expected answered ``col``, or the deadline."""
+        self._collecting = col
+        rnd = col.round
         start = time.monotonic()
         end = start + deadline_s
         up_before = sum(self.devices[d].bytes_up for d in participants)
 
         def progress() -> None:
-            col = self._collecting
             self._progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
                            sum(self.devices[d].bytes_up for d in participants) - up_before, start)
         try:
             while time.monotonic() < end:
-                col = self._collecting
                 waiting = [d for d in col.participants
                            if d not in col.accepted and d not in col.declined and self._still_expected(d)]
                 if not waiting:
@@ -335,18 +367,13 @@ class Fleet:
                     self.while_waiting(0.02)
                     self.pump(0.0)
             progress()
-            accepted = self._collecting.accepted
-            return Collected({d: accepted[d] for d in participants if d in accepted}, dict(self._collecting.failed))
+            return col
         finally:
             self._collecting = None
             for device in self._plans:  # back to the budget of a device not asked for an update
                 self.link.set_sender_budget(self.topics.uplink(device), None)
             self._plans.clear()
             self._plan_sent_over.clear()
-            self.rounds_collected += 1
-            pending, self._pending_profiles = self._pending_profiles, {}
-            for device, profile in pending.items():
-                self._apply_profile(device, profile)
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -367,14 +394,14 @@ class Fleet:
             self._on_status(device, env)
         elif isinstance(env.body, Register):
             self._on_register(device, env)
-        elif isinstance(env.body, Update):
+        elif isinstance(env.body, (Update, Evaluation)):
             self._on_update(device, env, item.nbytes)
         elif isinstance(env.body, ProfileUpdate):
             self._on_profile_update(device, env)
         elif isinstance(env.body, Error):
             log.warning("device %s reports %s: %s", device, env.body.code, env.body.message)
             col = self._collecting
-            if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED) and col is not None
+            if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED, ErrorCode.NO_DATA) and col is not None
                     and env.round == col.round and device in col.participants):
                 col.declined.add(device)  # the round need not wait for it
                 if env.body.code == ErrorCode.TRAIN_FAILED:
@@ -397,7 +424,7 @@ class Fleet:
         except (ValueError, TypeError, KeyError) as exc:
             self._reject(device, ErrorCode.BAD_PROFILE, str(exc), env.msg_id)
             return
-        if not 1 <= body.num_samples <= MAX_SAMPLES:
+        if not 0 <= body.num_samples <= MAX_SAMPLES:  # 0: a device whose data source is empty as yet
             self._reject(device, ErrorCode.BAD_SAMPLES, f"num_samples={body.num_samples} is impossible", env.msg_id)
             return
         if self.method is not None and body.capabilities and self.method not in body.capabilities:
@@ -560,30 +587,54 @@ class Fleet:
         return ours_now != ours_then or (device_then != 0 and device_now != device_then)
 
     def _on_update(self, device: str, env: Envelope, nbytes: int) -> None:
+        """An `Update` (or an `Evaluation`) for the open collection, checked; an update of more
+        samples than the device registered counts when its data grew no faster than
+        `FleetLimits` allows (`_grow_samples`)."""
+        what = env.kind  # "update" or "evaluation"
         record = self.devices.get(device)
         if record is None:
-            self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register before sending updates", env.msg_id)
+            self._reject(device, ErrorCode.UNKNOWN_DEVICE, f"register before sending an {what}", env.msg_id)
             return
         col = self._collecting
-        if col is None or env.round != col.round:
-            current = "none" if col is None else str(col.round + 1)
-            self._reject(device, ErrorCode.WRONG_ROUND, f"update for round {env.round + 1}; open round: {current}",
+        if col is None or env.round != col.round or not isinstance(env.body, col.kind):
+            current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
+            self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",
                          env.msg_id)
             return
         if device not in col.participants:
-            self._reject(device, ErrorCode.NOT_PARTICIPANT, f"not selected for round {env.round + 1}", env.msg_id)
-            return
-        if device in col.accepted:
-            self._reject(device, ErrorCode.DUPLICATE, f"an update for round {env.round + 1} was already accepted",
+            self._reject(device, ErrorCode.NOT_PARTICIPANT, f"not asked for an {what} in round {env.round + 1}",
                          env.msg_id)
             return
+        if device in col.accepted:
+            self._reject(device, ErrorCode.DUPLICATE, f"an {what} for round {env.round + 1} was already accepted",
+                         env.msg_id)
+            return
+        if isinstance(env.body, Update):
+            self._grow_samples(record, env.body.num_samples)
         try:
             col.check(record, env.body)
         except UpdateRejected as exc:
             self._reject(device, exc.code, exc.message, env.msg_id)
             return
+        if isinstance(env.body, Evaluation):
+            col.accepted[device] = env.body
+            if env.body.num_samples:
+                record.last_evaluation = (env.round, env.body.num_samples, env.body.correct, env.body.label)
+            return  # nothing to acknowledge: the device does not wait for it
         col.accepted[device] = ReceivedUpdate(device, env.round, env.body, nbytes)
         self._reply(device, Ack(f"update for round {env.round + 1} accepted"), rnd=env.round, reply_to=env.msg_id)
+
+    def _grow_samples(self, record: DeviceRecord, claimed: int) -> None:
+        """A device whose data grew (it re-reads its source each round) trains on more samples
+        than it registered: they count when the growth is within what `FleetLimits` allows since
+        its count last rose; beyond, the count is not raised and the update is refused."""
+        if claimed <= record.num_samples:
+            return
+        # the round being collected counts: the data may have grown since the registration, or the last raise
+        limit = grown_sample_limit(record.num_samples, self.rounds_collected + 1 - record.samples_since, self.limits)
+        if claimed <= min(limit, MAX_SAMPLES):
+            log.info("device %s now trains on %d samples (%d before)", record.device_id, claimed, record.num_samples)
+            record.num_samples, record.samples_since = claimed, self.rounds_collected + 1
 
     def _count_up(self, device: str, nbytes: int) -> None:
         if device in self.devices:

@@ -36,6 +36,12 @@ class RoundRecord:
     participants: list[str]
     aggregated: bool
     metrics: dict[str, float] = field(default_factory=dict)
+    #: federated evaluation (`FederationConfig.federated_eval`): per model label, the devices'
+    #: held-out accuracy summed sample-weighted; empty when no device evaluated
+    federated_accuracy: dict[str, float] = field(default_factory=dict)
+    federated_loss: float | None = None
+    #: its details: samples, devices, asked, no_evaluation, missing, accuracy_all, host_seconds, per_class
+    evaluation: dict[str, Any] = field(default_factory=dict)
 
 
 def merge_stages(records: list[RoundRecord]) -> RoundRecord:
@@ -83,7 +89,7 @@ class RunReport:
         self.devices = [
             {"id": d.device_id, "profile": d.profile.name, "flops": d.profile.gflops * 1e9,
              "measured": d.profile.measured, "assignment": d.label,
-             "bytes_down": d.bytes_down, "bytes_up": d.bytes_up}
+             "bytes_down": d.bytes_down, "bytes_up": d.bytes_up, **_last_evaluation(d.last_evaluation)}
             for d in sorted(fleet.devices.values(), key=lambda d: d.device_id)
         ]
         self.models = {label: {"params": int(params[label]), "payload_bytes": int(payload_bytes.get(label, 0))}
@@ -93,7 +99,7 @@ class RunReport:
 
     def last_evaluated(self) -> RoundRecord | None:
         """The latest round that was evaluated (the last one, unless the job was interrupted)."""
-        return next((r for r in reversed(self.rounds) if r.accuracy), None)
+        return next((r for r in reversed(self.rounds) if r.accuracy or r.federated_accuracy), None)
 
     def to_dict(self) -> dict[str, Any]:
         last = self.last_evaluated()
@@ -109,6 +115,7 @@ class RunReport:
             "rejection_count": self.rejection_count,
             "final": {
                 "accuracy": dict(last.accuracy) if last else {},
+                "federated_accuracy": dict(last.federated_accuracy) if last else {},
                 "evaluated_round": last.round + 1 if last else None,
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),
                 "bytes_up_total": sum(r.bytes_up for r in self.rounds),
@@ -131,18 +138,24 @@ class RunReport:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(self.to_dict(), indent=2))
         labels = sorted({k for r in self.rounds for k in r.accuracy})
+        federated = sorted({k for r in self.rounds for k in r.federated_accuracy})
         with open(out / "metrics.csv", "w", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(["round", "round_index", *[f"accuracy_{k}" for k in labels], "loss", "bytes_down",
+            writer.writerow(["round", "round_index", *[f"accuracy_{k}" for k in labels], "loss",
+                             *[f"federated_accuracy_{k}" for k in federated],
+                             *(["federated_loss", "federated_samples"] if federated else []), "bytes_down",
                              "bytes_up", "seconds", "host_seconds", "participants"])
             for r in self.rounds:
+                fed = [r.federated_accuracy.get(k, "") for k in federated]
+                if federated:
+                    fed += ["" if r.federated_loss is None else r.federated_loss, r.evaluation.get("samples", "")]
                 writer.writerow([r.round + 1, r.round, *[r.accuracy.get(k, "") for k in labels],
-                                 "" if r.loss is None else r.loss, r.bytes_down,
+                                 "" if r.loss is None else r.loss, *fed, r.bytes_down,
                                  r.bytes_up, round(r.seconds, 3), round(r.host_seconds, 3), len(r.participants)])
         if plots and self.rounds:
-            self._plot(out, labels, describe)
+            self._plot(out, labels, federated, describe)
 
-    def _plot(self, out: Path, labels: list[str], describe: Callable[[str], str]) -> None:
+    def _plot(self, out: Path, labels: list[str], federated: list[str], describe: Callable[[str], str]) -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -150,17 +163,25 @@ class RunReport:
 
         rounds = [r.round + 1 for r in self.rounds]  # counted from 1, as the console prints them
         fig, ax = plt.subplots(figsize=(6, 4))
-        for label in labels:
-            points = [(r.round + 1, r.accuracy[label]) for r in self.rounds if label in r.accuracy]
-            # markers on short runs, so that even one round shows as a visible point per label
-            ax.plot([x for x, _ in points], [y for _, y in points], marker="o" if len(points) <= 30 else None,
-                    markersize=7 if len(points) == 1 else 4, label=describe(label))
-        ax.set(xlabel="round", ylabel="test accuracy", title=f"{self.method}: accuracy per round")
+        # central accuracy solid; federated (the devices' held-out data) dashed in the same colour
+        colours: dict[str, Any] = {}
+        for kind, names in (("accuracy", labels), ("federated_accuracy", federated)):
+            for label in names:
+                points = [(r.round + 1, getattr(r, kind)[label]) for r in self.rounds if label in getattr(r, kind)]
+                name = describe(label) + (" (federated)" if kind == "federated_accuracy" and labels else "")
+                # markers on short runs, so that even one round shows as a visible point per label
+                line, = ax.plot([x for x, _ in points], [y for _, y in points],
+                                marker="o" if len(points) <= 30 else None, markersize=7 if len(points) == 1 else 4,
+                                linestyle="--" if kind == "federated_accuracy" and labels else "-",
+                                color=colours.get(label), label=name)
+                colours.setdefault(label, line.get_color())
+        ylabel = "test accuracy" if labels else "federated accuracy (devices' held-out data)"
+        ax.set(xlabel="round", ylabel=ylabel, title=f"{self.method}: accuracy per round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if len(rounds) == 1:
             ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
         ax.grid(alpha=0.3)
-        if labels:
+        if labels or federated:
             ax.legend(loc="best")
         fig.tight_layout()
         fig.savefig(out / "accuracy.png", dpi=100)
@@ -175,6 +196,14 @@ class RunReport:
         fig.tight_layout()
         fig.savefig(out / "bytes.png", dpi=100)
         plt.close(fig)
+
+
+def _last_evaluation(last: tuple[int, int, int, str] | None) -> dict[str, Any]:
+    """A device's latest federated evaluation, for its entry in the report (nothing if none)."""
+    if last is None:
+        return {}
+    rnd, samples, correct, label = last
+    return {"evaluation": {"round": rnd + 1, "label": label, "samples": samples, "accuracy": correct / samples}}
 
 
 def keep_previous_report(out: Path) -> Path | None:

@@ -19,7 +19,10 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.preprocessing import Preprocessing
-from edge_sdk.protocol.messages import RoundStart, Stop
+from edge_sdk.protocol.errors import ErrorCode
+from edge_sdk.protocol.messages import Evaluate, Evaluation, RoundStart, Stop
+
+from coordinator.aggregate.validation import UpdateRejected
 
 from coordinator.runtime.federation import EvalData, FederationConfig, TrainingFailed
 from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
@@ -29,10 +32,15 @@ from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
 
-__all__ = ["RoundLoop"]
+__all__ = ["EVAL_SAMPLES_PER_TRAINING", "RoundLoop"]
 
 log = logging.getLogger(__name__)
 _SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's moments
+#: A device's evaluation counts at most this many samples per sample it trains on (a holdout of
+#: at most 0.9 holds out 9 per training sample), or `EVAL_SAMPLES_FLOOR`: what one device may
+#: weigh in the federated accuracy is bounded like its updates.
+EVAL_SAMPLES_PER_TRAINING = 10
+EVAL_SAMPLES_FLOOR = 1000
 
 
 class RoundLoop:
@@ -131,10 +139,14 @@ class RoundLoop:
         for stage in self.strategy.round_stages(rnd, online):
             self.strategy.begin_stage(rnd, stage)
             records.append(self._stage(rnd, rng))
-        return merge_stages(records)
+        record = merge_stages(records)
+        if self.evaluates(rnd) and self.config.federated_eval:
+            record = self._federated_evaluation(rnd, record)
+        return record
 
-    def _sample(self, candidates: list[str], rng: np.random.Generator) -> list[str]:
-        k = self.config.devices_per_round
+    def _sample(self, candidates: list[str], rng: np.random.Generator, k: int | None = -1) -> list[str]:
+        """``k`` of ``candidates`` drawn with ``rng`` (-1: `devices_per_round`; None: all)."""
+        k = self.config.devices_per_round if k == -1 else k
         if k is None or k >= len(candidates):
             return list(candidates)
         return sorted(rng.choice(candidates, size=k, replace=False).tolist())
@@ -186,6 +198,61 @@ class RoundLoop:
             participants=sorted(updates), aggregated=len(updates) >= needed,
             metrics=metrics,
         )
+
+    # -- federated evaluation -----------------------------------------------
+    def _federated_evaluation(self, rnd: int, record: RoundRecord) -> RoundRecord:
+        """Ask the online devices (`eval_devices` of them) to evaluate the model each would be
+        served on its held-out data, wait for their counts until all answered or the deadline,
+        and fold them per model label into ``record``."""
+        strategy, fleet, config = self.strategy, self.fleet, self.config
+        started = time.monotonic()
+        rng = np.random.default_rng([config.seed, rnd, 0xE7A1])  # apart from the training's draws
+        labels: dict[str, str] = {}
+        down = 0
+        for device_id in self._sample(fleet.online(), rng, config.eval_devices):
+            plan = strategy.configure_evaluate(rnd, fleet.devices[device_id])
+            if plan is None:
+                continue
+            if self.preprocessing is not None:
+                plan = replace(plan, preprocessing=self.preprocessing.normalisation())
+            down += fleet.send(device_id, Evaluate.of(plan, config.eval_per_class), rnd)
+            labels[device_id] = plan.label
+        asked = list(labels)
+        up_before = sum(fleet.devices[d].bytes_up for d in asked)
+        deadline = config.eval_deadline_s if config.eval_deadline_s is not None else config.round_deadline_s
+        collected = fleet.collect_evaluations(rnd, asked, deadline, self._evaluation_check(labels))
+        result = strategy.aggregate_evaluate(rnd, collected.reports, collected.missing)
+        if collected.missing:
+            log.info("round %d: %d of %d devices asked sent no evaluation in time", rnd + 1,
+                     len(collected.missing), len(asked))
+        seconds = time.monotonic() - started
+        return replace(record, federated_accuracy=result.accuracy, federated_loss=result.loss,
+                       evaluation={**result.summary(), "asked": len(asked), "host_seconds": seconds},
+                       bytes_down=record.bytes_down + down,
+                       bytes_up=record.bytes_up + sum(fleet.devices[d].bytes_up for d in asked) - up_before,
+                       host_seconds=record.host_seconds + seconds)
+
+    def _evaluation_check(self, labels: dict[str, str]) -> Callable[[DeviceRecord, Evaluation], None]:
+        """What a device's evaluation must be: of the label it was sent, of no more samples than
+        its training data bounds (`EVAL_SAMPLES_PER_TRAINING`), class counts only when asked and
+        for the task's classes."""
+        per_class = self.config.eval_per_class
+        classes = self.fleet.task.num_classes if self.fleet.task is not None else None
+
+        def check(device: DeviceRecord, evaluation: Evaluation) -> None:
+            sent = labels[device.device_id]
+            if evaluation.label != sent:
+                raise UpdateRejected(ErrorCode.WRONG_LABEL, f"evaluation of {evaluation.label!r}; it was sent {sent!r}")
+            bound = max(EVAL_SAMPLES_FLOOR, EVAL_SAMPLES_PER_TRAINING * device.num_samples)
+            if evaluation.num_samples > bound:
+                raise UpdateRejected(ErrorCode.BAD_EVALUATION, f"{evaluation.num_samples} held-out samples for "
+                                     f"{device.num_samples} training samples: at most {bound} count")
+            if evaluation.class_counts and not per_class:
+                raise UpdateRejected(ErrorCode.BAD_EVALUATION, "class counts this job did not ask for")
+            if evaluation.class_counts and classes is not None and len(evaluation.class_counts) != classes:
+                raise UpdateRejected(ErrorCode.BAD_EVALUATION, f"{len(evaluation.class_counts)} class counts for "
+                                     f"a task of {classes} classes")
+        return check
 
     def _eval_set(self, last: bool) -> EvalData | None:
         """The held-out data of an evaluation: all of it in the last round or without

@@ -17,13 +17,14 @@ import numpy as np
 import torch
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Evaluation, Plan, Update
 from edge_sdk.training import TrainConfig, evaluate
 
 from edge_sdk.methods.settings import method_settings
 from edge_sdk.methods.settings.options import parse
 from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
 
+from coordinator.aggregate.evaluation import FederatedEvaluation, fold_evaluations
 from coordinator.aggregate.robust import robust_aggregate
 from coordinator.aggregate.server_opt import ServerOptimizer
 from coordinator.strategies.proximal import with_prox_mu
@@ -177,14 +178,17 @@ class Strategy(ABC):
         the devices asked that reported a failed training, with their messages."""
 
     def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
-        """Federated evaluation: what ``device`` evaluates on its own held-out data in round
-        ``rnd`` (None: nothing; the default until devices evaluate)."""
-        return None
+        """Federated evaluation: the model ``device`` evaluates on its own held-out data after
+        round ``rnd`` — the one it would be served — as a plan carries it (None: it evaluates
+        nothing). The default is its training plan with the job's settings: a method whose
+        :meth:`configure_train` records what it sent (to check the update) overrides this."""
+        return self.configure_train(rnd, device)
 
-    def aggregate_evaluate(self, rnd: int, reports: list[Any],
-                           failures: Mapping[str, str] | None = None) -> dict[str, float]:
-        """Federated evaluation: the devices' reports folded into metrics (default: none)."""
-        return {}
+    def aggregate_evaluate(self, rnd: int, reports: Mapping[str, Evaluation],
+                           missing: Sequence[str] = ()) -> FederatedEvaluation:
+        """Federated evaluation: the devices' reports (by device; ``missing``: asked, no answer in
+        time) folded sample-weighted per model label (:func:`fold_evaluations`)."""
+        return fold_evaluations(reports, missing)
 
     @abstractmethod
     def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:

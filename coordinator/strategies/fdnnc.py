@@ -190,6 +190,15 @@ class Fdnnc(Strategy):
         return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
                     train={**settings, **to_wire(asked)})
 
+    def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
+        """The dense model on a big device, the low-rank one on a small device; nothing recorded."""
+        settings = {**self.config.train.to_dict(), **to_wire(FdnncRound(upload="full", freeze=False))}
+        if device.label == BIG:
+            return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
+                        train=settings)
+        return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
+                    train=settings)
+
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         mode = self._asked.get(device.device_id)
         if mode is None or device.label is None:

@@ -158,6 +158,15 @@ class Reft(Strategy):
         return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors,
                     train=settings)
 
+    def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
+        """The global model pruned to ``device``'s level (without the public set); nothing recorded."""
+        level = self.levels.get(device.device_id)
+        if level is None:
+            return None
+        pruned = self.pruned(level)
+        return Plan(method=self.device_part(), label=level_label(level), model_spec=pruned.spec,
+                    tensors=dict(pruned.tensors), train=self.options.local_train(self.config.train.to_dict()))
+
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""
         n, classes = len(self.public_x), int(self.spec["num_classes"])

@@ -71,6 +71,14 @@ class WidthStrategy(Strategy):
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
                     tensors=self.tensors(label), train=self.train_settings(label, train or self.config.train, rnd))
 
+    def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
+        """The model of the width ``device`` is served (its label), recording nothing."""
+        label = device.label
+        if label not in self.specs:
+            return None
+        return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
+                    tensors=self.tensors(label), train=self.train_settings(label, self.config.train, rnd))
+
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         """An update must be exactly what the device's last plan asked of its width."""
         label = self._planned.get(device.device_id)

@@ -28,7 +28,7 @@ def _simulate(args: argparse.Namespace) -> int:
     federation = sim_federation(
         rounds=args.rounds, seed=args.seed, devices_per_round=args.devices_per_round, eval_every=args.eval_every,
         eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
-        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_dir=args.checkpoint_dir, eval_per_class=args.eval_per_class,
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
                           momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment),
     )
@@ -40,7 +40,7 @@ def _simulate(args: argparse.Namespace) -> int:
         options=option_pairs(args.option), sim_device=args.sim_device,
         backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
-        threads=args.threads or default_threads(), federation=federation,
+        threads=args.threads or default_threads(), federation=federation, holdout=args.holdout,
     )
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
     own_lr = strategy_class(config.method).own_lr(config.options)
@@ -93,6 +93,12 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-samples", type=at_least(1), metavar="N",
                    help="interim evaluations on a fixed stratified N of the held-out samples (default: all); "
                         "the last round always evaluates on all of them")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="each device holds out F of its data (0 < F <= 0.9) and the devices evaluate every evaluated "
+                        "round's model on it (federated evaluation), reported beside the test set's accuracy "
+                        "(default 0: no federated evaluation)")
+    p.add_argument("--eval-per-class", action="store_true",
+                   help="with --holdout, devices also report their held-out counts per class")
     p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
                    help="where simulated devices train and the coordinator evaluates: cpu, cuda, cuda:N or auto; "
                         "the devices' profiled speed is still what the report's seconds count")

@@ -9,6 +9,7 @@ import numpy as np
 
 from edge_sdk.accelerator import check_device_name
 from edge_sdk.data import ImageDataset
+from edge_sdk.holdout import check_holdout
 from edge_sdk.link import LinkConfig
 from edge_sdk.throttle import MODES
 from edge_sdk.training import TrainConfig, default_threads
@@ -61,6 +62,9 @@ class SimulationConfig:
     #: coordinator's evaluation (Ray actors take ray_cpus_per_worker); None: leave torch's setting.
     #: Default: half of this machine's CPUs (`edge_sdk.training.default_threads`)
     threads: int | None = field(default_factory=default_threads)
+    #: share of each device's data held out of training for federated evaluation (chosen by the sample's
+    #: index in the dataset, as a real device chooses by its key); 0: none, and no federated evaluation
+    holdout: float = 0.0
     #: the round loop's settings, the same `FederationConfig` `edgefl coordinator` reads from its TOML
     #: (`sim_federation`: with a simulation's defaults); a simulated job waits for all ``clients``
     #: (``min_devices`` is theirs) and evaluates where its devices train (``eval_device``: ``sim_device``)
@@ -95,6 +99,8 @@ class SimulationConfig:
             raise ValueError(f"throttle must be one of {', '.join(MODES)}, got {self.throttle!r}")
         if not self.profiles:
             raise ValueError("profiles must name at least one device profile")
+        if self.holdout != 0:
+            check_holdout(self.holdout, "holdout")
         if not 0 <= self.public_fraction < 1:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
@@ -102,7 +108,8 @@ class SimulationConfig:
     def job_federation(self) -> FederationConfig:
         """The round loop's settings of this simulated job: ``federation`` waiting for every
         device and evaluating on ``sim_device``."""
-        return replace(self.federation, min_devices=self.clients, eval_device=self.sim_device)
+        return replace(self.federation, min_devices=self.clients, eval_device=self.sim_device,
+                       federated_eval=self.federation.federated_eval and self.holdout > 0)
 
     def to_plain(self) -> dict[str, Any]:
         """The settings as JSON-safe data (the report's config; what a Ray actor receives)."""

@@ -110,7 +110,8 @@ class Display:
         if p.round < 0:
             text = f"waiting for devices: {p.done}/{p.total} registered ({p.elapsed_s:.0f} s)"
         else:
-            text = (f"round {p.round + 1}/{self.rounds}: {p.done}/{p.total} devices reported, "
+            doing = "evaluating: " if getattr(p, "collecting", "update") == "evaluation" else ""
+            text = (f"round {p.round + 1}/{self.rounds}: {doing}{p.done}/{p.total} devices reported, "
                     f"{size(p.bytes_up)} received, {p.elapsed_s:.0f} s")
         self.status.update(text)
 

@@ -114,6 +114,8 @@ class FleetProgress:
     total: int  # devices wanted, or participants
     bytes_up: int  # bytes received from the participants since the collection began
     elapsed_s: float
+    #: what is collected: "update" (a training round) or "evaluation" (a federated evaluation)
+    collecting: str = "update"
 
 
 #: The budgets of a `Fleet` not given any (FleetLimits is frozen: one instance serves every fleet).
@@ -300,14 +302,15 @@ class Fleet:
         self._progress(-1, len(self.online()), count, 0, start)
         return self.online()
 
-    def _progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float) -> None:
+    def _progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float,
+                  collecting: str = "update") -> None:
         """Tell `on_progress` when ``done`` changed, else at most every PROGRESS_EVERY_S."""
         now = time.monotonic()
         if self.on_progress is None:
             return
         if (rnd, done, total) != self._progress_last or now - self._progress_at >= PROGRESS_EVERY_S:
             self._progress_at, self._progress_last = now, (rnd, done, total)
-            self.on_progress(FleetProgress(rnd, done, total, bytes_up, now - start))
+            self.on_progress(FleetProgress(rnd, done, total, bytes_up, now - start, collecting))
 
     def online(self) -> list[str]:
         """Ids of registered devices that are online, sorted."""
@@ -348,7 +351,7 @@ class Fleet:
 
         def progress() -> None:
             self._progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
-                           sum(self.devices[d].bytes_up for d in participants) - up_before, start)
+                           sum(self.devices[d].bytes_up for d in participants) - up_before, start, col.kind.KIND)
         try:
             while time.monotonic() < end:
                 waiting = [d for d in col.participants

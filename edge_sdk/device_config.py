@@ -2,57 +2,144 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
-from edge_sdk.data import load_dataset
+from edge_sdk.data import DATASETS
 from edge_sdk.methods import LocalData
-from edge_sdk.partition import partition
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.signing import load_public_key
+from edge_sdk.sources import (
+    Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NpzSource, PythonSource, ReadOptions,
+    SqliteSource,
+)
+from edge_sdk.sources.npz import npz_has_test
 from edge_sdk.training import default_threads
 
-__all__ = ["client_from_toml", "local_data_from_toml", "remeasure_settings", "schedule_from_toml", "training_device",
-           "trusted_keys"]
+__all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "holdout_from_toml", "local_data_from_toml",
+           "remeasure_settings", "schedule_from_toml", "training_device", "trusted_keys"]
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
              "schedule", "security"}
-_DATA_KEYS = {"dataset", "root", "partition", "shard", "shards"}
+#: the `[data]` keys naming a source (one of them; none: dataset = "mnist-sample")
+_SOURCE_KEYS = ("dataset", "npz", "csv", "sqlite", "images", "python")
+#: keys that only some sources take
+_KEY_OWNERS = {"root": ("dataset",), "partition": ("dataset",), "shard": ("dataset",), "shards": ("dataset",),
+               "query": ("sqlite",), "python_path": ("python",), "label": ("csv", "sqlite"),
+               "features": ("csv", "sqlite"), "key": ("csv", "sqlite")}
+_DATA_KEYS = {*_SOURCE_KEYS, *_KEY_OWNERS, "max_samples", "input_shape", "classes", "num_classes", "holdout"}
+#: `[data] holdout` when the key is absent (and the source names no held-out set of its own)
+DEFAULT_HOLDOUT = 0.2
 _DEVICE_KEYS = {"profile", "measure_seconds", "device", "remeasure_every_s"}
 #: `[device] remeasure_every_s` when the profile is measured ("measure") and the key is absent
 DEFAULT_REMEASURE_S = 3600.0
 
 
 def local_data_from_toml(config: dict) -> LocalData:
-    """The device's private training data named by the `[data]` table.
+    """The device's private training data named by the `[data]` table, read once
+    (:func:`data_source_from_toml`; a missing or empty source raises `edge_sdk.sources.NoData`)."""
+    return data_source_from_toml(config).read().data
 
-    `dataset = "npz:/path/file.npz"` is the normal case on a real device. For
-    demos a public dataset can be split and one shard taken:
-    `dataset = "mnist-sample", partition = "shards:2", shard = 3, shards = 10`.
-    """
+
+def data_source_from_toml(config: dict) -> DataSource:
+    """The data source the `[data]` table names (docs/data-sources.md): exactly one of
+    ``npz``, ``csv``, ``sqlite`` (with ``query``), ``images``, ``python`` or ``dataset`` (a public
+    dataset or ``"npz:/path"``; the default, ``mnist-sample``), with the shared ``input_shape``,
+    ``classes``, ``num_classes`` and ``max_samples``. A bad key is a one-line ValueError naming it."""
     data = section(config, "data", _DATA_KEYS)
+    kinds = [k for k in _SOURCE_KEYS if k in data]
+    if len(kinds) > 1:
+        raise ValueError(f"[data] names {len(kinds)} sources ({', '.join(kinds)}); give one")
+    kind = kinds[0] if kinds else "dataset"
+    for key, owners in _KEY_OWNERS.items():
+        if key in data and kind not in owners:
+            raise ValueError(f"[data] {key} applies to {' and '.join(owners)} only, not to {kind}")
+    options = _read_options(data)
+    if kind == "dataset":
+        return _dataset_source(config, data, options)
+    path = setting(data, kind, str, None, "[data]")
+    if not path:
+        raise ValueError(f"[data] {kind} must not be empty")
+    if kind == "npz":
+        return NpzSource(path, options)
+    if kind == "images":
+        return ImageFolderSource(path, options)
+    if kind == "python":
+        folder = setting(data, "python_path", str, None, "[data]")
+        if folder is not None and not Path(folder).expanduser().is_dir():
+            raise ValueError(f"[data] python_path {folder} is not a folder")
+        return PythonSource(path, folder, options)
+    features = _names(data, "features")
+    columns = Columns(label=setting(data, "label", str, "label", "[data]"), features=features,
+                      key=setting(data, "key", str, None, "[data]"), first_is_key=kind == "sqlite")
+    if kind == "csv":
+        return CsvSource(path, columns, options)
+    if "query" not in data:
+        raise ValueError('[data] sqlite needs query = "SELECT ..." (e.g. "SELECT ts, temp, humidity, label FROM '
+                         'readings")')
+    return SqliteSource(path, data["query"], columns, options)
+
+
+def holdout_from_toml(config: dict) -> float | None:
+    """`[data] holdout`: the share of its data a device holds out for federated evaluation, a
+    fraction in (0, 0.9]; default DEFAULT_HOLDOUT, or None ("use the source's own held-out set")
+    when the source is an npz holding x_test and y_test and no holdout is given."""
+    data = section(config, "data", _DATA_KEYS)
+    if "holdout" in data:
+        value = data["holdout"]
+        if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= 0.9:
+            raise ValueError(f"[data] holdout must be a fraction in (0, 0.9], got {str(value)[:40]!r}")
+        return float(value)
+    source = data_source_from_toml(config)
+    if isinstance(source, NpzSource) and npz_has_test(source.path):
+        return None
+    return DEFAULT_HOLDOUT
+
+
+def _read_options(data: dict) -> ReadOptions:
+    shape = setting(data, "input_shape", list, None, "[data]")
+    classes = _names(data, "classes")
+    return ReadOptions(input_shape=None if shape is None else tuple(shape), classes=classes or (),
+                       num_classes=setting(data, "num_classes", int, None, "[data]"),
+                       max_samples=setting(data, "max_samples", int, None, "[data]"))
+
+
+def _names(data: dict, key: str) -> tuple[str, ...] | None:
+    """A list of non-empty strings (`features`, `classes`), or None when absent."""
+    value = setting(data, key, list, None, "[data]")
+    if value is not None and (not value or not all(isinstance(v, str) and v for v in value)):
+        raise ValueError(f"[data] {key} must be a list of names, e.g. {key} = [\"a\", \"b\"]")
+    return None if value is None else tuple(value)
+
+
+def _dataset_source(config: dict, data: dict, options: ReadOptions) -> DataSource:
+    """`dataset`: a public dataset's train split or one shard of it, or "npz:/path"."""
     root = setting(data, "root", str, None, "[data]")
     if root is not None and not Path(root).expanduser().is_dir():
         raise ValueError(f"[data] root {root} is not a folder")
-    dataset = load_dataset(setting(data, "dataset", str, "mnist-sample", "[data]"), root=root)
-    x, y = dataset.x_train, dataset.y_train
-    if "shard" in data:
-        shards = setting(data, "shards", int, 1, "[data]")
-        index = setting(data, "shard", int, 0, "[data]")
-        if not 0 <= index < shards:
-            raise ValueError(f"[data] shard must be in 0..{shards - 1}, got {index}")
-        parts = partition(y, shards, setting(data, "partition", str, "iid", "[data]"),
-                          seed=setting(config, "seed", int, 0))
-        x, y = x[parts[index]], y[parts[index]]
-    own = dataset.preprocessing if dataset.mean else None
-    return LocalData(np.ascontiguousarray(x), np.ascontiguousarray(y), dataset.num_classes, own)
+    name = setting(data, "dataset", str, "mnist-sample", "[data]")
+    if not name.startswith("npz:") and name not in DATASETS:
+        raise ValueError(f"[data] dataset must be one of {', '.join(DATASETS)} or 'npz:<path>', got {name!r}")
+    if "shard" not in data and name.startswith("npz:"):
+        return NpzSource(name[4:], options)
+    for key in ("input_shape", "classes", "num_classes"):
+        if key in data:
+            raise ValueError(f"[data] {key} does not apply to a public dataset ({name}): it has its own")
+    if "shard" not in data:
+        return DatasetSource(name, root, max_samples=options.max_samples)
+    shards = setting(data, "shards", int, 1, "[data]")
+    index = setting(data, "shard", int, 0, "[data]")
+    if not 0 <= index < shards:
+        raise ValueError(f"[data] shard must be in 0..{shards - 1}, got {index}")
+    scheme = setting(data, "partition", str, "iid", "[data]")
+    return DatasetSource(name, root, (index, shards, scheme), seed=setting(config, "seed", int, 0),
+                         max_samples=options.max_samples)
 
 
 def training_device(config: dict) -> str:

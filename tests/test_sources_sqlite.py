@@ -117,6 +117,14 @@ def test_a_with_query_runs(tmp_path):
     assert _source(path, query).read().data.keys.tolist() == [5, 4, 3, 2]
 
 
+def test_a_label_in_the_first_column_needs_a_key(tmp_path):
+    path = _db(tmp_path / "s.db", _rows(0, 2))
+    with pytest.raises(ValueError, match=r"\[data\] key: the first column of .* is the label 'label'; put a row id"):
+        _source(path, "SELECT label, temp FROM readings").read()
+    read = _source(path, "SELECT rowid, label, temp FROM readings").read()
+    assert read.data.keys.tolist() == [2, 1]
+
+
 def test_the_connection_is_read_only(tmp_path, monkeypatch):
     path = _db(tmp_path / "s.db", _rows(0, 3))
     connections = []

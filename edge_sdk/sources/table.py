@@ -38,8 +38,11 @@ class Columns:
 
         label = find(self.label, "label")
         key = find(self.key, "key") if self.key is not None else (0 if self.first_is_key else None)
+        if key == label and self.key is None:
+            raise ValueError(f"[data] key: the first column of {where} is the label {self.label!r}; put a row id or "
+                             "timestamp first (SELECT rowid, ...) or name one with [data] key")
         if key == label:
-            raise ValueError(f"[data] the key column and the label column of {where} are both {self.label!r}")
+            raise ValueError(f"[data] key and label of {where} are both {self.label!r}")
         if self.features is not None:
             features = [find(f, "features") for f in self.features]
         else:

@@ -133,3 +133,11 @@ def test_sqlite_from_toml_reads_with_a_named_key(tmp_path):
     read = data_source_from_toml({"data": {"sqlite": str(tmp_path / "s.db"), "query": "SELECT * FROM r",
                                            "key": "ts", "classes": ["off", "on"]}}).read()
     assert read.data.keys.tolist() == [6, 5] and read.data.y.tolist() == [0, 1]
+
+
+def test_a_public_dataset_whose_files_are_missing_is_one_line(tmp_path):
+    source = data_source_from_toml({"data": {"dataset": "fashion-mnist", "root": str(tmp_path)}})
+    with pytest.raises(ValueError) as info:
+        source.read()
+    assert str(info.value).startswith("dataset 'fashion-mnist': train-images-idx3-ubyte[.gz] not found in")
+    assert "\n" not in str(info.value)

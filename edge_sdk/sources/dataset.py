@@ -33,7 +33,10 @@ class DatasetSource:
         return self._read
 
     def _load(self) -> SourceRead:
-        dataset = load_dataset(self.name, root=self.root)
+        try:
+            dataset = load_dataset(self.name, root=self.root)
+        except OSError as exc:  # its files are not where it looks (the message says where and how to get them)
+            raise ValueError(str(exc) if exc.strerror is None else f"{exc.filename}: {exc.strerror}") from None
         index = np.arange(len(dataset.y_train))
         if self.shard is not None:
             shard, shards, scheme = self.shard

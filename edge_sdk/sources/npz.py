@@ -101,7 +101,10 @@ class NpzSource:
 
     def _parse(self) -> SourceRead:
         where = str(self.path)
-        arrays = _read_npz(self.path)
+        try:
+            arrays = _read_npz(self.path)
+        except OSError as exc:  # e.g. no permission to read it
+            raise ValueError(f"{where}: {exc.strerror or exc}") from None
         for key in ("x_train", "y_train"):
             if key not in arrays:
                 raise ValueError(f"{where}: missing array {key!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.signing import load_public_key
 from edge_sdk.sources import (
-    Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NpzSource, PythonSource, ReadOptions,
+    Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NoData, NpzSource, PythonSource, ReadOptions,
     SqliteSource,
 )
 from edge_sdk.sources.npz import npz_has_test
@@ -24,6 +25,8 @@ from edge_sdk.training import default_threads
 
 __all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "holdout_from_toml", "local_data_from_toml",
            "remeasure_settings", "schedule_from_toml", "training_device", "trusted_keys"]
+
+log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
              "schedule", "security"}
@@ -225,5 +228,13 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
         trusted_keys=trusted_keys(config),
         remeasure_every_s=remeasure_every_s,
         measure_seconds=measure_seconds,
+        holdout=holdout_from_toml(config),
     )
-    return DeviceClient(client_config, local_data_from_toml(config), _profile(config, device_id))
+    source = data_source_from_toml(config)
+    try:  # read now for the registration; the client reads it again at the start of every round it trains
+        first = source.read()
+        data, test = first.data, first.test
+    except NoData as exc:  # it joins the fleet all the same, and trains once data has come
+        log.warning("%s: no data yet: %s", device_id, exc)
+        data, test = None, None
+    return DeviceClient(client_config, data, _profile(config, device_id), source=source, test=test)

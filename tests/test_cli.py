@@ -57,6 +57,11 @@ def test_a_coordinator_without_data_learns_the_task_of_its_toml_and_turns_other_
                 process.communicate()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["rounds"][0]["participants"] == ["pi0", "pi1"] and report["rounds"][0]["accuracy"] == {}
+    # no central set: the devices' held-out 20 % of their 2 x 2,000 digits (never trained on) measure the model
+    federated = report["rounds"][0]["federated_accuracy"]["global"]
+    assert federated > 0.5 and report["final"]["federated_accuracy"]["global"] == federated, report["rounds"][0]
+    assert report["rounds"][0]["evaluation"]["devices"] == 2 and 700 < report["rounds"][0]["evaluation"]["samples"] < 930
+    assert "federated global" in out, out
     refused = [r for r in report["rejections"] if r["device"] == "pi-digits"]
     assert refused and refused[0]["code"] == "task_mismatch" and "(1, 8, 8)" in refused[0]["message"], refused
 

@@ -612,32 +612,43 @@ class Fleet:
             self._reject(device, ErrorCode.DUPLICATE, f"an {what} for round {env.round + 1} was already accepted",
                          env.msg_id)
             return
-        if isinstance(env.body, Update):
-            self._grow_samples(record, env.body.num_samples)
+        body, checked = env.body, record
+        if isinstance(body, Update) and body.num_samples > record.num_samples:
+            # its data grew: the update is checked against what it claims, and weighs what is believed
+            believed = self._grow_samples(record, body.num_samples)
+            checked = replace(record, num_samples=min(body.num_samples, MAX_SAMPLES))
+            if believed < body.num_samples:
+                body = replace(body, num_samples=believed)
         try:
-            col.check(record, env.body)
+            col.check(checked, env.body)
         except UpdateRejected as exc:
             self._reject(device, exc.code, exc.message, env.msg_id)
             return
-        if isinstance(env.body, Evaluation):
-            col.accepted[device] = env.body
-            if env.body.num_samples:
-                record.last_evaluation = (env.round, env.body.num_samples, env.body.correct, env.body.label)
+        if isinstance(body, Evaluation):
+            col.accepted[device] = body
+            if body.num_samples:
+                record.last_evaluation = (env.round, body.num_samples, body.correct, body.label)
             return  # nothing to acknowledge: the device does not wait for it
-        col.accepted[device] = ReceivedUpdate(device, env.round, env.body, nbytes)
+        col.accepted[device] = ReceivedUpdate(device, env.round, body, nbytes)
         self._reply(device, Ack(f"update for round {env.round + 1} accepted"), rnd=env.round, reply_to=env.msg_id)
 
-    def _grow_samples(self, record: DeviceRecord, claimed: int) -> None:
+    def _grow_samples(self, record: DeviceRecord, claimed: int) -> int:
         """A device whose data grew (it re-reads its source each round) trains on more samples
-        than it registered: they count when the growth is within what `FleetLimits` allows since
-        its count last rose; beyond, the count is not raised and the update is refused."""
-        if claimed <= record.num_samples:
-            return
-        # the round being collected counts: the data may have grown since the registration, or the last raise
+        than it registered: its count rises to the claim, or to what `FleetLimits` lets it grow
+        to since its count last rose (the round being collected included); returns the count
+        believed, which is what its update weighs. A hostile claim weighs no more than honest
+        growth; an honest device growing faster catches up over the next rounds."""
         limit = grown_sample_limit(record.num_samples, self.rounds_collected + 1 - record.samples_since, self.limits)
-        if claimed <= min(limit, MAX_SAMPLES):
+        believed = min(claimed, limit, MAX_SAMPLES)
+        if believed < claimed:
+            log.warning("device %s trains on %d samples; its count may rise to %d by now (%d before, +%g/round): "
+                        "its update weighs %d", record.device_id, claimed, believed, record.num_samples,
+                        self.limits.sample_growth, believed)
+        else:
             log.info("device %s now trains on %d samples (%d before)", record.device_id, claimed, record.num_samples)
-            record.num_samples, record.samples_since = claimed, self.rounds_collected + 1
+        if believed > record.num_samples:
+            record.num_samples, record.samples_since = believed, self.rounds_collected + 1
+        return believed
 
     def _count_up(self, device: str, nbytes: int) -> None:
         if device in self.devices:

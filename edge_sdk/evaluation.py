@@ -35,7 +35,8 @@ def served_model(plan: Plan, ctx: DeviceContext) -> torch.nn.Module:
     return build(plan, ctx)
 
 
-def evaluate_holdout(request: Evaluate, holdout: LocalData | None, ctx: DeviceContext, why_none: str = "") -> Evaluation:
+def evaluate_holdout(request: Evaluate, holdout: LocalData | None, ctx: DeviceContext,
+                     why_none: str = "") -> Evaluation:
     """``request``'s model evaluated on ``holdout`` (already in the job's normalisation); with no
     held-out data an evaluation of no samples that says why (``why_none``)."""
     if holdout is None or len(holdout) == 0:

@@ -20,7 +20,8 @@ from torch import nn
 from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["AUGMENTATIONS", "EvalCounts", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped",
-           "train_local", "evaluate", "evaluate_counts", "on_device", "proximal_term", "torch_threads", "default_threads"]
+           "train_local", "evaluate", "evaluate_counts", "on_device", "proximal_term", "torch_threads",
+           "default_threads"]
 
 
 class NonFiniteLossError(FloatingPointError):

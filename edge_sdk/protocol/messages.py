@@ -25,7 +25,8 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES", "Envelope", "encode_envelope", "decode_envelope",
+    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES", "Envelope",
+    "encode_envelope", "decode_envelope",
     "peek_header",
 ]
 
@@ -508,7 +509,7 @@ class Evaluation(Message):
         loss = _float(body, "loss_sum", lo=0.0)
         counts, right = (_int_tuple(body, name) for name in ("class_counts", "class_correct"))
         if len(counts) != len(right) or sum(counts) != (n if counts else 0) or sum(right) != (correct if right else 0) \
-                or any(r > c for r, c in zip(right, counts)):
+                or any(r > c for r, c in zip(right, counts, strict=True)):
             raise _bad("class_counts/class_correct must be of one length, sum to num_samples/correct, "
                        "and no class may have more correct than samples")
         if n == 0 and (correct or loss):

@@ -1,7 +1,8 @@
 """deploy/local/fleet-demo.sh end to end: a TLS mosquitto with passwords and the per-device ACL,
 two `edgefl client` processes and `edgefl coordinator`, all real, in one folder without root;
-then `edgefl predict` on a device's pushed model. Also: Ctrl-C leaves no process behind, and the
-data.npz recipe of docs/deploy.md makes a file the SDK loads."""
+then `edgefl predict` on a device's pushed model. Also: Ctrl-C leaves no process behind, the
+data.npz recipe of docs/deploy.md makes a file the SDK loads, and the `--no-central-data` variant
+(a coordinator without data, devices whose CSV grows while the job runs) learns and says so."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from coordinator.runtime.broker import find_mosquitto
+from edge_sdk.config import read_toml
 from edge_sdk.data import load_dataset
 from tests.requirements import HOME_TOOLS, needs
 
@@ -123,6 +125,72 @@ def test_ctrl_c_stops_every_process(demo):
     assert proc.returncode == 130, output
     assert "interrupted; stopping the fleet" in output
     assert _processes_in(folder) == []
+
+
+@pytest.fixture(scope="module")
+def no_central_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fleet-no-central-data")
+    start = time.monotonic()
+    proc = subprocess.run(["bash", SCRIPT, folder, "--no-central-data"], capture_output=True, text=True,
+                          env=_env(), timeout=150)
+    return folder, proc, time.monotonic() - start
+
+
+def _trained(log: str) -> dict[int, int]:
+    """{round: samples it trained on} from a device's client.log."""
+    return {int(r): int(n) for r, n in re.findall(r"^round (\d+): trained \S+ \S+ on (\d+) samples", log, re.M)}
+
+
+@needs_mosquitto
+def test_a_fleet_without_central_data_learns_from_growing_csvs(no_central_data):
+    folder, proc, seconds = no_central_data
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the coordinator had no data: no dataset line, the task from [task]
+    conf = read_toml(folder / "coordinator" / "coordinator.toml")
+    assert "dataset" not in conf and conf["model"] == "mlp", conf
+    assert conf["task"]["input_shape"] == [1, 14, 14] and len(conf["task"]["classes"]) == 10
+    assert not (folder / "coordinator" / "heldout.npz").exists()
+    report = json.loads((folder / "coordinator" / "report" / "report.json").read_text())
+    assert report["config"]["dataset"] is None and report["status"] == "finished"
+    assert report["final"]["accuracy"] == {} and all(r["accuracy"] == {} for r in report["rounds"])
+    # every round was evaluated on both devices' held-out rows, which only grow (stable keys)
+    rounds = report["rounds"]
+    assert len(rounds) == 3 and all(set(r["participants"]) == set(DEVICES) for r in rounds)
+    assert all(r["evaluation"]["devices"] == 2 and "global" in r["federated_accuracy"] for r in rounds), rounds
+    held_out = [r["evaluation"]["samples"] for r in rounds]
+    assert held_out == sorted(held_out) and held_out[0] >= 100, held_out
+    accuracy = report["final"]["federated_accuracy"]["global"]
+    assert accuracy >= 0.7, rounds  # chance is 0.1; 0.837-0.905 in 8 runs, 2026-11-25
+    assert rounds[-1]["federated_accuracy"]["global"] > rounds[0]["federated_accuracy"]["global"]
+    assert report["rejections"] == [], report["rejections"]
+    for name in DEVICES:
+        client = (folder / name / "client.toml").read_text()
+        assert f'csv = "{folder}/{name}/state/readings.csv"' in client and "\ndataset = " not in client
+        # the writer appended while the job ran, and the device re-read its CSV every round
+        rows = (folder / name / "state" / "readings.csv").read_text().splitlines()
+        assert rows[0].startswith("time,digit,p0,") and len(rows) > 1 + 400 + 20, len(rows)
+        log = (folder / name / "client.log").read_text()
+        trained = _trained(log)
+        assert sorted(trained) == [1, 2, 3], log
+        joined = int(re.search(r", (\d+) samples\) joining job", log).group(1))
+        assert trained[3] > trained[1] >= joined, (joined, trained)  # round 1's training alone takes > 1 s
+        assert re.search(rf"^    {name} trained on its growing CSV .*round 3: {trained[3]} ", proc.stdout, re.M)
+    assert re.search(r"^    round 3: federated accuracy global model 0\.\d{3} on \d+ held-out rows of 2 devices; "
+                     r"central accuracy: none$", proc.stdout, re.M), proc.stdout
+    # predict on raw CSV rows that no device has: the named classes come back
+    predictions = [json.loads(line) for line in
+                   (folder / "pi-kitchen" / "predictions.jsonl").read_text().splitlines()]
+    truth = [line.split(",")[1] for line in (folder / "pi-kitchen" / "unseen.csv").read_text().splitlines()[1:]]
+    assert len(predictions) == len(truth) == 300
+    assert np.mean([p["label"] == t for p, t in zip(predictions, truth)]) >= 0.7  # 0.88-0.90 measured 2026-11-25
+    assert "300 predictions" in proc.stdout
+    logs = [folder / "writer" / "writer.log", folder / "broker" / "mosquitto.log",
+            *(folder / name / "client.log" for name in DEVICES)]
+    for text in (proc.stdout, proc.stderr, *(path.read_text() for path in logs)):
+        assert "Traceback" not in text, text
+    assert "+10 rows" in (folder / "writer" / "writer.log").read_text()
+    assert _processes_in(folder) == []  # mosquitto, the devices, the coordinator and the writer are gone
+    print(f"fleet demo without central data: {seconds:.1f} s, federated accuracy {accuracy:.3f}")
 
 
 def _docs_npz_recipe() -> str:

@@ -160,7 +160,7 @@ def test_a_fleet_without_central_data_learns_from_growing_csvs(no_central_data):
     held_out = [r["evaluation"]["samples"] for r in rounds]
     assert held_out == sorted(held_out) and held_out[0] >= 100, held_out
     accuracy = report["final"]["federated_accuracy"]["global"]
-    assert accuracy >= 0.7, rounds  # chance is 0.1; 0.837-0.905 in 8 runs, 2026-11-25
+    assert accuracy >= 0.7, rounds  # chance is 0.1; 0.829-0.905 in 9 runs, 2026-11-25
     assert rounds[-1]["federated_accuracy"]["global"] > rounds[0]["federated_accuracy"]["global"]
     assert report["rejections"] == [], report["rejections"]
     for name in DEVICES:

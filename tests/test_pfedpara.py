@@ -154,3 +154,35 @@ def test_w2_never_crosses_the_wire(tmp_path, broker) -> None:
     # 2 classes per device; 0.941 measured 2026-11-25
     assert data["rounds"][-1]["accuracy"]["local"] >= 0.91, data["rounds"]
     assert data["models"]["global"]["payload_bytes"] < 0.6 * 4 * data["models"]["global"]["params"]
+
+
+def test_a_device_evaluates_its_personalised_model(two_digits) -> None:
+    """Federated evaluation serves a pFedPara device its own W2 with the shared W1: after local
+    training on 3s and 8s, its personalised model scores well above the shared half with a fresh W2."""
+    from edge_sdk.evaluation import evaluate_holdout, served_model
+    from edge_sdk.protocol.messages import Evaluate
+
+    strategy = _strategy(holdout="0.0")
+    device = DeviceRecord("d9", load_profile("raspberry-pi-4b"), len(two_digits))
+    plan = _plan(strategy, device)
+    memory: dict = {}
+    ctx = DeviceContext("d9", 0, seed=5, memory=memory)
+    fresh = evaluate_holdout(Evaluate.of(plan), two_digits, DeviceContext("d9", 0, seed=5, memory={}))
+    train_pfedpara(plan, two_digits, ctx)
+    assert memory, "W2 kept in the device's memory"
+    # the shared half as the coordinator has it (not aggregated yet) with this device's own W2
+    personal = evaluate_holdout(Evaluate.of(plan), two_digits, DeviceContext("d9", 1, seed=5, memory=memory))
+    assert personal.num_samples == fresh.num_samples == len(two_digits)
+    assert personal.correct / personal.num_samples > fresh.correct / fresh.num_samples + 0.2
+    model = served_model(plan, DeviceContext("d9", 1, seed=5, memory=memory))
+    w2 = {k: v for k, v in model.state_dict().items() if k.endswith(PERSONAL)}
+    assert all(np.allclose(w2[k].numpy(), memory[next(iter(memory))][k]) for k in w2)
+
+
+def test_a_device_with_nothing_held_out_says_why() -> None:
+    from edge_sdk.evaluation import evaluate_holdout
+    from edge_sdk.protocol.messages import Evaluate
+
+    plan = Plan("fedavg", "global", {"layers": []}, {}, {})
+    answer = evaluate_holdout(Evaluate.of(plan), None, DeviceContext("d0", 0), "too little data to hold out 0.2")
+    assert answer.num_samples == 0 and answer.reason == "too little data to hold out 0.2"

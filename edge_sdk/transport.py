@@ -45,6 +45,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from edge_sdk.fair_inbox import FairInbox, InboxLimits
+from edge_sdk.network_loop import NetworkLoop
 
 __all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "WillSource",
            "publish_packet_size"]
@@ -171,8 +172,11 @@ def publish_packet_size(topic: str, payload_len: int, qos: int, v5: bool) -> int
 class MqttTransport:
     """MQTT client: blocking connect, non-blocking publish, queued receive."""
 
-    def __init__(self, config: TransportConfig) -> None:
+    def __init__(self, config: TransportConfig, network: NetworkLoop | None = None) -> None:
         self.config = config
+        #: the loop that drives this connection's socket, shared with other connections (None: a
+        #: network thread of its own, paho's `loop_start`); see edge_sdk/network_loop.py
+        self._network = network
         self._host, self._port, self._tls, url_user, url_pw = config.endpoint()
         self._username = config.username if config.username is not None else url_user
         self._password = config.password if config.password is not None else url_pw
@@ -350,6 +354,8 @@ class MqttTransport:
         self._first_failure, self._attempt = None, client
         delay, last_error = self.config.reconnect_min_delay, "no attempt"
         client.connect_timeout = max(0.1, deadline - time.monotonic())
+        if self._network is not None:  # before connect: the socket it opens is registered with the loop
+            self._network.attach(client, self.config.reconnect_min_delay, self.config.reconnect_max_delay)
         while True:
             if time.monotonic() >= deadline:
                 return (None, f"broker unreachable within {self.config.connect_timeout:g} s ({last_error})")
@@ -363,7 +369,8 @@ class MqttTransport:
                 last_error = f"{type(exc).__name__}: {exc}"
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, self.config.reconnect_max_delay)
-        client.loop_start()
+        if self._network is None:
+            client.loop_start()
         if not self._first.wait(max(0.0, deadline - time.monotonic())):
             return (None, f"no CONNACK within {self.config.connect_timeout:g} s")
         return self._first_failure
@@ -372,12 +379,15 @@ class MqttTransport:
         """Stop a client: DISCONNECT (clean) or just drop the TCP connection."""
         self._attempt, self._connected = None, False
         client.reconnect_delay_set(3600, 3600)  # type: ignore[arg-type]
+        if self._network is not None:  # the shared loop forgets it once its socket has closed
+            self._network.detach(client)
         if clean:
             client.disconnect()
         else:
             with contextlib.suppress(OSError, AttributeError):
                 client.socket().shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
-        client.loop_stop()
+        if self._network is None:
+            client.loop_stop()
 
     # paho callbacks: run on the network thread, must never block
     def _on_connect(self, client: mqtt.Client, _ud: object, _flags: object,

@@ -1,0 +1,179 @@
+"""One thread that drives the sockets of many MQTT connections.
+
+paho's threaded interface (`loop_start`) gives every connection its own network thread, which
+polls its socket with ``select()`` — a thread per connection, and no connection on a file
+descriptor above 1024. A process that hosts many simulated devices instead hands their
+connections to one :class:`NetworkLoop`: paho's external-loop API (``loop_read``,
+``loop_write``, ``loop_misc`` and the socket callbacks) on one ``selectors`` selector (epoll on
+Linux), so an idle connection costs a registered socket and nothing else. A connection that drops
+is reconnected by the loop, as paho's own thread would, with the same back-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import paho.mqtt.client as mqtt
+
+__all__ = ["NetworkLoop"]
+
+log = logging.getLogger(__name__)
+#: How often (seconds) the loop runs paho's housekeeping (keep-alive pings) over its connections.
+MISC_EVERY_S = 1.0
+
+
+@dataclass
+class _Connection:
+    client: mqtt.Client
+    sock: socket.socket | None = None
+    writing: bool = False
+    closing: bool = False  # detached: forget it once its socket closes (or at once if it has none)
+    reconnect_at: float | None = None  # lost: when to try again
+    delay: float = 1.0
+    min_delay: float = 1.0
+    max_delay: float = 10.0
+
+
+class NetworkLoop:
+    """Drives the paho clients `attach`-ed to it from one daemon thread until `stop`."""
+
+    def __init__(self, name: str = "edgefl-network") -> None:
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        #: what other threads asked, applied by the loop's thread: (op, client, socket, its connection)
+        self._ops: deque[tuple[str, mqtt.Client, socket.socket | None, _Connection | None]] = deque()
+        self._conns: dict[int, _Connection] = {}  # id(client) -> its connection
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+    # -- what clients (any thread) call ---------------------------------------------------
+    def attach(self, client: mqtt.Client, min_delay: float = 1.0, max_delay: float = 10.0) -> None:
+        """Drive ``client`` from this loop (before its ``connect``; never `loop_start` it)."""
+        client.on_socket_open = lambda c, _u, sock: self._queue("open", c, sock)
+        client.on_socket_close = lambda c, _u, sock: self._queue("close", c, sock)
+        client.on_socket_register_write = lambda c, _u, sock: self._queue("write", c, sock)
+        client.on_socket_unregister_write = lambda c, _u, sock: self._queue("unwrite", c, sock)
+        self._queue("attach", client, None,
+                    _Connection(client, delay=min_delay, min_delay=min_delay, max_delay=max_delay))
+
+    def detach(self, client: mqtt.Client) -> None:
+        """Stop driving ``client`` once its socket has closed (call after its ``disconnect``)."""
+        self._queue("detach", client, None)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake()
+        self._thread.join(5.0)
+
+    def _queue(self, op: str, client: mqtt.Client, sock: socket.socket | None,
+               new: _Connection | None = None) -> None:
+        self._ops.append((op, client, sock, new))  # deque.append is atomic: no lock
+        self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    # -- the loop's thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        next_misc = time.monotonic() + MISC_EVERY_S
+        while not self._stopping.is_set():
+            self._apply_ops()
+            timeout = max(0.0, min(next_misc, self._next_reconnect()) - time.monotonic())
+            for key, mask in self._selector.select(timeout):
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        while self._wake_r.recv(4096):
+                            pass
+                    continue
+                conn: _Connection = key.data
+                if mask & selectors.EVENT_READ:
+                    conn.client.loop_read()
+                if mask & selectors.EVENT_WRITE and conn.sock is not None:
+                    conn.client.loop_write()
+            now = time.monotonic()
+            if now >= next_misc:
+                next_misc = now + MISC_EVERY_S
+                for conn in list(self._conns.values()):
+                    if conn.sock is not None:
+                        conn.client.loop_misc()
+            self._reconnect_due(now)
+        for conn in list(self._conns.values()):
+            self._unregister(conn)
+        self._selector.close()
+
+    def _apply_ops(self) -> None:
+        while self._ops:
+            op, client, sock, new = self._ops.popleft()
+            conn = self._conns.get(id(client))
+            if op == "attach" and new is not None:
+                self._conns[id(client)] = new
+            elif conn is None:
+                continue
+            elif op == "open" and sock is not None:
+                self._unregister(conn)
+                conn.sock, conn.writing, conn.reconnect_at, conn.delay = sock, False, None, conn.min_delay
+                self._selector.register(sock, selectors.EVENT_READ, conn)
+                if client.want_write():
+                    self._set_writing(conn, True)
+            elif op == "close":
+                self._unregister(conn)
+                if conn.closing:
+                    del self._conns[id(client)]
+                else:  # lost: reconnect as paho's own thread would, with its back-off
+                    conn.reconnect_at = time.monotonic() + conn.delay
+                    conn.delay = min(conn.delay * 2, conn.max_delay)
+            elif op in ("write", "unwrite"):
+                self._set_writing(conn, op == "write")
+            elif op == "detach":
+                conn.closing = True
+                conn.reconnect_at = None
+                if conn.sock is None:
+                    del self._conns[id(client)]
+
+    def _set_writing(self, conn: _Connection, writing: bool) -> None:
+        if conn.sock is None or conn.writing == writing:
+            return
+        conn.writing = writing
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.modify(conn.sock, events, conn)
+        if writing:  # write at once what can be written
+            conn.client.loop_write()
+
+    def _unregister(self, conn: _Connection) -> None:
+        if conn.sock is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(conn.sock)
+            conn.sock = None
+            conn.writing = False
+
+    def _next_reconnect(self) -> float:
+        due = [c.reconnect_at for c in self._conns.values() if c.reconnect_at is not None]
+        return min(due) if due else float("inf")
+
+    def _reconnect_due(self, now: float) -> None:
+        for conn in list(self._conns.values()):
+            if conn.reconnect_at is None or now < conn.reconnect_at or conn.closing:
+                continue
+            conn.reconnect_at = None
+            try:
+                conn.client.reconnect()  # opens the socket: its "open" op registers it
+            except (OSError, ValueError) as exc:
+                log.debug("reconnect failed: %s", exc)
+                conn.reconnect_at = now + conn.delay
+                conn.delay = min(conn.delay * 2, conn.max_delay)

@@ -1,0 +1,107 @@
+"""One NetworkLoop thread drives many MQTT connections (paho's external-loop API on epoll):
+past select()'s 1,024 file descriptors, no thread per connection, reconnects after a broker
+restart with its subscriptions, and a crash still publishes the will."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import pytest
+
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
+from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.transport import MqttTransport, TransportConfig, Will
+from tests.requirements import needs
+
+CONNECTIONS = 1100  # file descriptors above 1,024: out of select()'s reach
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.fixture()
+def loop():
+    network = NetworkLoop()
+    yield network
+    network.stop()
+
+
+@pytest.fixture()
+def many_fds():
+    """Raise this process's (and so the broker's) open-file limit for the connections' sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * CONNECTIONS
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"the open-file hard limit {hard} is below {want}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@needs("mosquitto")
+def test_one_thread_drives_more_connections_than_select_can(loop, many_fds) -> None:
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        before = _threads()
+        transports = []
+        try:
+            for i in range(CONNECTIONS):
+                t = MqttTransport(TransportConfig(url=broker.url, client_id=f"many-{i}", protocol="3.1.1",
+                                                  connect_timeout=10), network=loop)
+                t.subscribe(f"many/{i}")
+                t.connect()
+                transports.append(t)
+            assert _threads() == before  # no network thread per connection
+            assert max(int(fd) for fd in os.listdir("/proc/self/fd")) > 1024
+            assert len(loop) == CONNECTIONS
+            for i in (1, CONNECTIONS - 1):  # a message reaches exactly the connection it is for
+                transports[0].publish(f"many/{i}", f"to {i}".encode(), qos=1)
+            got = transports[CONNECTIONS - 1].receive(5.0)
+            assert got is not None and got.payload == f"to {CONNECTIONS - 1}".encode()
+            assert transports[1].receive(5.0).payload == b"to 1"
+            assert transports[2].receive(0.2) is None
+        finally:
+            started = time.monotonic()
+            for t in transports:
+                t.close()
+            closed = time.monotonic() - started
+        assert closed < 5.0
+        deadline = time.monotonic() + 5
+        while len(loop) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(loop) == 0  # every closed connection forgotten
+
+
+@needs("mosquitto")
+def test_a_connection_on_the_loop_comes_back_after_a_broker_restart(loop) -> None:
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        config = TransportConfig(url=broker.url, client_id="back", connect_timeout=5, reconnect_min_delay=0.2,
+                                 reconnect_max_delay=1.0)
+        t = MqttTransport(config, network=loop)
+        t.subscribe("back/in")
+        t.connect()
+        broker.restart()
+        deadline = time.monotonic() + 15
+        while t.connect_count < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert t.connect_count == 2 and t.connected
+        with MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as sender:
+            sender.publish("back/in", b"after the restart", qos=1)
+            msg = t.receive(5.0)
+        assert msg is not None and msg.payload == b"after the restart"  # subscribed again
+        t.close()
+
+
+@needs("mosquitto")
+def test_a_crash_on_the_loop_publishes_the_will(loop) -> None:
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        with MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as watcher:
+            watcher.subscribe("wills/#")
+            dying = MqttTransport(TransportConfig(url=broker.url, client_id="dying", connect_timeout=5,
+                                                  will=Will("wills/dying", b"gone", qos=1)), network=loop)
+            dying.connect()
+            dying._simulate_crash()
+            msg = watcher.receive(5.0)
+            assert msg is not None and msg.payload == b"gone"

@@ -22,6 +22,7 @@ from edge_sdk.holdout import check_holdout, split_holdout
 from edge_sdk.link import LinkConfig, MessageLink, Received, Rejected
 from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData, device_method
+from edge_sdk.network_loop import NetworkLoop
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.profiling import (
     BUSY_OTHERS_MIN, BUSY_OTHERS_SHARE, REPORT_CHANGE, CpuWatch, DeviceProfile, changed_enough,
@@ -125,7 +126,8 @@ class DeviceClient:
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
                  run_compute: Callable[[Callable[[], object]], object] | None = None,
-                 source: "DataSource | None" = None, test: LocalData | None = None) -> None:
+                 source: "DataSource | None" = None, test: LocalData | None = None,
+                 network: NetworkLoop | None = None) -> None:
         self.config = config
         for key in config.trusted_keys:
             key_id(key)  # a raw 32-byte Ed25519 public key, or a ValueError now rather than at the first model
@@ -134,6 +136,9 @@ class DeviceClient:
         #: devices of one process hand it to one shared thread (simulation/training_queue.py)
         self.run_compute = run_compute
         self.on_round = on_round  # called after every round this device trained and uploaded
+        #: the loop that drives this device's MQTT connection with others' (a simulation's); None:
+        #: a network thread of its own (edge_sdk/network_loop.py)
+        self.network = network
         #: where the data comes from, read again at the start of every round the device trains
         #: (edge_sdk/sources); None: ``data`` as given, for good
         self.source = source
@@ -231,7 +236,7 @@ class DeviceClient:
         )
         for cap in apply_caps(self.config.schedule):
             log.info("%s: %s", self.config.device_id, cap)
-        transport = MqttTransport(transport_config)
+        transport = MqttTransport(transport_config, network=self.network)
         # subscribed on connect, before the birth message: what answers it reaches us
         transport.subscribe(self.topics.downlink(self.config.device_id))
         transport.subscribe(self.topics.broadcast())

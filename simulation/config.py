@@ -20,10 +20,11 @@ from coordinator.strategies import strategy_class
 __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DEFAULT_FLEET", "BACKENDS",
            "MAX_DEVICES_PER_PROCESS", "split_public"]
 
-#: paho-mqtt polls its socket with select(), which takes only file descriptors below 1024: past
-#: about 200 connected clients in one process, new connections never see their CONNACK
-#: (measured: 202 of 300 registered). `--backend ray` spreads larger fleets over processes.
-MAX_DEVICES_PER_PROCESS = 180
+#: The simulated devices one process hosts at most. Their connections share one network thread on an
+#: epoll selector (edge_sdk/network_loop.py; paho's own threads polled with select(), which stopped
+#: at file descriptor 1024: about 200 devices); each device keeps a thread of its own for its logic.
+#: `--backend ray` spreads larger fleets over processes.
+MAX_DEVICES_PER_PROCESS = 10_000
 
 #: Where the simulated devices run (`--backend`).
 BACKENDS = ("local", "ray")
@@ -84,8 +85,7 @@ class SimulationConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS:
-            raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices (paho-mqtt "
-                             f"polls sockets with select(), which stops at 1024 file descriptors); for "
+            raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices; for "
                              f"{self.clients}, use --backend ray, which spreads them over processes")
         if self.backend != "ray" and (self.ray_address is not None or self.ray_workers is not None):
             raise ValueError("ray_address and ray_workers need backend 'ray'")

@@ -100,8 +100,11 @@ class DeviceActor:
         where they run."""
         import threading
 
+        from simulation.open_files import ensure_open_files
         from simulation.sim_devices import DeviceHost
         from simulation.training_queue import TrainingQueue
+
+        ensure_open_files(len(self.indices))
 
         queue = TrainingQueue(None if slots is None else node_slot(slots))
         self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue,

@@ -20,6 +20,7 @@ import numpy as np
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import ImageDataset
 from edge_sdk.methods import LocalData
+from edge_sdk.network_loop import NetworkLoop
 from edge_sdk.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
@@ -49,7 +50,7 @@ def device_id(index: int) -> str:
 
 def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
                   indices: Sequence[int], queue: TrainingQueue | None,
-                  trusted_keys: tuple[bytes, ...] = ()) -> list[DeviceClient]:
+                  trusted_keys: tuple[bytes, ...] = (), network: NetworkLoop | None = None) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
     whichever process builds them (the split depends only on the config and the dataset). They
     train on ``queue``'s thread (None: each on its own) and install only models signed by one of
@@ -71,6 +72,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
             profile,
             Throttle(profile, mode=config.throttle),
             run_compute=None if queue is None else queue.run,
+            network=network,
         ))
     return clients
 
@@ -79,9 +81,11 @@ class DeviceHost:
     """Runs its devices in threads until the coordinator says stop or `stop` is called; their
     rounds wait in ``queue`` for the thread that serves it (None: each trains on its own)."""
 
-    def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None) -> None:
+    def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None,
+                 network: NetworkLoop | None = None) -> None:
         self.clients = clients
         self.queue = queue
+        self.network = network  # drives the devices' connections (stopped with them)
         self.threads = [threading.Thread(target=self._serve, args=(c,), name=c.config.device_id, daemon=True)
                         for c in clients]
 
@@ -92,7 +96,9 @@ class DeviceHost:
         """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`),
         trusting models signed by ``trusted_keys``."""
         queue = training_queue() if queue is None else queue
-        return cls(build_clients(config, url, dataset, private, indices, queue, trusted_keys), queue)
+        network = NetworkLoop(name="edgefl-sim-network")  # one thread for every device's connection
+        return cls(build_clients(config, url, dataset, private, indices, queue, trusted_keys, network), queue,
+                   network)
 
     @property
     def device_ids(self) -> list[str]:
@@ -127,4 +133,6 @@ class DeviceHost:
             if thread.is_alive():
                 log.warning("device %s did not stop in time", thread.name)
                 stuck.append(thread.name)
+        if self.network is not None:
+            self.network.stop()
         return stuck

@@ -38,6 +38,7 @@ from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.ray_devices import RayDevices
+from simulation.open_files import ensure_open_files
 from simulation.sim_devices import DeviceHost
 
 __all__ = ["SimulationConfig", "sim_federation", "DEFAULT_FLEET", "STOP_AFTER_FAILED_ROUNDS", "run_simulation",
@@ -84,6 +85,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     strategy = build_strategy(config, dataset, public)
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
+    if config.backend == "local":  # room for the devices' sockets, here and in the broker started from here
+        ensure_open_files(config.clients)
     broker = None if config.broker_url else EmbeddedBroker()
     try:
         if broker is not None:

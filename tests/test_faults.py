@@ -413,7 +413,7 @@ def test_coordinator_killed_and_restarted(broker, mnist, shards, tmp_path, clean
     once, the checkpointed ones unchanged."""
     job, rounds = f"coord{uuid.uuid4().hex[:6]}", 3
     config = coordinator_toml(tmp_path, broker.url, job, rounds)
-    sniffer = Sniffer(broker.url, f"edgefl/{job}/coord")
+    sniffer = Sniffer(broker.url, f"edgefl/{job}/down/d0")  # a round's announcement reaches its participants
     cleanup.callback(sniffer.close)
     devices = [Device(broker.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
     for device in devices:

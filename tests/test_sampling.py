@@ -45,6 +45,21 @@ def test_the_coordinator_config_takes_eval_every() -> None:
 
 
 def test_a_fleet_too_big_for_one_process_is_sent_to_the_ray_backend() -> None:
-    with pytest.raises(ValueError, match="at most 180 simulated devices .* use --backend ray"):
-        SimulationConfig(clients=181)
-    assert SimulationConfig(clients=181, backend="ray").clients == 181
+    with pytest.raises(ValueError, match="at most 10000 simulated devices; .* use --backend ray"):
+        SimulationConfig(clients=10_001)
+    assert SimulationConfig(clients=10_001, backend="ray").clients == 10_001
+    assert SimulationConfig(clients=1000).clients == 1000  # one process holds a thousand now
+
+
+def test_a_fleet_too_big_for_the_open_file_limit_is_one_line(monkeypatch) -> None:
+    import resource
+
+    from simulation.open_files import ensure_open_files
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _kind: (1024, 4096))
+    raised = []
+    monkeypatch.setattr(resource, "setrlimit", lambda _kind, limits: raised.append(limits))
+    assert ensure_open_files(3000) == 3512 and raised == [(3512, 4096)]
+    with pytest.raises(ValueError, match=r"5000 simulated devices need about 5512 open files .* allows 4096 "
+                                         r"\(ulimit -Hn\)"):
+        ensure_open_files(5000)

@@ -63,3 +63,22 @@ def test_a_fleet_too_big_for_the_open_file_limit_is_one_line(monkeypatch) -> Non
     with pytest.raises(ValueError, match=r"5000 simulated devices need about 5512 open files .* allows 4096 "
                                          r"\(ulimit -Hn\)"):
         ensure_open_files(5000)
+
+
+def test_a_simulation_publishes_to_at_most_its_publish_devices_last_round_first() -> None:
+    from types import SimpleNamespace
+
+    from coordinator.runtime.report import RoundRecord, RunReport
+    from coordinator.runtime.round_loop import RoundLoop
+    from simulation.config import SIM_PUBLISH_DEVICES
+
+    assert sim_federation().publish_devices == SIM_PUBLISH_DEVICES and FederationConfig().publish_devices is None
+    fleet = SimpleNamespace(devices={f"d{i}": None for i in range(6)})
+    report = RunReport("fedavg", {})
+    report.add_round(RoundRecord(0, {}, None, 0, 0, 0.0, 0.0, ["d4", "d5"], True))
+    loop = RoundLoop(SimpleNamespace(config=FederationConfig(publish_devices=3)), fleet, report)  # type: ignore[arg-type]
+    assert loop._publish_to() == ["d4", "d5", "d0"]
+    loop.config = FederationConfig(publish_devices=6)
+    assert loop._publish_to() is None  # every device
+    with pytest.raises(ValueError, match="publish_devices must be an integer >= 1"):
+        FederationConfig(publish_devices=0)

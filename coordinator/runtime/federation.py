@@ -35,6 +35,9 @@ class FederationConfig:
     retain_models: bool = True
     #: also publish after every this many rounds (0: only after the last), for long jobs
     publish_every: int = 0
+    #: publish to at most this many devices, the latest round's participants first (None: every
+    #: device; a simulation: 100, so that a large simulated fleet's publish stays flat)
+    publish_devices: int | None = None
     #: evaluate on the held-out data after every this many rounds; the last round always does
     eval_every: int = 1
     #: ((round, factor), ...): after `round` rounds every plan's lr is multiplied by `factor`
@@ -73,7 +76,7 @@ class FederationConfig:
         check_device_name(self.eval_device)  # syntax only: the round loop checks the GPU is there
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
-        for name in ("devices_per_round", "eval_devices"):
+        for name in ("devices_per_round", "eval_devices", "publish_devices"):
             k = getattr(self, name)
             if k is not None and (type(k) is not int or k < 1):
                 raise ValueError(f"{name} must be an integer >= 1 (or absent: every device), got {k!r}")

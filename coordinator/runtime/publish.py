@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -111,12 +111,13 @@ def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) 
 def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int, wait_s: float = 60.0,
                    retain: bool = True, signer: ModelSigner | None = None, *,
                    preprocessing: Preprocessing | None = None,
-                   inputs: np.ndarray | None = None) -> list[PublishedModel]:
+                   inputs: np.ndarray | None = None, only: Sequence[str] | None = None) -> list[PublishedModel]:
     """Send every registered device the ONNX network of its label (``inference_model(label)``, a
     method's :meth:`Strategy.inference_model`; None: nothing for that label), offline ones only
     when ``retain``, signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
     the graph starts with ``preprocessing``'s normalisation, and onnxruntime is checked against
-    torch on ``inputs`` (default: random ones). Returns what was sent to whom."""
+    torch on ``inputs`` (default: random ones); ``only``: to these devices alone (None: every one).
+    Returns what was sent to whom."""
     signer = signer if signer is not None else fleet.model_signer
     issued_ms = time.time_ns() // 1_000_000
     try:
@@ -126,8 +127,9 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
         log.warning("not publishing models: %s (install edgefl[coordinator])", exc)
         return []
     by_label: dict[str, list[str]] = {}
+    chosen = None if only is None else set(only)
     for device_id, record in sorted(fleet.devices.items()):
-        if record.label is not None and (record.online or retain):
+        if record.label is not None and (record.online or retain) and (chosen is None or device_id in chosen):
             by_label.setdefault(record.label, []).append(device_id)
     sent: dict[str, tuple[int, float, list[str]]] = {}
     left_for: list[str] = []

@@ -122,7 +122,16 @@ class RoundLoop:
             inputs = self.eval_data.x if self.eval_data is not None else None
             self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
                                             retain=self.config.retain_models, preprocessing=self.preprocessing,
-                                            inputs=inputs)
+                                            inputs=inputs, only=self._publish_to())
+
+    def _publish_to(self) -> list[str] | None:
+        """`publish_devices` of the devices, the latest round's participants first (None: all)."""
+        k = self.config.publish_devices
+        if k is None or k >= len(self.fleet.devices):
+            return None
+        latest = self.report.rounds[-1].participants if self.report.rounds else []
+        rest = [d for d in sorted(self.fleet.devices) if d not in set(latest)]
+        return (list(latest) + rest)[:k]
 
     def evaluates(self, rnd: int) -> bool:
         """Whether round ``rnd`` (0-based) is evaluated: every `eval_every`-th and the last."""

@@ -44,6 +44,17 @@ def training_queue() -> TrainingQueue | None:
     return TrainingQueue()
 
 
+#: The simulated fleet's heartbeats together: about this many status messages a second at most.
+FLEET_HEARTBEATS_PER_S = 33.0
+
+
+def sim_heartbeat_s(clients: int) -> float:
+    """A simulated device's heartbeat: a real device's 30 s, longer in a fleet large enough that
+    30 s would flood the broker (10,000 devices: 333 retained messages a second); presence (the
+    will, the birth message, the roll call) does not depend on it."""
+    return max(30.0, clients / FLEET_HEARTBEATS_PER_S)
+
+
 def device_id(index: int) -> str:
     return f"dev{index:03d}"
 
@@ -65,6 +76,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
         clients.append(DeviceClient(
             ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),
                          job=config.job, link=config.link, register_retry_s=2.0, seed=config.federation.seed + i,
+                         heartbeat_s=sim_heartbeat_s(config.clients),
                          state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device,
                          connect_retry_s=30.0, trusted_keys=trusted_keys, holdout=config.holdout),
             LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes,

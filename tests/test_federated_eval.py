@@ -8,6 +8,7 @@ import csv
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,7 +110,8 @@ def test_a_simulated_fleet_reports_both_accuracies_for_the_same_model(tmp_path) 
     out = tmp_path / "run"
     config = SimulationConfig(
         method="fedavg", clients=3, dataset="digits", model="mlp", out=str(out), plots=True, holdout=0.3,
-        federation=sim_federation(rounds=2, seed=3, eval_per_class=True, train=TrainConfig(lr=0.1, batch_size=16)))
+        federation=sim_federation(rounds=2, seed=3, eval_per_class=True, checkpoint_dir=str(tmp_path / "ck"),
+                                  train=TrainConfig(lr=0.1, batch_size=16)))
     report = run_simulation(config)
     last = report.rounds[-1]
     central, federated = last.accuracy["global"], last.federated_accuracy["global"]
@@ -128,3 +130,31 @@ def test_a_simulated_fleet_reports_both_accuracies_for_the_same_model(tmp_path) 
     assert float(rows[-1]["federated_accuracy_global"]) == pytest.approx(federated)
     assert int(rows[-1]["federated_samples"]) == ev["samples"]
     assert (out / "accuracy.png").stat().st_size > 1000
+    # the same final model on the same held-out samples, evaluated here: the very same count
+    same = _central_on_the_devices_holdout(config, tmp_path / "ck")
+    assert same == (ev["samples"], round(federated * ev["samples"]))
+
+
+def _central_on_the_devices_holdout(config, checkpoint: Path) -> tuple[int, int]:
+    """(samples, correct) of the checkpointed final model on every device's held-out share, rebuilt
+    here from the dataset, the partition and the sample keys as the simulated devices chose it."""
+    from coordinator.runtime.state import load_checkpoint
+    from edge_sdk.data import load_dataset
+    from edge_sdk.holdout import split_holdout
+    from edge_sdk.methods import LocalData
+    from edge_sdk.models.spec import build_model
+    from edge_sdk.models.zoo import model_for_dataset
+    from edge_sdk.partition import partition
+    from edge_sdk.tensors import load_numpy_state
+    from edge_sdk.training import evaluate_counts
+
+    dataset = load_dataset(config.dataset, seed=config.federation.seed)
+    model = build_model(model_for_dataset(config.model, dataset.input_shape, dataset.num_classes))
+    load_numpy_state(model, load_checkpoint(checkpoint).tensors)
+    samples = correct = 0
+    for shard in partition(dataset.y_train, config.clients, config.partition, seed=config.federation.seed):
+        data = LocalData(dataset.x_train[shard], dataset.y_train[shard], 10, keys=shard.astype(np.uint64))
+        held = split_holdout(data, config.holdout).holdout
+        counts = evaluate_counts(model, held.x, held.y)
+        samples, correct = samples + counts.samples, correct + counts.correct
+    return samples, correct

@@ -208,8 +208,13 @@ class DeviceClient:
 
     # -- public -----------------------------------------------------------
     def stop(self) -> None:
-        """Ask the run loop to finish after the current step."""
+        """Ask the run loop to finish after the current step (it wakes at once if it waits)."""
         self._stop.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.link is not None:
+            self.link.transport.wake()
 
     def report_capacity(self, profile: DeviceProfile) -> None:
         """Re-register with a new profile (CPU load, throttling, battery); the coordinator
@@ -221,6 +226,7 @@ class DeviceClient:
         self._reported_gflops = profile.gflops
         self._registered = False
         self._last_register = 0.0
+        self._wake()
 
     def run(self, timeout_s: float | None = None) -> str:
         """Connect, register and serve plans; returns why it ended.
@@ -298,9 +304,8 @@ class DeviceClient:
             assert self.link is not None
             self._report_stalled_transfers()
             self._maybe_remeasure()
-            # a message wakes it at once; idle, it wakes once a second (a simulation's hundreds of
-            # devices waking often take the interpreter from the one that trains: 0.77x -> ~0.9x)
-            item = self.link.poll(1.0)
+            # a message wakes it at once; otherwise it sleeps until its next duty (`_idle_wait`)
+            item = self.link.poll(self._idle_wait(now))
             if isinstance(item, Rejected):
                 log.warning("%s: dropped a malformed message: %s", self.config.device_id, item.error)
             elif isinstance(item, Received):
@@ -308,6 +313,18 @@ class DeviceClient:
                 if stop_reason is not None:
                     return stop_reason
         return "stopped"
+
+    def _idle_wait(self, now: float) -> float:
+        """How long the loop may sleep when no message comes: a second while it registers, holds
+        a plan, awaits one, has a message half received or re-measures; else until its next
+        heartbeat (an idle device of a 10,000-device simulation costs no wake-ups)."""
+        assert self.link is not None
+        busy = (not self._registered or self._pending is not None or now < self._expect_plan_until
+                or self.link.pending_transfers() or self._idle_watch is not None
+                or self._remeasure_at - now < 1.0)
+        if busy:
+            return 1.0
+        return max(0.05, min(self._last_heartbeat + self.config.heartbeat_s, self._remeasure_at) - now)
 
     def _report_stalled_transfers(self) -> None:
         """A message from the coordinator whose chunks stopped coming (one was lost on the way)

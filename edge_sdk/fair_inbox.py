@@ -77,6 +77,7 @@ class FairInbox(Generic[T]):
         self._count = 0
         self._bytes = 0
         self._closed = False
+        self._wakes = 0  # `wake` calls: a waiting `get` returns when it changes
         self._byte_limits: dict[str, int] = {}
         self._default_bytes = limits.per_source_bytes
         #: messages dropped over a budget, all sources together
@@ -151,8 +152,9 @@ class FairInbox(Generic[T]):
         """The next item, taking sources in turn; None on timeout or once closed and empty."""
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
+            woken = self._wakes
             while not self._ready:
-                if self._closed:
+                if self._closed or self._wakes != woken:
                     return None
                 remaining = None if deadline is None else deadline - self._clock()
                 if remaining is not None and remaining <= 0:
@@ -168,6 +170,12 @@ class FairInbox(Generic[T]):
             if src.items:
                 self._ready[source] = None  # to the back of the line
             return item
+
+    def wake(self) -> None:
+        """Make every waiting `get` return (None, unless an item is there)."""
+        with self._cond:
+            self._wakes += 1
+            self._cond.notify_all()
 
     def close(self) -> None:
         """Wake every waiting `get`; later `put`s are dropped."""

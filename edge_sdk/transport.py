@@ -515,8 +515,12 @@ class MqttTransport:
                 self._pub_cond.wait(min(remaining, 0.5))
 
     def receive(self, timeout: float | None = None) -> IncomingMessage | None:
-        """Next incoming message (topics in turn), or None on timeout (or after close())."""
+        """Next incoming message (topics in turn), or None on timeout (or after close() or wake())."""
         return self._inbox.get(timeout=timeout)
+
+    def wake(self) -> None:
+        """Make a `receive` that is waiting return now (None when nothing came)."""
+        self._inbox.wake()
 
     def close(self, _clean: bool = True) -> None:
         """Clean DISCONNECT (the will is not published) and stop the loop."""

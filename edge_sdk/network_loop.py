@@ -92,29 +92,38 @@ class NetworkLoop:
     def _run(self) -> None:
         next_misc = time.monotonic() + MISC_EVERY_S
         while not self._stopping.is_set():
-            self._apply_ops()
-            timeout = max(0.0, min(next_misc, self._next_reconnect()) - time.monotonic())
-            for key, mask in self._selector.select(timeout):
-                if key.data is None:
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        while self._wake_r.recv(4096):
-                            pass
-                    continue
-                conn: _Connection = key.data
-                if mask & selectors.EVENT_READ:
-                    conn.client.loop_read()
-                if mask & selectors.EVENT_WRITE and conn.sock is not None:
-                    conn.client.loop_write()
-            now = time.monotonic()
-            if now >= next_misc:
-                next_misc = now + MISC_EVERY_S
-                for conn in list(self._conns.values()):
-                    if conn.sock is not None:
-                        conn.client.loop_misc()
-            self._reconnect_due(now)
+            try:
+                next_misc = self._turn(next_misc)
+            except Exception:  # one connection's trouble must not stop every other connection
+                log.exception("network loop: a turn failed; going on")
         for conn in list(self._conns.values()):
             self._unregister(conn)
         self._selector.close()
+
+    def _turn(self, next_misc: float) -> float:
+        """One pass: apply what other threads asked, wait for socket events (or the next
+        housekeeping or reconnect), read and write, keep alive, reconnect; the next housekeeping."""
+        self._apply_ops()
+        timeout = max(0.0, min(next_misc, self._next_reconnect()) - time.monotonic())
+        for key, mask in self._selector.select(timeout):
+            if key.data is None:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    while self._wake_r.recv(4096):
+                        pass
+                continue
+            conn: _Connection = key.data
+            if mask & selectors.EVENT_READ:
+                conn.client.loop_read()
+            if mask & selectors.EVENT_WRITE and conn.sock is not None:
+                conn.client.loop_write()
+        now = time.monotonic()
+        if now >= next_misc:
+            next_misc = now + MISC_EVERY_S
+            for conn in list(self._conns.values()):
+                if conn.sock is not None:
+                    conn.client.loop_misc()
+        self._reconnect_due(now)
+        return next_misc
 
     def _apply_ops(self) -> None:
         while self._ops:
@@ -127,9 +136,11 @@ class NetworkLoop:
             elif op == "open" and sock is not None:
                 self._unregister(conn)
                 conn.sock, conn.writing, conn.reconnect_at, conn.delay = sock, False, None, conn.min_delay
-                self._selector.register(sock, selectors.EVENT_READ, conn)
+                self._register(conn, sock)
                 if client.want_write():
                     self._set_writing(conn, True)
+            elif op == "close" and sock is not None and conn.sock is not None and sock is not conn.sock:
+                continue  # the close of a socket it has replaced since
             elif op == "close":
                 self._unregister(conn)
                 if conn.closing:
@@ -144,6 +155,18 @@ class NetworkLoop:
                 conn.reconnect_at = None
                 if conn.sock is None:
                     del self._conns[id(client)]
+
+    def _register(self, conn: _Connection, sock: socket.socket) -> None:
+        """Watch ``sock`` for ``conn``; a stale registration of the same file descriptor (a closed
+        socket whose close was not applied yet when the number was reused) is dropped first."""
+        try:
+            self._selector.register(sock, selectors.EVENT_READ, conn)
+        except KeyError:
+            stale = self._selector.get_key(sock.fileno())
+            self._selector.unregister(stale.fileobj)
+            if isinstance(stale.data, _Connection):
+                stale.data.sock, stale.data.writing = None, False
+            self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _set_writing(self, conn: _Connection, writing: bool) -> None:
         if conn.sock is None or conn.writing == writing:

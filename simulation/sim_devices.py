@@ -55,6 +55,17 @@ def sim_heartbeat_s(clients: int) -> float:
     return max(30.0, clients / FLEET_HEARTBEATS_PER_S)
 
 
+#: Registrations a simulated fleet's retries may send a second at most, all devices together.
+FLEET_REGISTER_RETRIES_PER_S = 500.0
+
+
+def sim_register_retry_s(clients: int) -> float:
+    """How long a simulated device waits for its registration's ack before it registers again: 2 s,
+    longer in a large fleet, whose registrations the coordinator takes a while to answer (10,000
+    devices retrying every 2 s sent 5,000 registrations a second and never caught up)."""
+    return max(2.0, clients / FLEET_REGISTER_RETRIES_PER_S)
+
+
 def device_id(index: int) -> str:
     return f"dev{index:03d}"
 
@@ -75,7 +86,8 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
         name = device_id(i)
         clients.append(DeviceClient(
             ClientConfig(device_id=name, transport=TransportConfig(url=url, client_id=f"{config.job}-{name}"),
-                         job=config.job, link=config.link, register_retry_s=2.0, seed=config.federation.seed + i,
+                         job=config.job, link=config.link, register_retry_s=sim_register_retry_s(config.clients),
+                         seed=config.federation.seed + i,
                          heartbeat_s=sim_heartbeat_s(config.clients),
                          state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device,
                          connect_retry_s=30.0, trusted_keys=trusted_keys, holdout=config.holdout),

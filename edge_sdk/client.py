@@ -315,11 +315,15 @@ class DeviceClient:
         return "stopped"
 
     def _idle_wait(self, now: float) -> float:
-        """How long the loop may sleep when no message comes: a second while it registers, holds
-        a plan, awaits one, has a message half received or re-measures; else until its next
-        heartbeat (an idle device of a 10,000-device simulation costs no wake-ups)."""
+        """How long the loop may sleep when no message comes: until its next registration while
+        it is not registered; a second while it holds a plan, awaits one, has a message half
+        received or re-measures; else until its next heartbeat (an idle device of a large
+        simulation costs no wake-ups)."""
         assert self.link is not None
-        busy = (not self._registered or self._pending is not None or now < self._expect_plan_until
+        if not self._registered:  # until its next registration (the ack, a message, wakes it sooner)
+            return max(0.05, min(1.0 if self._last_register == 0 else self.config.register_retry_s,
+                                 self._last_register + self.config.register_retry_s - now))
+        busy = (self._pending is not None or now < self._expect_plan_until
                 or self.link.pending_transfers() or self._idle_watch is not None
                 or self._remeasure_at - now < 1.0)
         if busy:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
-SDK_VERSION = "0.3.0"
+SDK_VERSION = "0.4.0"
 log = logging.getLogger(__name__)
 #: Before re-measuring, the device watches the machine this long: the rest of it must stay idle.
 IDLE_WATCH_S = 5.0

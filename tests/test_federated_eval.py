@@ -158,3 +158,15 @@ def _central_on_the_devices_holdout(config, checkpoint: Path) -> tuple[int, int]
         counts = evaluate_counts(model, held.x, held.y)
         samples, correct = samples + counts.samples, correct + counts.correct
     return samples, correct
+
+
+@pytest.mark.parametrize("version, takes", [("0.4.0", True), ("0.10.1", True), ("1.0", True), ("0.3.0", False),
+                                            ("0.2.9", False), ("", False), ("x.y", False)])
+def test_only_an_sdk_that_answers_evaluations_is_asked(version, takes) -> None:
+    """An older SDK drops an `evaluate` it does not know: asking it would hold every evaluation
+    until its deadline, so the loop does not (the round's `evaluation.sdk_too_old` counts them)."""
+    from coordinator.runtime.fleet import DeviceRecord
+    from edge_sdk.profiling import load_profile
+
+    record = DeviceRecord("d", load_profile("raspberry-pi-4b"), 10, sdk_version=version)
+    assert record.takes_evaluations() is takes

@@ -69,6 +69,17 @@ class DeviceRecord:
     samples_since: int = 0
     #: its latest federated evaluation: (round, samples, correct, label); None: none yet
     last_evaluation: tuple[int, int, int, str] | None = None
+    #: the edgefl SDK version it registered with ("" when it did not say)
+    sdk_version: str = ""
+
+    def takes_evaluations(self) -> bool:
+        """Does its SDK answer an ``evaluate`` (edgefl 0.4 and later)? An older one would drop it
+        and the evaluation would wait for it until its deadline."""
+        parts = self.sdk_version.split(".")[:2]
+        try:
+            return tuple(int(p) for p in parts) >= (0, 4)
+        except ValueError:
+            return False
 
     def acknowledged(self, msg_id: str) -> bool:
         """Has the device acknowledged the message ``msg_id`` (an `ack` whose ``reply_to`` is it)?"""
@@ -448,6 +459,7 @@ class Fleet:
             record.profile, record.online = profile, True
             self._accept_samples(record, body.num_samples)
         record.connection = max(record.connection, body.connection)
+        record.sdk_version = body.sdk_version[:32]
         if self.on_register is not None:
             self.on_register(record)
         log.info("registered %s (%s, %.1f GFLOPS, %d samples) as %s", device, profile.name,

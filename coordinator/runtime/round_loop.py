@@ -221,7 +221,9 @@ class RoundLoop:
         rng = np.random.default_rng([config.seed, rnd, 0xE7A1])  # apart from the training's draws
         labels: dict[str, str] = {}
         down = 0
-        for device_id in self._sample(fleet.online(), rng, config.eval_devices):
+        able = [d for d in fleet.online() if fleet.devices[d].takes_evaluations()]
+        too_old = len(fleet.online()) - len(able)
+        for device_id in self._sample(able, rng, config.eval_devices):
             plan = strategy.configure_evaluate(rnd, fleet.devices[device_id])
             if plan is None:
                 continue
@@ -239,7 +241,8 @@ class RoundLoop:
                      len(collected.missing), len(asked))
         seconds = time.monotonic() - started
         return replace(record, federated_accuracy=result.accuracy, federated_loss=result.loss,
-                       evaluation={**result.summary(), "asked": len(asked), "host_seconds": seconds},
+                       evaluation={**result.summary(), "asked": len(asked), "sdk_too_old": too_old,
+                                   "host_seconds": seconds},
                        bytes_down=record.bytes_down + down,
                        bytes_up=record.bytes_up + sum(fleet.devices[d].bytes_up for d in asked) - up_before,
                        host_seconds=record.host_seconds + seconds)

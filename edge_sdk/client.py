@@ -305,7 +305,8 @@ class DeviceClient:
             self._report_stalled_transfers()
             self._maybe_remeasure()
             # a message wakes it at once; otherwise it sleeps until its next duty (`_idle_wait`)
-            item = self.link.poll(self._idle_wait(now))
+            wait = self._idle_wait(now)
+            item = self.link.poll(wait if end is None else max(0.0, min(wait, end - now)))
             if isinstance(item, Rejected):
                 log.warning("%s: dropped a malformed message: %s", self.config.device_id, item.error)
             elif isinstance(item, Received):

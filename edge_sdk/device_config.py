@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import DATASETS
+from edge_sdk.holdout import check_holdout
 from edge_sdk.methods import LocalData
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
@@ -95,10 +95,7 @@ def holdout_from_toml(config: dict) -> float | None:
     when the source is an npz holding x_test and y_test and no holdout is given."""
     data = section(config, "data", _DATA_KEYS)
     if "holdout" in data:
-        value = data["holdout"]
-        if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= 0.9:
-            raise ValueError(f"[data] holdout must be a fraction in (0, 0.9], got {str(value)[:40]!r}")
-        return float(value)
+        return check_holdout(data["holdout"], "[data] holdout")
     source = data_source_from_toml(config)
     if isinstance(source, NpzSource) and npz_has_test(source.path):
         return None

@@ -41,7 +41,7 @@ def check_holdout(fraction: object, where: str = "holdout") -> float:
     """``fraction`` as a float in (0, 0.9], else a one-line ValueError naming ``where``."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction) \
             or not 0.0 < fraction <= 0.9:
-        raise ValueError(f"{where} must be a fraction in (0, 0.9], got {fraction!r}")
+        raise ValueError(f"{where} must be a fraction in (0, 0.9], got {str(fraction)[:40]!r}")
     return float(fraction)
 
 

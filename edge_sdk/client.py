@@ -136,6 +136,9 @@ class DeviceClient:
         #: devices of one process hand it to one shared thread (simulation/training_queue.py)
         self.run_compute = run_compute
         self.on_round = on_round  # called after every round this device trained and uploaded
+        #: called on the network thread when a message for this device arrived (or `stop` was
+        #: called): a host driving many devices by `step` sets it before `open` (None: `run` polls)
+        self.on_ready: Callable[[], None] | None = None
         #: the loop that drives this device's MQTT connection with others' (a simulation's); None:
         #: a network thread of its own (edge_sdk/network_loop.py)
         self.network = network
@@ -153,6 +156,7 @@ class DeviceClient:
         self.errors: list[Error] = []
         self.published_model: Model | None = None  # the latest model the coordinator published
         self._stop = threading.Event()
+        self._finished = False  # `finish` ran
         self._registered = False
         self._register_id: str | None = None
         self._last_register = 0.0
@@ -234,6 +238,23 @@ class DeviceClient:
         Ctrl-C (KeyboardInterrupt) stops it cleanly: training stops after its current step,
         the device says "offline" to the coordinator and disconnects, then the interrupt
         propagates."""
+        self.open()
+        assert self.link is not None
+        reason = "stopped"
+        try:
+            reason = self._loop(timeout_s)
+        except KeyboardInterrupt:
+            self._stop.set()
+            self.finish("interrupted", wait_s=2.0)
+            raise
+        finally:
+            self.finish(reason)  # no-op after an interrupt's
+        return reason
+
+    def open(self) -> None:
+        """Connect to the broker (blocking until the first CONNACK, retrying for
+        ``connect_retry_s``) and subscribe; then `step` (or `run`) serves the device. A host that
+        drives many devices (simulation/sim_devices.py) calls it, `step` and `finish` itself."""
         transport_config = replace(
             self.config.transport,
             client_id=self.config.transport.client_id or self.config.device_id,
@@ -243,26 +264,60 @@ class DeviceClient:
         for cap in apply_caps(self.config.schedule):
             log.info("%s: %s", self.config.device_id, cap)
         transport = MqttTransport(transport_config, network=self.network)
+        transport.on_ready = self.on_ready
         # subscribed on connect, before the birth message: what answers it reaches us
         transport.subscribe(self.topics.downlink(self.config.device_id))
         transport.subscribe(self.topics.broadcast())
-        self._connect(transport)
-        self.link = MessageLink(transport, self.config.link)
-        reason = "stopped"
         try:
-            self._last_heartbeat = time.monotonic()  # the birth message said "online"
-            try:
-                reason = self._loop(timeout_s)
-            except KeyboardInterrupt:
-                self._stop.set()
-                self._status("offline", "interrupted")
-                transport.wait_published(2.0)
-                raise
+            self._connect(transport)
+        except BaseException:
+            transport.close()
+            raise
+        self.link = MessageLink(transport, self.config.link)
+        self._last_heartbeat = time.monotonic()  # the birth message said "online"
+
+    def step(self, max_messages: int = 64) -> str | float:
+        """One pass of the device without waiting: its due duties (registration, a held plan,
+        heartbeat, re-measuring), then up to ``max_messages`` of the messages that have arrived.
+        Returns why it ended, or the seconds until it has something to do again unless a
+        message comes first (`on_ready` says when one does; 0: more are waiting)."""
+        if self._stop.is_set():
+            return "stopped"
+        assert self.link is not None
+        self._duties(time.monotonic())
+        for _ in range(max_messages):
+            item = self.link.poll(0)
+            if item is None:
+                return self._idle_wait(time.monotonic())
+            if (reason := self._on_item(item)) is not None:
+                return reason
+            if self._stop.is_set():
+                return "stopped"
+        return 0.0
+
+    def abort(self) -> None:
+        """Stop at once and drop the connection without a word, as a device that loses power:
+        the broker publishes its will ("offline", "connection lost"). A simulation's host ends
+        its devices so when the job is over (its broker does the work, not the host)."""
+        self._stop.set()
+        if self.link is not None and not self._finished:
+            self._finished = True
+            self.link.transport.abort()
+
+    def finish(self, reason: str, wait_s: float = 10.0) -> None:
+        """Say "offline" (with ``reason``) to the coordinator, wait up to ``wait_s`` for what is
+        unsent to be acknowledged, and disconnect."""
+        if self.link is None or self._finished:
+            return
+        self._finished = True
+        transport = self.link.transport
+        try:
             self._status("offline", reason)
-            transport.wait_published(10.0)
+            transport.wait_published(wait_s)
+        except (TransportError, ProtocolError, ConnectionError) as exc:
+            log.warning("%s: could not say offline: %s", self.config.device_id, exc)
         finally:
             transport.close()
-        return reason
 
     def _presence(self, state: str, reason: str) -> Callable[[int], Will]:
         """The retained status `state` of one connection (its will or its birth message),
@@ -292,28 +347,36 @@ class DeviceClient:
     def _loop(self, timeout_s: float | None) -> str:
         end = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._stop.is_set():
-            if end is not None and time.monotonic() > end:
-                return "timeout"
             now = time.monotonic()
-            if not self._registered and now - self._last_register >= self.config.register_retry_s:
-                self._register()
-            if self._pending is not None and now >= self._next_check:
-                self._retry_pending()
-            if now - self._last_heartbeat >= self.config.heartbeat_s:
-                self._heartbeat()
+            if end is not None and now > end:
+                return "timeout"
+            wait = self._duties(now)
             assert self.link is not None
-            self._report_stalled_transfers()
-            self._maybe_remeasure()
             # a message wakes it at once; otherwise it sleeps until its next duty (`_idle_wait`)
-            wait = self._idle_wait(now)
             item = self.link.poll(wait if end is None else max(0.0, min(wait, end - now)))
-            if isinstance(item, Rejected):
-                log.warning("%s: dropped a malformed message: %s", self.config.device_id, item.error)
-            elif isinstance(item, Received):
-                stop_reason = self._handle(item.envelope)
-                if stop_reason is not None:
-                    return stop_reason
+            if item is not None and (reason := self._on_item(item)) is not None:
+                return reason
         return "stopped"
+
+    def _duties(self, now: float) -> float:
+        """What is due now: register, retry a held plan, heartbeat, ask for stalled transfers,
+        re-measure; then how long the device may sleep when no message comes."""
+        if not self._registered and now - self._last_register >= self.config.register_retry_s:
+            self._register()
+        if self._pending is not None and now >= self._next_check:
+            self._retry_pending()
+        if now - self._last_heartbeat >= self.config.heartbeat_s:
+            self._heartbeat()
+        self._report_stalled_transfers()
+        self._maybe_remeasure()
+        return self._idle_wait(now)
+
+    def _on_item(self, item: Received | Rejected) -> str | None:
+        """Handle what the link gave; why the device ends, if it does."""
+        if isinstance(item, Rejected):
+            log.warning("%s: dropped a malformed message: %s", self.config.device_id, item.error)
+            return None
+        return self._handle(item.envelope)
 
     def _idle_wait(self, now: float) -> float:
         """How long the loop may sleep when no message comes: until its next registration while

@@ -53,6 +53,7 @@ class NetworkLoop:
         #: what other threads asked, applied by the loop's thread: (op, client, socket, its connection)
         self._ops: deque[tuple[str, mqtt.Client, socket.socket | None, _Connection | None]] = deque()
         self._conns: dict[int, _Connection] = {}  # id(client) -> its connection
+        self._lost: dict[int, _Connection] = {}  # the connections waiting to reconnect (reconnect_at set)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -136,6 +137,7 @@ class NetworkLoop:
             elif op == "open" and sock is not None:
                 self._unregister(conn)
                 conn.sock, conn.writing, conn.reconnect_at, conn.delay = sock, False, None, conn.min_delay
+                self._lost.pop(id(client), None)
                 self._register(conn, sock)
                 if client.want_write():
                     self._set_writing(conn, True)
@@ -146,13 +148,13 @@ class NetworkLoop:
                 if conn.closing:
                     del self._conns[id(client)]
                 else:  # lost: reconnect as paho's own thread would, with its back-off
-                    conn.reconnect_at = time.monotonic() + conn.delay
-                    conn.delay = min(conn.delay * 2, conn.max_delay)
+                    self._retry_later(conn, time.monotonic())
             elif op in ("write", "unwrite"):
                 self._set_writing(conn, op == "write")
             elif op == "detach":
                 conn.closing = True
                 conn.reconnect_at = None
+                self._lost.pop(id(client), None)
                 if conn.sock is None:
                     del self._conns[id(client)]
 
@@ -169,14 +171,19 @@ class NetworkLoop:
             self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _set_writing(self, conn: _Connection, writing: bool) -> None:
-        if conn.sock is None or conn.writing == writing:
+        """Watch the socket for room to write while paho has something left to write: first
+        written at once, so that a small message costs no change of the selector."""
+        if conn.sock is None:
+            return
+        if writing:
+            conn.client.loop_write()  # write at once what can be written
+            writing = conn.sock is not None and conn.client.want_write()
+        if conn.writing == writing or conn.sock is None:
             return
         conn.writing = writing
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.modify(conn.sock, events, conn)
-        if writing:  # write at once what can be written
-            conn.client.loop_write()
 
     def _unregister(self, conn: _Connection) -> None:
         if conn.sock is not None:
@@ -185,18 +192,27 @@ class NetworkLoop:
             conn.sock = None
             conn.writing = False
 
+    def _retry_later(self, conn: _Connection, now: float) -> None:
+        conn.reconnect_at = now + conn.delay
+        conn.delay = min(conn.delay * 2, conn.max_delay)
+        self._lost[id(conn.client)] = conn
+
     def _next_reconnect(self) -> float:
-        due = [c.reconnect_at for c in self._conns.values() if c.reconnect_at is not None]
-        return min(due) if due else float("inf")
+        """When the next lost connection is due (only the lost ones are looked at: a turn costs
+        nothing per healthy connection)."""
+        return min((c.reconnect_at for c in self._lost.values() if c.reconnect_at is not None), default=float("inf"))
 
     def _reconnect_due(self, now: float) -> None:
-        for conn in list(self._conns.values()):
-            if conn.reconnect_at is None or now < conn.reconnect_at or conn.closing:
+        for key, conn in list(self._lost.items()):
+            if conn.closing or conn.reconnect_at is None:
+                del self._lost[key]
                 continue
+            if now < conn.reconnect_at:
+                continue
+            del self._lost[key]
             conn.reconnect_at = None
             try:
                 conn.client.reconnect()  # opens the socket: its "open" op registers it
             except (OSError, ValueError) as exc:
                 log.debug("reconnect failed: %s", exc)
-                conn.reconnect_at = now + conn.delay
-                conn.delay = min(conn.delay * 2, conn.max_delay)
+                self._retry_later(conn, now)

@@ -198,6 +198,9 @@ class MqttTransport:
         self._connect_count = self._failed = 0
         self._stamp = 0
         self._next_stamp()
+        #: called (on the network thread; it must not block) when a message was queued or `wake`
+        #: was called: how a host that drives many devices learns which one has work (None: nobody)
+        self.on_ready: Callable[[], None] | None = None
 
     def _next_stamp(self) -> None:
         """A new connection stamp: wall-clock ns, strictly above the previous one."""
@@ -384,6 +387,7 @@ class MqttTransport:
         if clean:
             client.disconnect()
         else:
+            client.disable_logger()  # the loop may still read the socket once: its "broken pipe" is ours
             with contextlib.suppress(OSError, AttributeError):
                 client.socket().shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
         if self._network is None:
@@ -435,7 +439,8 @@ class MqttTransport:
             log.warning("dropping a message with an undecodable topic: %r", exc)
             return
         payload = bytes(msg.payload)
-        self._inbox.put(topic, IncomingMessage(topic, payload, bool(msg.retain)), len(payload))
+        if self._inbox.put(topic, IncomingMessage(topic, payload, bool(msg.retain)), len(payload)) and self.on_ready:
+            self.on_ready()
 
     def _on_publish(self, _client: mqtt.Client, _ud: object, mid: int,
                     reason: object, _props: object) -> None:
@@ -521,6 +526,8 @@ class MqttTransport:
     def wake(self) -> None:
         """Make a `receive` that is waiting return now (None when nothing came)."""
         self._inbox.wake()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def close(self, _clean: bool = True) -> None:
         """Clean DISCONNECT (the will is not published) and stop the loop."""
@@ -533,10 +540,14 @@ class MqttTransport:
             self._discard(client, clean=_clean)
         self._inbox.close()  # wakes a receive(None) blocked in another thread
 
-    def _simulate_crash(self) -> None:
-        """Test hook: drop the TCP connection without DISCONNECT, as if the
-        device lost power (the broker publishes the will), and stop."""
+    def abort(self) -> None:
+        """Drop the TCP connection without DISCONNECT, as a device that loses power does (the
+        broker publishes the will), and stop."""
         self.close(_clean=False)
+
+    def _simulate_crash(self) -> None:
+        """Test hook: `abort`."""
+        self.abort()
 
     def __enter__(self) -> "MqttTransport":
         self.connect()  # no-op when already connected

@@ -1,6 +1,8 @@
-"""Simulated devices hosted by one process: a thread per `DeviceClient`, each with its own MQTT
-connection, private shard and profile; the torch part of their rounds runs on one thread of the
-process (a `TrainingQueue`), one round at a time, with all of the process' torch threads.
+"""Simulated devices hosted by one process: `DeviceClient`s without a thread each, every one with
+its own MQTT connection (driven, with all the others, by one `NetworkLoop` thread), private shard
+and profile; a few worker threads step a device when a message for it arrives or a duty of its is
+due; the torch part of their rounds runs on one thread of the process (a `TrainingQueue`), one
+round at a time, with all of the process' torch threads.
 
 `edgefl simulate` runs one host in its own process (the default backend) or one per Ray actor
 (`simulation/ray_devices.py`); either way every device talks to the coordinator only over MQTT.
@@ -8,10 +10,15 @@ process (a `TrainingQueue`), one round at a time, with all of the process' torch
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import heapq
 import logging
+import queue as queue_module
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,62 +108,236 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
     return clients
 
 
+#: A host's worker threads at most (a round's participants each hold one while they train).
+MAX_WORKERS = 256
+#: Devices of one host inside a step at once (training aside).
+STEPPING = 2
+#: A device's place in its host's schedule.
+_IDLE, _RUNNING, _AGAIN, _DONE = range(4)
+
+
 class DeviceHost:
-    """Runs its devices in threads until the coordinator says stop or `stop` is called; their
-    rounds wait in ``queue`` for the thread that serves it (None: each trains on its own)."""
+    """Drives its devices without a thread each: a device is a `DeviceClient` whose `step` a
+    few worker threads call when a message for it arrives (`DeviceClient.on_ready`) or its next
+    duty is due (a timer), so an idle device holds a socket, a timer and its objects, and no
+    thread. Rounds wait in ``queue`` for the thread that serves it (None: each trains on the
+    worker that stepped it). ``workers`` bounds how many devices are inside a step at once —
+    training, or sleeping out a throttle (`--throttle sleep`) — so it is at least the devices
+    that train in one round; ``connectors`` threads open the connections at start."""
 
     def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None,
-                 network: NetworkLoop | None = None) -> None:
+                 network: NetworkLoop | None = None, workers: int = 4, connectors: int = 8,
+                 stepping: int | None = STEPPING) -> None:
         self.clients = clients
         self.queue = queue
         self.network = network  # drives the devices' connections (stopped with them)
-        self.threads = [threading.Thread(target=self._serve, args=(c,), name=c.config.device_id, daemon=True)
-                        for c in clients]
+        self.reasons: dict[str, str] = {}  # why each device that ended did
+        #: guards the devices' states, the counts and the start/stop flags (never taken by the
+        #: network thread: it only puts into ``_ready``)
+        self._cond = threading.Condition()
+        self._state = [_IDLE] * len(clients)
+        #: devices with work, in the order it came (a device may be in it twice; None: a worker ends)
+        self._ready: queue_module.SimpleQueue[int | None] = queue_module.SimpleQueue()
+        self._timer_cond = threading.Condition()  # guards the timers
+        self._timers: list[tuple[float, int]] = []  # (due, device): a heap; stale entries skipped
+        self._due = [float("inf")] * len(clients)
+        self._done = 0
+        self._closing = False
+        self._next_open = 0
+        self._opened = 0  # devices connected
+        self._started = 0.0
+        self._version: str | None = None  # the MQTT version the first device connected with
+        #: devices inside a step at once, not counting those waiting for their training (None: any
+        #: number): more than a couple only contend for the interpreter (and load the machine)
+        self._stepping = None if stepping is None else threading.Semaphore(stepping)
+        for index, client in enumerate(clients):
+            client.on_ready = functools.partial(self._notify, index)
+            if self._stepping is not None and client.run_compute is not None:
+                client.run_compute = self._waiting_out(client.run_compute)
+        self._workers = [threading.Thread(target=self._work, name=f"edgefl-sim-worker-{n}", daemon=True)
+                         for n in range(max(1, min(workers, len(clients))))]
+        self._connectors = [threading.Thread(target=self._open_devices, name=f"edgefl-sim-connect-{n}",
+                                             daemon=True) for n in range(max(1, min(connectors, len(clients))))]
+        self._timer = threading.Thread(target=self._time, name="edgefl-sim-timers", daemon=True)
 
     @classmethod
     def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
                indices: Sequence[int], queue: TrainingQueue | None = None,
                trusted_keys: tuple[bytes, ...] = ()) -> "DeviceHost":
         """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`),
-        trusting models signed by ``trusted_keys``."""
+        trusting models signed by ``trusted_keys``; enough workers for a round's participants."""
         queue = training_queue() if queue is None else queue
         network = NetworkLoop(name="edgefl-sim-network")  # one thread for every device's connection
+        federation = config.federation
+        busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
         return cls(build_clients(config, url, dataset, private, indices, queue, trusted_keys, network), queue,
-                   network)
+                   network, workers=max(8, min(busy, MAX_WORKERS)),
+                   stepping=None if config.throttle == "sleep" else STEPPING)  # a device sleeps inside its step
 
     @property
     def device_ids(self) -> list[str]:
         return [c.config.device_id for c in self.clients]
 
     def start(self) -> None:
-        for thread in self.threads:
+        """Open the devices' connections (``connectors`` at a time; each device registers as
+        soon as it is connected) and start serving them."""
+        self._started = time.monotonic()
+        for thread in [*self._workers, self._timer, *self._connectors]:
             thread.start()
-            time.sleep(0.002)  # hundreds of devices connecting in the same instant time out
 
-    @staticmethod
-    def _serve(client: DeviceClient) -> None:
-        try:
-            client.run()
-        except Exception as exc:  # one line, not a thread's traceback; the coordinator sees it offline
-            log.error("device %s stopped: %s", client.config.device_id, exc)
+    # -- connecting ----------------------------------------------------------------
+    def _open_devices(self) -> None:
+        while True:
+            with self._cond:  # the first device learns the broker's MQTT version; the others wait for it
+                while self._next_open > 0 and self._version is None and not self._closing:
+                    self._cond.wait(1.0)
+                index, self._next_open = self._next_open, self._next_open + 1
+                if index >= len(self.clients) or self._closing:
+                    return
+            client = self.clients[index]
+            try:
+                client.open()
+            except Exception as exc:  # one line, not a thread's traceback; the coordinator never hears of it
+                log.error("device %s could not connect: %s", client.config.device_id, exc)
+                self._end(index, f"could not connect: {exc}", opened=False)
+            else:
+                self._notify(index)  # its first step registers it
+                with self._cond:
+                    self._opened += 1
+                    if self._opened == len(self.clients):
+                        log.info("%d devices connected in %.1f s", self._opened, time.monotonic() - self._started)
+            if self._version is None:
+                self._use_version(client.link.transport.protocol_version if client.link else "auto")
+
+    def _use_version(self, version: str) -> None:
+        """Connect every other device with the MQTT version the first one found the broker
+        speaks: "auto" would probe each connection (MQTT 5 without a will, then again with it)."""
+        with self._cond:
+            for client in self.clients:
+                if client.link is None and client.config.transport.protocol == "auto":
+                    client.config = replace(client.config, transport=replace(client.config.transport, protocol=version))
+            self._version = version
+            self._cond.notify_all()
+
+    # -- scheduling ------------------------------------------------------------------
+    def _notify(self, index: int) -> None:
+        """Device ``index`` has work (a message came, or it was asked to stop): step it soon.
+        Called from the network thread: takes no lock of the host's."""
+        self._ready.put(index)
+
+    def _time(self) -> None:
+        """Hand each device to the workers when its next duty is due (the timer thread)."""
+        with self._timer_cond:
+            while not self._closing:
+                now = time.monotonic()
+                while self._timers and self._timers[0][0] <= now:
+                    due, index = heapq.heappop(self._timers)
+                    if due == self._due[index]:  # else stepped since, and due at another time
+                        self._ready.put(index)
+                self._timer_cond.wait(min(self._timers[0][0] - now, 60.0) if self._timers else 60.0)
+
+    def _waiting_out(self, run_compute: Callable[[Callable[[], object]], object]
+                     ) -> Callable[[Callable[[], object]], object]:
+        """``run_compute`` that lets another device step while this one waits for its training."""
+        assert self._stepping is not None
+        stepping = self._stepping
+
+        def run(work: Callable[[], object]) -> object:
+            stepping.release()
+            try:
+                return run_compute(work)
+            finally:
+                stepping.acquire()
+        return run
+
+    def _work(self) -> None:
+        while (index := self._ready.get()) is not None:
+            with self._cond:
+                state = self._state[index]
+                if state in (_RUNNING, _AGAIN):  # another worker steps it: once more after that
+                    self._state[index] = _AGAIN
+                    continue
+                if state == _DONE:
+                    continue
+                self._state[index] = _RUNNING
+            client = self.clients[index]
+            with self._stepping if self._stepping is not None else contextlib.nullcontext():
+                try:
+                    result = client.step()
+                except Exception as exc:  # one line, not a thread's traceback; the coordinator sees it offline
+                    log.error("device %s stopped: %s", client.config.device_id, exc)
+                    result = f"failed: {exc}"
+                if isinstance(result, str):
+                    self._end(index, result)
+                    continue
+            with self._cond:
+                again = self._state[index] == _AGAIN or result <= 0
+                self._state[index] = _IDLE
+            if again:
+                self._ready.put(index)
+                continue
+            due = time.monotonic() + result
+            with self._timer_cond:
+                self._due[index] = due
+                heapq.heappush(self._timers, (due, index))
+                if self._timers[0][1] == index:  # sooner than the timer thread waits for
+                    self._timer_cond.notify()
+
+    def _end(self, index: int, reason: str, opened: bool = True) -> None:
+        client = self.clients[index]
+        if opened:
+            client.finish(reason, wait_s=0.0)  # the host waits for every device's last words at once
+        with self._cond:
+            self._state[index] = _DONE
+            self._done += 1
+            self.reasons[client.config.device_id] = reason
+            self._cond.notify_all()
 
     def stop(self, wait_s: float) -> list[str]:
-        """Give the devices ``wait_s`` to end by themselves, then stop the rest (training stops
-        after its current step, so no thread is left inside torch; rounds still queued are
-        dropped, since nobody serves the queue any more). Returns those that did not stop in time."""
+        """End every device at once, as if they lost power (`DeviceClient.abort`: the broker
+        publishes their wills, so their presence reads "offline"); a device inside a step gets
+        up to ``wait_s`` to leave it (training stops after its current step; rounds still queued
+        are dropped). Returns those that did not leave their step in time."""
         if self.queue is not None:
             self.queue.close()
-        end = time.monotonic() + wait_s
-        for client, thread in zip(self.clients, self.threads, strict=True):  # one thread per client
-            thread.join(timeout=max(0.0, end - time.monotonic()))
-            if thread.is_alive():
-                client.stop()
-        stuck = []
-        for thread in self.threads:
-            thread.join(timeout=10.0)
-            if thread.is_alive():
-                log.warning("device %s did not stop in time", thread.name)
-                stuck.append(thread.name)
+        with self._cond:
+            self._closing = True  # no more connections are opened
+        with self._timer_cond:
+            self._timer_cond.notify()
+        for connector in self._connectors:
+            connector.join(timeout=30.0)  # an open in progress ends within its connect timeout
+        with self._cond:
+            for index, client in enumerate(self.clients):
+                if self._state[index] != _DONE:
+                    client.abort()  # a device inside a step ends it soon: its step sees the stop
+                if self._state[index] == _IDLE:
+                    self._state[index] = _DONE
+                    self._done += 1
+                    self.reasons.setdefault(client.config.device_id, "the simulation ended")
+            deadline = time.monotonic() + max(wait_s, 0.1)
+            while self._done < len(self.clients) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+        for _ in self._workers:
+            self._ready.put(None)
+        for worker in self._workers:
+            worker.join(timeout=max(0.1, deadline - time.monotonic()))
+        stuck = [c.config.device_id for i, c in enumerate(self.clients) if self._state[i] != _DONE]
+        for name in stuck:
+            log.warning("device %s did not stop in time", name)
+        self._flush(deadline)
         if self.network is not None:
             self.network.stop()
         return stuck
+
+    def _opening(self) -> int:
+        """How many devices were handed to a connector (the rest never will be)."""
+        return min(self._next_open, len(self.clients))
+
+    def _flush(self, deadline: float) -> None:
+        """Give the network loop until ``deadline`` (at most a few seconds) to write out the
+        devices' last words (their "offline" and disconnect)."""
+        if self.network is None:
+            return
+        until = min(deadline, time.monotonic() + 3.0)
+        while len(self.network) and time.monotonic() < until:
+            time.sleep(0.02)

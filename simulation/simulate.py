@@ -97,7 +97,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
 
         @contextmanager
         def simulated_devices(fleet: Fleet) -> Iterator[None]:
-            """The devices run while the rounds do; they are given 30 s to finish when the job did."""
+            """The devices run while the rounds do, and end when the job does (a device in the middle
+            of a step gets 10 s to leave it when the job finished)."""
             devices: DeviceHost | RayDevices
             if config.backend == "ray":
                 devices = RayDevices(config, url, trusted_keys=(signer.public_key,))
@@ -115,7 +116,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 yield
                 finished = True
             finally:
-                devices.stop(wait_s=30.0 if finished else 0.0)
+                devices.stop(wait_s=10.0 if finished else 0.0)
                 if isinstance(devices, RayDevices):
                     report.config["ray"]["slots"] = devices.slot_stats
 

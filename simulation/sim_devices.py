@@ -126,7 +126,7 @@ class DeviceHost:
     that train in one round; ``connectors`` threads open the connections at start."""
 
     def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None,
-                 network: NetworkLoop | None = None, workers: int = 4, connectors: int = 8,
+                 network: NetworkLoop | None = None, workers: int = 4, connectors: int = 2,
                  stepping: int | None = STEPPING) -> None:
         self.clients = clients
         self.queue = queue
@@ -271,6 +271,12 @@ class DeviceHost:
                     self._end(index, result)
                     continue
             with self._cond:
+                if self._closing and self._state[index] != _DONE:  # `stop` waits for it
+                    self._state[index] = _DONE
+                    self._done += 1
+                    self.reasons.setdefault(client.config.device_id, "the simulation ended")
+                    self._cond.notify_all()
+                    continue
                 again = self._state[index] == _AGAIN or result <= 0
                 self._state[index] = _IDLE
             if again:

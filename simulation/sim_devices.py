@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 def training_queue() -> TrainingQueue | None:
     """Where the simulated devices of one process run the torch part of their rounds: one
     thread, one round at a time (simulation/training_queue.py). bench/bench_sim.py compares with
-    None: every device training at once on its own thread."""
+    None: each device trains on the host's worker that stepped it (two at a time: `STEPPING`)."""
     return TrainingQueue()
 
 

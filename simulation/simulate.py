@@ -1,10 +1,10 @@
 """A whole federated job on one machine: broker, coordinator and N devices.
 
 Every device is a `DeviceClient` stepped by a host of a few threads (in this process, or in Ray
-actor processes with `backend="ray"`; simulation/sim_devices.py) with its own MQTT connection, its own private shard of a real dataset and a device profile,
-and trusts only the models signed by the job's ephemeral key;
-its compute (the FLOPs of its training) and
-transfers (the bytes it really sent) are timed at that profile's speed, so the report's
+actor processes with `backend="ray"`; simulation/sim_devices.py) with its own MQTT connection, its
+own private shard of a real dataset and a device profile, and trusts only the models signed by the
+job's ephemeral key; its compute (the FLOPs of its training) and transfers (the bytes it really
+sent) are timed at that profile's speed, so the report's
 `seconds` are those of the profiled fleet, whatever this machine's speed or load.
 """
 

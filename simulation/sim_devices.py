@@ -272,10 +272,7 @@ class DeviceHost:
                     continue
             with self._cond:
                 if self._closing and self._state[index] != _DONE:  # `stop` waits for it
-                    self._state[index] = _DONE
-                    self._done += 1
-                    self.reasons.setdefault(client.config.device_id, "the simulation ended")
-                    self._cond.notify_all()
+                    self._mark_done(index, "the simulation ended")
                     continue
                 again = self._state[index] == _AGAIN or result <= 0
                 self._state[index] = _IDLE
@@ -294,10 +291,14 @@ class DeviceHost:
         if opened:
             client.finish(reason, wait_s=0.0)  # the host waits for every device's last words at once
         with self._cond:
-            self._state[index] = _DONE
-            self._done += 1
-            self.reasons[client.config.device_id] = reason
-            self._cond.notify_all()
+            self._mark_done(index, reason)
+
+    def _mark_done(self, index: int, reason: str) -> None:
+        """Device ``index`` has ended, for ``reason`` (the caller holds ``_cond``)."""
+        self._state[index] = _DONE
+        self._done += 1
+        self.reasons[self.clients[index].config.device_id] = reason
+        self._cond.notify_all()
 
     def stop(self, wait_s: float) -> list[str]:
         """End every device at once, as if they lost power (`DeviceClient.abort`: the broker
@@ -317,9 +318,7 @@ class DeviceHost:
                 if self._state[index] != _DONE:
                     client.abort()  # a device inside a step ends it soon: its step sees the stop
                 if self._state[index] == _IDLE:
-                    self._state[index] = _DONE
-                    self._done += 1
-                    self.reasons.setdefault(client.config.device_id, "the simulation ended")
+                    self._mark_done(index, "the simulation ended")
             deadline = time.monotonic() + max(wait_s, 0.1)
             while self._done < len(self.clients) and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
@@ -335,13 +334,9 @@ class DeviceHost:
             self.network.stop()
         return stuck
 
-    def _opening(self) -> int:
-        """How many devices were handed to a connector (the rest never will be)."""
-        return min(self._next_open, len(self.clients))
-
     def _flush(self, deadline: float) -> None:
-        """Give the network loop until ``deadline`` (at most a few seconds) to write out the
-        devices' last words (their "offline" and disconnect)."""
+        """Give the network loop until ``deadline`` (at most a few seconds) to close the
+        devices' connections."""
         if self.network is None:
             return
         until = min(deadline, time.monotonic() + 3.0)

@@ -221,8 +221,9 @@ class RoundLoop:
         rng = np.random.default_rng([config.seed, rnd, 0xE7A1])  # apart from the training's draws
         labels: dict[str, str] = {}
         down = 0
-        able = [d for d in fleet.online() if fleet.devices[d].takes_evaluations()]
-        too_old = len(fleet.online()) - len(able)
+        online = fleet.online()
+        able = [d for d in online if fleet.devices[d].takes_evaluations()]
+        too_old = len(online) - len(able)
         for device_id in self._sample(able, rng, config.eval_devices):
             plan = strategy.configure_evaluate(rnd, fleet.devices[device_id])
             if plan is None:

@@ -1,0 +1,122 @@
+"""Where a large simulation's start-up goes (issue 39): how fast N simulated devices connect and
+register, and how long one `DeviceClient.open` (its connect, until the CONNACK) takes; beside it,
+the bare `NetworkLoop` connecting N transports with a will, a birth message and a subscriber on
+their statuses (no device logic, no coordinator), for the floor.
+
+    OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000            # a whole job, 1 round
+    OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --bare --threads 8
+
+Prints one line per 1,000 devices registered (seconds since start), then the open times' median,
+90th percentile and sum; or, with ``--bare``, the seconds the N connections took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from edge_sdk.client import DeviceClient  # noqa: E402
+
+
+def timed_opens() -> list[float]:
+    """Record the seconds every `DeviceClient.open` takes from now on (a wrapper for timing)."""
+    took: list[float] = []
+    original = DeviceClient.open
+
+    def open_timed(self: DeviceClient) -> None:
+        started = time.monotonic()
+        original(self)
+        took.append(time.monotonic() - started)
+    DeviceClient.open = open_timed  # type: ignore[method-assign]
+    return took
+
+
+def whole_job(clients: int) -> None:
+    from coordinator.runtime.fleet import FleetProgress
+    from simulation.config import SimulationConfig
+    from simulation.simulate import run_simulation
+
+    took = timed_opens()
+    started = time.monotonic()
+    shown = [-1]
+
+    def progress(p: FleetProgress) -> None:
+        if p.round < 0 and (p.done // 1000 != shown[0] or p.done == p.total):
+            shown[0] = p.done // 1000
+            print(f"{time.monotonic() - started:6.1f} s  registered {p.done}/{p.total}", flush=True)
+
+    with tempfile.TemporaryDirectory() as out:
+        config = SimulationConfig(method="fedavg", dataset="fashion-mnist", clients=clients, out=out, threads=1,
+                                  plots=False)
+        config = replace(config, federation=replace(config.federation, rounds=1, devices_per_round=10,
+                                                    eval_every=100))
+        run_simulation(config, on_progress=progress)
+    print(f"{time.monotonic() - started:6.1f} s  done")
+    opens = np.array(took)
+    print(f"DeviceClient.open: n={len(opens)} median {1e3 * np.median(opens):.1f} ms, "
+          f"p90 {1e3 * np.percentile(opens, 90):.1f} ms, sum {opens.sum():.1f} s")
+
+
+def bare_loop(clients: int, threads: int) -> None:
+    from coordinator.runtime.broker import EmbeddedBroker
+    from edge_sdk.network_loop import NetworkLoop
+    from edge_sdk.transport import MqttTransport, TransportConfig, Will
+    from simulation.open_files import ensure_open_files
+
+    ensure_open_files(clients)
+    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url)) as watcher:
+        watcher.subscribe("bench/+/status")
+        loop = NetworkLoop()
+
+        def presence(i: int, state: bytes) -> Will:
+            return Will(f"bench/d{i}/status", state, qos=1, retain=True)
+        transports = [MqttTransport(TransportConfig(url=broker.url, client_id=f"d{i}", protocol="5",
+                                                    will=presence(i, b"offline"), birth=presence(i, b"online")),
+                                    network=loop) for i in range(clients)]
+        for t in transports:
+            t.subscribe("bench/in")
+        following = iter(range(clients))
+        lock = threading.Lock()
+
+        def connect_next() -> None:
+            while True:
+                with lock:
+                    i = next(following, None)
+                if i is None:
+                    return
+                transports[i].connect()
+        started = time.monotonic()
+        workers = [threading.Thread(target=connect_next) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        print(f"bare NetworkLoop: {clients} connections in {time.monotonic() - started:.1f} s with {threads} threads")
+        for t in transports:
+            t.close()
+        loop.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=3000)
+    parser.add_argument("--bare", action="store_true", help="the bare NetworkLoop only")
+    parser.add_argument("--threads", type=int, default=8, help="connecting threads with --bare")
+    args = parser.parse_args()
+    if args.bare:
+        bare_loop(args.clients, args.threads)
+    else:
+        whole_job(args.clients)
+
+
+if __name__ == "__main__":
+    main()

@@ -33,6 +33,7 @@ MISC_EVERY_S = 1.0
 class _Connection:
     client: mqtt.Client
     sock: socket.socket | None = None
+    fd: int = -1  # its socket's descriptor, registered as a number: a closed socket's lookup is O(connections)
     writing: bool = False
     closing: bool = False  # detached: forget it once its socket closes (or at once if it has none)
     reconnect_at: float | None = None  # lost: when to try again
@@ -83,7 +84,8 @@ class NetworkLoop:
     def _queue(self, op: str, client: mqtt.Client, sock: socket.socket | None,
                new: _Connection | None = None) -> None:
         self._ops.append((op, client, sock, new))  # deque.append is atomic: no lock
-        self._wake()
+        if threading.get_ident() != self._thread.ident:  # the loop's own thread applies it before it waits
+            self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -138,7 +140,7 @@ class NetworkLoop:
                 self._unregister(conn)
                 conn.sock, conn.writing, conn.reconnect_at, conn.delay = sock, False, None, conn.min_delay
                 self._lost.pop(id(client), None)
-                self._register(conn, sock)
+                self._register(conn)
                 if client.want_write():
                     self._set_writing(conn, True)
             elif op == "close" and sock is not None and conn.sock is not None and sock is not conn.sock:
@@ -158,17 +160,26 @@ class NetworkLoop:
                 if conn.sock is None:
                     del self._conns[id(client)]
 
-    def _register(self, conn: _Connection, sock: socket.socket) -> None:
-        """Watch ``sock`` for ``conn``; a stale registration of the same file descriptor (a closed
-        socket whose close was not applied yet when the number was reused) is dropped first."""
+    def _register(self, conn: _Connection) -> None:
+        """Watch ``conn``'s socket (by its descriptor); a stale registration of the same
+        descriptor (a closed socket whose close was not applied yet when the number was reused)
+        is dropped first."""
+        assert conn.sock is not None
+        conn.fd = conn.sock.fileno()
         try:
-            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._selector.register(conn.fd, selectors.EVENT_READ, conn)
         except KeyError:
-            stale = self._selector.get_key(sock.fileno())
-            self._selector.unregister(stale.fileobj)
+            stale = self._selector.get_key(conn.fd)
+            self._selector.unregister(conn.fd)
             if isinstance(stale.data, _Connection):
-                stale.data.sock, stale.data.writing = None, False
-            self._selector.register(sock, selectors.EVENT_READ, conn)
+                stale.data.sock, stale.data.fd, stale.data.writing = None, -1, False
+            self._selector.register(conn.fd, selectors.EVENT_READ, conn)
+
+    def _owns(self, conn: _Connection) -> bool:
+        """Whether the selector's registration of ``conn.fd`` is still ``conn``'s (the number may
+        have been closed and reused by another connection since)."""
+        key = self._selector.get_map().get(conn.fd) if conn.fd >= 0 else None
+        return key is not None and key.data is conn
 
     def _set_writing(self, conn: _Connection, writing: bool) -> None:
         """Watch the socket for room to write while paho has something left to write: first
@@ -178,18 +189,19 @@ class NetworkLoop:
         if writing:
             conn.client.loop_write()  # write at once what can be written
             writing = conn.sock is not None and conn.client.want_write()
-        if conn.writing == writing or conn.sock is None:
+        if conn.writing == writing or conn.sock is None or not self._owns(conn):
             return
         conn.writing = writing
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
         with contextlib.suppress(KeyError, ValueError, OSError):
-            self._selector.modify(conn.sock, events, conn)
+            self._selector.modify(conn.fd, events, conn)
 
     def _unregister(self, conn: _Connection) -> None:
         if conn.sock is not None:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self._selector.unregister(conn.sock)
-            conn.sock = None
+            if self._owns(conn):
+                with contextlib.suppress(KeyError, ValueError, OSError):
+                    self._selector.unregister(conn.fd)
+            conn.sock, conn.fd = None, -1
             conn.writing = False
 
     def _retry_later(self, conn: _Connection, now: float) -> None:

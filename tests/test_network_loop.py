@@ -4,6 +4,7 @@ restart with its subscriptions, and a crash still publishes the will."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -105,3 +106,41 @@ def test_a_crash_on_the_loop_publishes_the_will(loop) -> None:
             dying._simulate_crash()
             msg = watcher.receive(5.0)
             assert msg is not None and msg.payload == b"gone"
+
+
+def _time_wait_ports() -> set[int]:
+    """The ports of this machine's TCP connections in TIME_WAIT (either end)."""
+    ports: set[int] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(name) as table:
+            for line in list(table)[1:]:
+                fields = line.split()
+                if fields[3] == "06":
+                    ports.update(int(address.rsplit(":", 1)[1], 16) for address in fields[1:3])
+    return ports
+
+
+@needs("mosquitto")
+def test_an_aborted_connection_is_reset_and_leaves_no_time_wait(loop) -> None:
+    """A simulated fleet ends by aborting thousands of connections: each is reset (its will is
+    published) and none lingers in TIME_WAIT, where thousands slowed every later connection's
+    search for a free port (a run right after another took several times as long to start)."""
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        with MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as watcher:
+            watcher.subscribe("wills/#")
+            transports = [MqttTransport(TransportConfig(url=broker.url, client_id=f"reset{i}", connect_timeout=5,
+                                                        will=Will(f"wills/reset{i}", b"gone", qos=1)),
+                                        network=loop if i % 2 else None) for i in range(6)]
+            ports = []
+            for transport in transports:  # half on the loop, half with paho's own thread
+                transport.connect()
+                ports.append(transport._client.socket().getsockname()[1])
+            for transport in transports:
+                transport.abort()
+            wills = {(m.topic, m.payload) for m in (watcher.receive(5.0) for _ in transports) if m is not None}
+            assert wills == {(f"wills/reset{i}", b"gone") for i in range(6)}
+            deadline = time.monotonic() + 5.0
+            while len(loop) and time.monotonic() < deadline:  # the loop has closed its sockets
+                time.sleep(0.02)
+            time.sleep(0.2)
+            assert not set(ports) & _time_wait_ports()

@@ -6,8 +6,10 @@ a fraction of a GPU. The coordinator stays in this process, and every device sti
 only through the MQTT broker, so bytes, faults and validation are those of a real fleet.
 
 What crosses Ray is plain data: the job's settings as JSON, the public key the devices trust
-as hex and, back, lists of names. Each actor loads the dataset itself (it must be on every
-node) and cuts the same shards as the default backend would. Ray itself is an optional extra:
+as hex and, back, lists of names. The devices' data is written once, in partition order, to a
+folder the actors of this machine open memory-mapped (`DeviceShards`: one copy in the page cache,
+whatever the number of actors); an actor on another node, where that folder is not, loads the
+dataset itself (it must be on that node) and cuts the same shards. Ray itself is an optional extra:
 ``pip install 'edgefl[ray]'``.
 """
 
@@ -63,25 +65,39 @@ def node_slot(slots: Any) -> Callable[[int], contextlib.AbstractContextManager[N
     return held
 
 
+def build_shards(config: "SimulationConfig") -> Any:
+    """The devices' `DeviceShards`, from the dataset loaded here (an actor on a node without the
+    driver's folder)."""
+    from edge_sdk.data import load_dataset
+
+    from simulation.config import split_public
+    from simulation.device_shards import DeviceShards
+
+    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
+    private, _ = split_public(config, dataset)
+    return DeviceShards.build(config, dataset, private)
+
+
 class DeviceActor:
     """One Ray actor: a process hosting some of the simulated devices (made a Ray actor class
     by `RayDevices`; plain Python otherwise, so it can be tested without a cluster)."""
 
     def __init__(self, config_json: str, url: str, indices: list[int], threads: int,
-                 trusted_keys: tuple[str, ...] = ()) -> None:
+                 trusted_keys: tuple[str, ...] = (), shards_dir: str | None = None) -> None:
         import torch
 
-        from edge_sdk.data import load_dataset
-
-        from simulation.config import SimulationConfig, split_public
+        from simulation.config import SimulationConfig
+        from simulation.device_shards import DeviceShards
 
         torch.set_num_threads(max(1, threads))
         self.config = SimulationConfig.from_plain(json.loads(config_json))
         self.url = url
         self.indices = indices
         self.trusted_keys = tuple(bytes.fromhex(k) for k in trusted_keys)  # the job's public key(s), as hex
-        self.dataset = load_dataset(self.config.dataset, root=self.config.data_root, seed=self.config.federation.seed)
-        self.private, _ = split_public(self.config, self.dataset)
+        if shards_dir is not None and os.path.isdir(shards_dir):  # the driver's machine: shared, memory-mapped
+            self.shards = DeviceShards.open(shards_dir)
+        else:
+            self.shards = build_shards(self.config)
         self.host: Any = None
 
     def node(self) -> str:
@@ -107,7 +123,7 @@ class DeviceActor:
         ensure_open_files(len(self.indices))
 
         queue = TrainingQueue(None if slots is None else node_slot(slots))
-        self.host = DeviceHost.create(self.config, self.url, self.dataset, self.private, self.indices, queue,
+        self.host = DeviceHost.create(self.config, self.url, self.shards, self.indices, queue,
                                       self.trusted_keys)
         threading.Thread(target=queue.serve_until_closed, name="training", daemon=True).start()
         self.host.start()
@@ -128,8 +144,10 @@ def _token_notice(record: logging.LogRecord) -> bool:
 class RayDevices:
     """The simulated devices of a job on Ray actors; `start` places them, `stop` ends them."""
 
-    def __init__(self, config: "SimulationConfig", url: str, trusted_keys: tuple[bytes, ...] = ()) -> None:
+    def __init__(self, config: "SimulationConfig", url: str, trusted_keys: tuple[bytes, ...] = (),
+                 shards_dir: str | None = None) -> None:
         self.config = config
+        self.shards_dir = shards_dir  # the devices' data, saved by `DeviceShards.save` (None: each actor loads it)
         self.url = url
         self.trusted_keys = trusted_keys  # raw public keys whose signed models the devices install
         self.actors: list[Any] = []
@@ -169,10 +187,10 @@ class RayDevices:
         actor_class = ray.remote(DeviceActor)
         text = json.dumps(config.to_plain())
         threads = max(1, int(share))
-        shards = [part.tolist() for part in np.array_split(np.arange(config.clients), count)]
+        parts = [part.tolist() for part in np.array_split(np.arange(config.clients), count)]
         keys = tuple(k.hex() for k in self.trusted_keys)
-        self.actors = [actor_class.options(**options).remote(text, self.url, part, threads, keys)
-                       for part in shards]
+        self.actors = [actor_class.options(**options).remote(text, self.url, part, threads, keys, self.shards_dir)
+                       for part in parts]
         nodes = ray.get([actor.node.remote() for actor in self.actors])
         self.slots = {node: self._slots(ray, node, max(1, round(workers * nodes.count(node) / count)))
                       for node in sorted(set(nodes))}

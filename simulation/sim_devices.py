@@ -22,17 +22,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import ImageDataset
-from edge_sdk.methods import LocalData
 from edge_sdk.network_loop import NetworkLoop
-from edge_sdk.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
+from simulation.device_shards import DeviceShards
 from simulation.training_queue import TrainingQueue
 
 if TYPE_CHECKING:
@@ -77,18 +74,16 @@ def device_id(index: int) -> str:
     return f"dev{index:03d}"
 
 
-def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
+def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
                   indices: Sequence[int], queue: TrainingQueue | None,
                   trusted_keys: tuple[bytes, ...] = (), network: NetworkLoop | None = None) -> list[DeviceClient]:
-    """The simulated devices ``indices`` of the job: the same shards, profiles and seeds in
-    whichever process builds them (the split depends only on the config and the dataset). They
-    train on ``queue``'s thread (None: each on its own) and install only models signed by one of
-    ``trusted_keys`` (raw Ed25519 public keys; none: any model)."""
-    shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.federation.seed)
+    """The simulated devices ``indices`` of the job, each with its shard of ``shards`` (a view: the
+    images are not copied), its profile and seed. They train on ``queue``'s thread (None: each on
+    its own) and install only models signed by one of ``trusted_keys`` (raw Ed25519 public keys;
+    none: any model)."""
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     clients = []
     for i in indices:
-        shard = private[shards[i]]
         profile = profiles[config.profiles[i % len(config.profiles)]]
         name = device_id(i)
         clients.append(DeviceClient(
@@ -98,8 +93,7 @@ def build_clients(config: "SimulationConfig", url: str, dataset: ImageDataset, p
                          heartbeat_s=sim_heartbeat_s(config.clients),
                          state_dir=str(Path(config.out) / "devices" / name), device=config.sim_device,
                          connect_retry_s=30.0, trusted_keys=trusted_keys, holdout=config.holdout),
-            LocalData(dataset.x_train[shard], dataset.y_train[shard], dataset.num_classes,
-                      keys=shard.astype(np.uint64)),
+            shards.local_data(i),
             profile,
             Throttle(profile, mode=config.throttle),
             run_compute=None if queue is None else queue.run,
@@ -161,16 +155,17 @@ class DeviceHost:
         self._timer = threading.Thread(target=self._time, name="edgefl-sim-timers", daemon=True)
 
     @classmethod
-    def create(cls, config: "SimulationConfig", url: str, dataset: ImageDataset, private: np.ndarray,
+    def create(cls, config: "SimulationConfig", url: str, shards: DeviceShards,
                indices: Sequence[int], queue: TrainingQueue | None = None,
                trusted_keys: tuple[bytes, ...] = ()) -> "DeviceHost":
-        """Devices ``indices`` of the job, training on ``queue`` (default: `training_queue()`),
-        trusting models signed by ``trusted_keys``; enough workers for a round's participants."""
+        """Devices ``indices`` of the job with their data in ``shards``, training on ``queue``
+        (default: `training_queue()`), trusting models signed by ``trusted_keys``; enough workers
+        for a round's participants."""
         queue = training_queue() if queue is None else queue
         network = NetworkLoop(name="edgefl-sim-network")  # one thread for every device's connection
         federation = config.federation
         busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
-        return cls(build_clients(config, url, dataset, private, indices, queue, trusted_keys, network), queue,
+        return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network), queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
                    stepping=None if config.throttle == "sleep" else STEPPING)  # a device sleeps inside its step
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -37,6 +39,7 @@ from coordinator.strategies import create_strategy
 from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
+from simulation.device_shards import DeviceShards
 from simulation.ray_devices import RayDevices
 from simulation.open_files import ensure_open_files
 from simulation.sim_devices import DeviceHost
@@ -100,11 +103,19 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
             """The devices run while the rounds do, and end when the job does (a device in the middle
             of a step gets 10 s to leave it when the job finished)."""
             devices: DeviceHost | RayDevices
-            if config.backend == "ray":
-                devices = RayDevices(config, url, trusted_keys=(signer.public_key,))
-                report.config["ray"] = {"hosts": devices.start()}
+            shards = DeviceShards.build(config, dataset, private)  # every device's data, in one array
+            shards_dir = None
+            if config.backend == "ray":  # the actors of this machine map one saved copy
+                shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
+                try:
+                    shards.save(shards_dir)
+                    devices = RayDevices(config, url, trusted_keys=(signer.public_key,), shards_dir=str(shards_dir))
+                    report.config["ray"] = {"hosts": devices.start()}
+                except BaseException:
+                    shutil.rmtree(shards_dir, ignore_errors=True)
+                    raise
             else:
-                devices = DeviceHost.create(config, url, dataset, private, range(config.clients),
+                devices = DeviceHost.create(config, url, shards, range(config.clients),
                                             trusted_keys=(signer.public_key,))
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
                     fleet.while_waiting = devices.queue.serve
@@ -119,6 +130,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 devices.stop(wait_s=10.0 if finished else 0.0)
                 if isinstance(devices, RayDevices):
                     report.config["ray"]["slots"] = devices.slot_stats
+                if shards_dir is not None:
+                    shutil.rmtree(shards_dir, ignore_errors=True)
 
         connection = JobConnection(TransportConfig(url=url, client_id=f"{config.job}-coordinator"), config.job,
                                    config.link, signer=signer,

@@ -135,7 +135,7 @@ def _logits(model: torch.nn.Module, x: np.ndarray, batch_size: int = 256,
     model.eval()
     try:
         with on_device(model, device) as dev, torch.no_grad():
-            batches = (torch.from_numpy(np.ascontiguousarray(x[i:i + batch_size])).to(dev)
+            batches = (torch.from_numpy(np.array(x[i:i + batch_size], dtype=np.float32)).to(dev)  # a read-only map too
                        for i in range(0, len(x), batch_size))
             return np.concatenate([model(batch).cpu().numpy() for batch in batches])
     finally:

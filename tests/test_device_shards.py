@@ -1,0 +1,57 @@
+"""The simulated devices' data is held once: every shard is a view of one partition-ordered
+array (the same images, labels and keys a per-device copy had), saved once and opened
+memory-mapped by other processes (Ray actors)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from edge_sdk.data import load_dataset
+from edge_sdk.partition import partition
+from simulation.config import SimulationConfig, split_public
+from simulation.device_shards import DeviceShards
+
+
+@pytest.fixture(scope="module")
+def job():
+    config = SimulationConfig(method="fedavg", dataset="mnist-sample", clients=7, partition="dirichlet:0.5")
+    dataset = load_dataset(config.dataset, seed=config.federation.seed)
+    private, _ = split_public(config, dataset)
+    return config, dataset, private
+
+
+def test_each_shard_is_a_view_holding_what_a_copy_held(job) -> None:
+    config, dataset, private = job
+    shards = DeviceShards.build(config, dataset, private)
+    split = partition(dataset.y_train[private], config.clients, config.partition, seed=config.federation.seed)
+    assert len(shards) == config.clients
+    for device, rows in enumerate(split):
+        data = shards.local_data(device)
+        assert np.shares_memory(data.x, shards.x)  # nothing copied per device
+        np.testing.assert_array_equal(data.x, dataset.x_train[private[rows]])
+        np.testing.assert_array_equal(data.y, dataset.y_train[private[rows]])
+        np.testing.assert_array_equal(data.keys, private[rows].astype(np.uint64))
+    assert shards.x.nbytes == dataset.x_train[private].nbytes  # the private images once, in all
+
+
+def test_saved_shards_open_memory_mapped_and_read_only(job, tmp_path) -> None:
+    config, dataset, private = job
+    shards = DeviceShards.build(config, dataset, private)
+    opened = DeviceShards.open(shards.save(tmp_path / "shards"))
+    assert isinstance(opened.x, np.memmap) and not opened.x.flags.writeable
+    for device in range(len(shards)):
+        mine, theirs = shards.local_data(device), opened.local_data(device)
+        np.testing.assert_array_equal(mine.x, theirs.x)
+        np.testing.assert_array_equal(mine.keys, theirs.keys)
+        assert theirs.num_classes == dataset.num_classes
+
+
+def test_a_folder_whose_arrays_do_not_fit_is_refused(job, tmp_path) -> None:
+    config, dataset, private = job
+    folder = DeviceShards.build(replace(config, clients=3), dataset, private).save(tmp_path / "shards")
+    np.save(folder / "y.npy", np.zeros(5, np.int64))
+    with pytest.raises(ValueError, match="do not fit together"):
+        DeviceShards.open(folder)

@@ -420,8 +420,8 @@ class MqttTransport:
             subs = list(self._subs.items())
             self._connected = True
             self._connect_count += 1
-        for topic, qos in subs:
-            client.subscribe(topic, qos)
+        if subs:  # one SUBSCRIBE for all of them: one SUBACK to wait for and parse
+            client.subscribe(subs)
         if (birth := _resolve(self.config.birth, self._stamp)) is not None and client is not self._probe:
             client.publish(birth.topic, bytes(birth.payload), birth.qos, birth.retain)
         self._first.set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import heapq
 import logging
 import queue as queue_module
@@ -199,6 +200,8 @@ class DeviceHost:
                 self._notify(index)  # its first step registers it
                 with self._cond:
                     self._opened += 1
+                    if self._opened % 1000 == 0:
+                        gc.freeze()
                     if self._opened == len(self.clients):
                         log.info("%d devices connected in %.1f s", self._opened, time.monotonic() - self._started)
             if self._version is None:

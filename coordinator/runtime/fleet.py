@@ -307,11 +307,13 @@ class Fleet:
         """Block until `count` devices are registered and online (or timeout)."""
         start = time.monotonic()
         end = start + timeout
-        while time.monotonic() < end and len(self.online()) < count:
-            self._progress(-1, len(self.online()), count, 0, start)
+        online = self.online()
+        while time.monotonic() < end and len(online) < count:
+            self._progress(-1, len(online), count, 0, start)
             self.pump(0.2)
-        self._progress(-1, len(self.online()), count, 0, start)
-        return self.online()
+            online = self.online()
+        self._progress(-1, len(online), count, 0, start)
+        return online
 
     def _progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float,
                   collecting: str = "update") -> None:

@@ -56,6 +56,7 @@ class NetworkLoop:
         self._conns: dict[int, _Connection] = {}  # id(client) -> its connection
         self._lost: dict[int, _Connection] = {}  # the connections waiting to reconnect (reconnect_at set)
         self._stopping = threading.Event()
+        self._wake_pending = False  # a wake-up byte is unread
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -76,7 +77,16 @@ class NetworkLoop:
         """Stop driving ``client`` once its socket has closed (call after its ``disconnect``)."""
         self._queue("detach", client, None)
 
+    def reset(self, client: mqtt.Client) -> None:
+        """Close ``client``'s socket now, from the loop's thread, and forget it, without paho
+        reading the end of the stream first (``client`` is done with: `MqttTransport.abort`). A
+        socket set to reset on close resets the connection: the broker publishes the will."""
+        self._queue("reset", client, None)
+
     def stop(self) -> None:
+        """Stop driving the connections and drop those still open (their sockets are closed
+        under their clients, which must not be used after; a socket set to reset on close, as
+        `MqttTransport.abort` sets it, resets its connection: the broker publishes its will)."""
         self._stopping.set()
         self._wake()
         self._thread.join(5.0)
@@ -88,6 +98,13 @@ class NetworkLoop:
             self._wake()
 
     def _wake(self) -> None:
+        """Make the loop's thread apply the queued ops now. One wake-up byte at a time: while the
+        flag is set, the loop has yet to clear it and then apply every op queued before (it reads
+        the bytes, clears the flag, and applies at its next turn), so thousands of ops queued at
+        once cost one system call."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"\0")
 
@@ -99,8 +116,14 @@ class NetworkLoop:
                 next_misc = self._turn(next_misc)
             except Exception:  # one connection's trouble must not stop every other connection
                 log.exception("network loop: a turn failed; going on")
+        self._apply_ops()  # the last detaches and closes
         for conn in list(self._conns.values()):
+            sock = conn.sock
             self._unregister(conn)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
+        self._conns.clear()
         self._selector.close()
 
     def _turn(self, next_misc: float) -> float:
@@ -113,6 +136,7 @@ class NetworkLoop:
                 with contextlib.suppress(BlockingIOError, OSError):
                     while self._wake_r.recv(4096):
                         pass
+                self._wake_pending = False  # after reading: an op queued before this is applied next turn
                 continue
             conn: _Connection = key.data
             if mask & selectors.EVENT_READ:
@@ -153,6 +177,13 @@ class NetworkLoop:
                     self._retry_later(conn, time.monotonic())
             elif op in ("write", "unwrite"):
                 self._set_writing(conn, op == "write")
+            elif op == "reset":
+                if (sock := conn.sock) is not None:
+                    self._unregister(conn)
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                self._lost.pop(id(client), None)
+                del self._conns[id(client)]
             elif op == "detach":
                 conn.closing = True
                 conn.reconnect_at = None

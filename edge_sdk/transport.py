@@ -385,19 +385,27 @@ class MqttTransport:
         """Stop a client: DISCONNECT (clean) or just drop the TCP connection."""
         self._attempt, self._connected = None, False
         client.reconnect_delay_set(3600, 3600)  # type: ignore[arg-type]
-        if self._network is not None:  # the shared loop forgets it once its socket has closed
-            self._network.detach(client)
         if clean:
+            if self._network is not None:  # the shared loop forgets it once its socket has closed
+                self._network.detach(client)
             client.disconnect()
-        else:
-            client.disable_logger()  # the loop may still read the socket once: its "broken pipe" is ours
-            with contextlib.suppress(OSError, AttributeError):
-                sock = client.socket()
-                # reset, not closed: no TIME_WAIT left on either side (thousands of them, after a
-                # simulated fleet ends, slow every later connection's port search); the loop
-                # reads the end of the stream and closes the socket, which sends the RST
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)  # type: ignore[union-attr]
-                sock.shutdown(socket.SHUT_RD)  # type: ignore[union-attr]
+            return self._stop_loop(client)
+        client.disable_logger()  # the loop may still read the socket once: its "broken pipe" is ours
+        sock = client.socket()
+        if sock is not None:
+            # reset, not closed: no TIME_WAIT left on either side (thousands of them, after a
+            # simulated fleet ends, slow every later connection's port search)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+        if self._network is not None:
+            self._network.reset(client)  # closed by the loop's thread, the next time round
+        elif sock is not None:  # paho's thread reads the end of the stream and closes the socket
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
+        self._stop_loop(client)
+
+    def _stop_loop(self, client: mqtt.Client) -> None:
+        """Stop paho's own network thread, if it has one."""
         if self._network is None:
             client.loop_stop()
 

@@ -327,16 +327,6 @@ class DeviceHost:
         stuck = [c.config.device_id for i, c in enumerate(self.clients) if self._state[i] != _DONE]
         for name in stuck:
             log.warning("device %s did not stop in time", name)
-        self._flush(deadline)
-        if self.network is not None:
+        if self.network is not None:  # resets the connections it has not closed yet (aborted: no waiting for paho)
             self.network.stop()
         return stuck
-
-    def _flush(self, deadline: float) -> None:
-        """Give the network loop until ``deadline`` (at most a few seconds) to close the
-        devices' connections."""
-        if self.network is None:
-            return
-        until = min(deadline, time.monotonic() + 3.0)
-        while len(self.network) and time.monotonic() < until:
-            time.sleep(0.02)

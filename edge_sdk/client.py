@@ -176,7 +176,8 @@ class DeviceClient:
         self._reported_gflops = profile.gflops
         busy_start = profile.quality is not None and profile.quality.busy
         every = config.remeasure_every_s
-        self._remeasure_at = time.monotonic() + (min(every, BUSY_RETRY_S) if busy_start else every)
+        self._remeasure_at = (time.monotonic() + (min(every, BUSY_RETRY_S) if busy_start else every) if every > 0
+                              else float("inf"))  # never: an idle device sleeps until its heartbeat
         if busy_start:
             log.warning("%s: measured %.1f GFLOPS while busy (%s): %s", config.device_id, profile.gflops,
                         profile.quality.reason, f"measuring again when idle, in {min(every, BUSY_RETRY_S):.0f} s "

@@ -15,7 +15,7 @@ from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.methods import LocalData
 from edge_sdk.network_loop import NetworkLoop
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Envelope, Register, Status, Stop, decode_envelope, encode_envelope
+from edge_sdk.protocol.messages import Ack, Envelope, Register, Status, Stop, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
 from simulation.config import SimulationConfig
@@ -60,6 +60,15 @@ def test_a_device_steps_without_a_thread_of_its_own() -> None:
             assert isinstance(wait, float) and 20.0 < wait <= 30.0
             env = _next_envelope(coordinator, Register)
             assert env.sender == "stepper" and env.body.num_samples == 4
+            ack = Envelope.of(Ack("registered"), "coordinator", reply_to=env.msg_id)
+            coordinator.publish(topics.downlink("stepper"), encode_envelope(ack), qos=1)
+            deadline = time.monotonic() + 5
+            while not woken and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert woken
+            wait = device.step()  # registered and idle: nothing until its heartbeat (10 min), no wake-up a second
+            assert isinstance(wait, float) and 590.0 < wait <= 600.0
+            woken.clear()
             stop = Envelope.of(Stop("the job is over"), "coordinator")
             coordinator.publish(topics.downlink("stepper"), encode_envelope(stop), qos=1)
             deadline = time.monotonic() + 5

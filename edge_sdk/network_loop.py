@@ -45,7 +45,10 @@ class _Connection:
 class NetworkLoop:
     """Drives the paho clients `attach`-ed to it from one daemon thread until `stop`."""
 
-    def __init__(self, name: str = "edgefl-network") -> None:
+    def __init__(self, name: str = "edgefl-network", misc_every_s: float = MISC_EVERY_S) -> None:
+        """``misc_every_s``: how often the keep-alives of all connections are looked at (paho's
+        ``loop_misc``, a Python call per connection): a tenth of their keep-alive is close enough."""
+        self._misc_every_s = misc_every_s
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -110,7 +113,7 @@ class NetworkLoop:
 
     # -- the loop's thread ------------------------------------------------------------------
     def _run(self) -> None:
-        next_misc = time.monotonic() + MISC_EVERY_S
+        next_misc = time.monotonic() + self._misc_every_s
         while not self._stopping.is_set():
             try:
                 next_misc = self._turn(next_misc)
@@ -145,7 +148,7 @@ class NetworkLoop:
                 conn.client.loop_write()
         now = time.monotonic()
         if now >= next_misc:
-            next_misc = now + MISC_EVERY_S
+            next_misc = now + self._misc_every_s
             for conn in list(self._conns.values()):
                 if conn.sock is not None:
                     conn.client.loop_misc()

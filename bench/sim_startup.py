@@ -4,22 +4,28 @@ the bare `NetworkLoop` connecting N transports with a will, a birth message and 
 their statuses (no device logic, no coordinator), for the floor.
 
     OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000            # a whole job, 1 round
+    OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --idle 30  # ...and 30 s idle after it
     OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --bare --threads 8
 
 Prints one line per 1,000 devices registered (seconds since start), then the open times' median,
-90th percentile and sum; or, with ``--bare``, the seconds the N connections took.
+90th percentile and sum, and the process' CPU; with ``--idle S``, the CPU seconds the whole
+process (coordinator and devices) and the broker took over S seconds between two rounds; with
+``--bare``, the seconds the N connections took.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +47,31 @@ def timed_opens() -> list[float]:
     return took
 
 
-def whole_job(clients: int) -> None:
+def process_cpu_s(pid: int | str = "self") -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_between_rounds(seconds: float) -> Callable[[Any], None]:
+    """An ``on_round`` that holds the job after its first round for ``seconds`` (the devices stay
+    connected and registered, nothing is asked of them) and prints the CPU it cost."""
+    def hold(record: Any) -> None:
+        if record.round != 0 or seconds <= 0:
+            return
+        import psutil
+
+        brokers = [child.pid for child in psutil.Process().children(recursive=True)]  # the embedded broker
+        before, broker_before = process_cpu_s(), sum(process_cpu_s(p) for p in brokers)
+        time.sleep(seconds)
+        broker = sum(process_cpu_s(p) for p in brokers) - broker_before
+        print(f"idle {seconds:g} s between rounds: {process_cpu_s() - before:.2f} s CPU here (coordinator and "
+              f"devices), {broker:.2f} s in the broker", flush=True)
+    return hold
+
+
+def whole_job(clients: int, idle_s: float = 0.0) -> None:
     from coordinator.runtime.fleet import FleetProgress
     from simulation.config import SimulationConfig
     from simulation.simulate import run_simulation
@@ -58,9 +88,9 @@ def whole_job(clients: int) -> None:
     with tempfile.TemporaryDirectory() as out:
         config = SimulationConfig(method="fedavg", dataset="fashion-mnist", clients=clients, out=out, threads=1,
                                   plots=False)
-        config = replace(config, federation=replace(config.federation, rounds=1, devices_per_round=10,
-                                                    eval_every=100))
-        run_simulation(config, on_progress=progress)
+        config = replace(config, federation=replace(config.federation, rounds=2 if idle_s > 0 else 1,
+                                                    devices_per_round=10, eval_every=100))
+        run_simulation(config, on_progress=progress, on_round=idle_between_rounds(idle_s))
     print(f"{time.monotonic() - started:6.1f} s  done")
     opens = np.array(took)
     print(f"DeviceClient.open: n={len(opens)} median {1e3 * np.median(opens):.1f} ms, "
@@ -119,12 +149,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=3000)
     parser.add_argument("--bare", action="store_true", help="the bare NetworkLoop only")
     parser.add_argument("--threads", type=int, default=8, help="connecting threads with --bare")
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds to hold the job idle after round 1")
     args = parser.parse_args()
     print(f"TIME_WAIT sockets before: {time_wait_sockets()}")
     if args.bare:
         bare_loop(args.clients, args.threads)
     else:
-        whole_job(args.clients)
+        whole_job(args.clients, args.idle)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(f"CPU: user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s; "
           f"TIME_WAIT sockets after: {time_wait_sockets()}")

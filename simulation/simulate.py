@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 import tempfile
+from dataclasses import replace
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -86,6 +87,10 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     if checkpoint_dir is not None:
         check_same_job(config)
     strategy = build_strategy(config, dataset, public)
+    shards: DeviceShards | None = DeviceShards.build(config, dataset, private)  # every device's data, in one array
+    # the devices' images live in the shards from here on: the training split is not held twice
+    dataset = replace(dataset, x_train=np.empty((0, *dataset.x_train.shape[1:]), np.float32),
+                      y_train=np.empty(0, np.int64))
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
     if config.backend == "local":  # room for the devices' sockets, here and in the broker started from here
@@ -102,13 +107,15 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
         def simulated_devices(fleet: Fleet) -> Iterator[None]:
             """The devices run while the rounds do, and end when the job does (a device in the middle
             of a step gets 10 s to leave it when the job finished)."""
+            nonlocal shards
+            assert shards is not None
             devices: DeviceHost | RayDevices
-            shards = DeviceShards.build(config, dataset, private)  # every device's data, in one array
             shards_dir = None
             if config.backend == "ray":  # the actors of this machine map one saved copy
                 shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
                 try:
                     shards.save(shards_dir)
+                    shards = None  # not held here too
                     devices = RayDevices(config, url, trusted_keys=(signer.public_key,), shards_dir=str(shards_dir))
                     report.config["ray"] = {"hosts": devices.start()}
                 except BaseException:

@@ -108,6 +108,26 @@ def test_a_crash_on_the_loop_publishes_the_will(loop) -> None:
             assert msg is not None and msg.payload == b"gone"
 
 
+@needs("mosquitto")
+def test_stopping_the_loop_drops_the_connections_still_on_it() -> None:
+    """A host that stops its loop with connections still open (their devices were not closed)
+    drops them: the broker sees each connection end without a DISCONNECT and publishes its will."""
+    network = NetworkLoop()
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        with MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as watcher:
+            watcher.subscribe("wills/#")
+            left = [MqttTransport(TransportConfig(url=broker.url, client_id=f"left{i}", connect_timeout=5,
+                                                  will=Will(f"wills/left{i}", b"gone", qos=1)), network=network)
+                    for i in range(3)]
+            for transport in left:
+                transport.connect()
+            assert len(network) == 3
+            network.stop()
+            assert len(network) == 0
+            wills = {m.topic for m in (watcher.receive(5.0) for _ in left) if m is not None}
+            assert wills == {f"wills/left{i}" for i in range(3)}
+
+
 def _time_wait_port_pairs() -> set[frozenset[int]]:
     """The two ports of each of this machine's TCP connections in TIME_WAIT (either end's view)."""
     pairs: set[frozenset[int]] = set()

@@ -353,8 +353,9 @@ class DeviceClient:
                 return "timeout"
             wait = self._duties(now)
             assert self.link is not None
-            # a message wakes it at once; otherwise it sleeps until its next duty (`_idle_wait`)
-            item = self.link.poll(wait if end is None else max(0.0, min(wait, end - now)))
+            # a message wakes it at once, and so does one that begins to arrive in chunks (it may
+            # stall: see `_idle_wait`); otherwise it sleeps until its next duty
+            item = self.link.poll(wait if end is None else max(0.0, min(wait, end - now)), wake_on_partial=True)
             if item is not None and (reason := self._on_item(item)) is not None:
                 return reason
         return "stopped"

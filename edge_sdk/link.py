@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes the MQTT PUBLISH header and properties may take beside the payload.
 _PACKET_HEADROOM = 1024
+#: `MessageLink.poll` ends a longer wait early while a chunked message is half received
+PARTIAL_WAKE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,12 @@ class MessageLink:
         self.bytes_sent += sent
         return sent
 
-    def poll(self, timeout: float | None) -> Received | Rejected | None:
-        """The next whole message, a rejected frame, or None when `timeout` passes."""
+    def poll(self, timeout: float | None, wake_on_partial: bool = False) -> Received | Rejected | None:
+        """The next whole message, a rejected frame, or None when `timeout` passes. With
+        ``wake_on_partial``, None sooner when a chunk leaves a message half received and more than
+        `PARTIAL_WAKE_S` of the wait is left: a caller that chose its wait before the message
+        began (a device, until its heartbeat) looks at its schedule again, and notices in time
+        when the message stalls."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -110,7 +116,11 @@ class MessageLink:
             result = self._handle(incoming.topic, incoming.payload)
             if result is not None:
                 return result
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if (wake_on_partial and (deadline is None or deadline - now > PARTIAL_WAKE_S)
+                    and self._reassembler.pending_transfers()):
                 return None
 
     def expire(self) -> list[tuple[str, str, int, int]]:

@@ -103,3 +103,27 @@ def test_a_stalled_transfer_is_reported_to_its_sender(broker):
     assert [code for _, code, _ in fleet.rejections] == ["incomplete"]
     device.close()
     coord_transport.close()
+
+
+def test_a_long_wait_ends_early_while_a_message_is_half_received(broker):
+    """A device chose its wait (until its heartbeat, say) before a chunked message began: `poll`
+    with ``wake_on_partial`` returns within about `PARTIAL_WAKE_S` of a chunk that leaves it half
+    received, so the device can notice in time that it stalled; a message that completes is
+    returned whole."""
+    sender, receiver = _pair(broker.url, "half/received")
+    payload = encode_envelope(Envelope.of(Update("global", {"w": np.ones(50_000, np.float32)}, 10, {}), "dev7",
+                                          round=0))
+    frames = split_envelope_payload(payload, "dev7", 0, 16 * 1024)
+    assert len(frames) > 3
+    for frame in frames[:-1]:  # the last chunk never arrives
+        sender.transport.publish("half/received", frame)
+    started = time.monotonic()
+    assert receiver.poll(30.0, wake_on_partial=True) is None
+    assert time.monotonic() - started < 5.0 and receiver.pending_transfers()
+    sender.transport.publish("half/received", frames[-1])
+    got = receiver.poll(30.0, wake_on_partial=True)
+    while got is None and time.monotonic() - started < 10.0:
+        got = receiver.poll(30.0, wake_on_partial=True)
+    assert isinstance(got, Received) and isinstance(got.envelope.body, Update)
+    sender.transport.close()
+    receiver.transport.close()

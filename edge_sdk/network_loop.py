@@ -121,12 +121,7 @@ class NetworkLoop:
                 log.exception("network loop: a turn failed; going on")
         self._apply_ops()  # the last detaches and closes
         for conn in list(self._conns.values()):
-            sock = conn.sock
-            self._unregister(conn)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.close()
-        self._conns.clear()
+            self._drop(conn)
         self._selector.close()
 
     def _turn(self, next_misc: float) -> float:
@@ -181,12 +176,7 @@ class NetworkLoop:
             elif op in ("write", "unwrite"):
                 self._set_writing(conn, op == "write")
             elif op == "reset":
-                if (sock := conn.sock) is not None:
-                    self._unregister(conn)
-                    with contextlib.suppress(OSError):
-                        sock.close()
-                self._lost.pop(id(client), None)
-                del self._conns[id(client)]
+                self._drop(conn)
             elif op == "detach":
                 conn.closing = True
                 conn.reconnect_at = None
@@ -237,6 +227,17 @@ class NetworkLoop:
                     self._selector.unregister(conn.fd)
             conn.sock, conn.fd = None, -1
             conn.writing = False
+
+    def _drop(self, conn: _Connection) -> None:
+        """Close ``conn``'s socket under its client (a socket set to reset on close resets the
+        connection) and forget it."""
+        sock = conn.sock
+        self._unregister(conn)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._lost.pop(id(conn.client), None)
+        self._conns.pop(id(conn.client), None)
 
     def _retry_later(self, conn: _Connection, now: float) -> None:
         conn.reconnect_at = now + conn.delay

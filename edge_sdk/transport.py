@@ -389,23 +389,19 @@ class MqttTransport:
             if self._network is not None:  # the shared loop forgets it once its socket has closed
                 self._network.detach(client)
             client.disconnect()
-            return self._stop_loop(client)
-        client.disable_logger()  # the loop may still read the socket once: its "broken pipe" is ours
-        sock = client.socket()
-        if sock is not None:
-            # reset, not closed: no TIME_WAIT left on either side (thousands of them, after a
-            # simulated fleet ends, slow every later connection's port search)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-        if self._network is not None:
-            self._network.reset(client)  # closed by the loop's thread, the next time round
-        elif sock is not None:  # paho's thread reads the end of the stream and closes the socket
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RD)
-        self._stop_loop(client)
-
-    def _stop_loop(self, client: mqtt.Client) -> None:
-        """Stop paho's own network thread, if it has one."""
+        else:
+            client.disable_logger()  # the loop may still read the socket once: its "broken pipe" is ours
+            sock = client.socket()
+            if sock is not None:
+                # reset, not closed: no TIME_WAIT left on either side (thousands of them, after a
+                # simulated fleet ends, slow every later connection's port search)
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+            if self._network is not None:
+                self._network.reset(client)  # closed by the loop's thread, the next time round
+            elif sock is not None:  # paho's thread reads the end of the stream and closes the socket
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RD)
         if self._network is None:
             client.loop_stop()
 

@@ -29,6 +29,7 @@ from simulation.config import MAX_DEVICES_PER_PROCESS
 
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
+    from simulation.device_shards import DeviceShards
 
 __all__ = ["RayDevices", "DeviceActor"]
 
@@ -65,7 +66,7 @@ def node_slot(slots: Any) -> Callable[[int], contextlib.AbstractContextManager[N
     return held
 
 
-def build_shards(config: "SimulationConfig") -> Any:
+def build_shards(config: "SimulationConfig") -> "DeviceShards":
     """The devices' `DeviceShards`, from the dataset loaded here (an actor on a node without the
     driver's folder)."""
     from edge_sdk.data import load_dataset
@@ -94,10 +95,9 @@ class DeviceActor:
         self.url = url
         self.indices = indices
         self.trusted_keys = tuple(bytes.fromhex(k) for k in trusted_keys)  # the job's public key(s), as hex
-        if shards_dir is not None and os.path.isdir(shards_dir):  # the driver's machine: shared, memory-mapped
-            self.shards = DeviceShards.open(shards_dir)
-        else:
-            self.shards = build_shards(self.config)
+        #: the driver's machine: its saved shards, shared and memory-mapped; another node: loaded here
+        self.mapped = shards_dir is not None and os.path.isdir(shards_dir)
+        self.shards = DeviceShards.open(shards_dir) if self.mapped else build_shards(self.config)
         self.host: Any = None
 
     def node(self) -> str:
@@ -113,7 +113,7 @@ class DeviceActor:
     def start(self, slots: Any = None) -> dict[str, Any]:
         """Start the devices, whose rounds this actor's training thread runs one at a time, each
         while holding one of ``slots`` (the node's `ComputeSlots` actor; None: no other limit);
-        where they run."""
+        where they run, and whether their data is the driver's mapped copy or loaded here."""
         import threading
 
         from simulation.open_files import ensure_open_files
@@ -128,7 +128,7 @@ class DeviceActor:
         threading.Thread(target=queue.serve_until_closed, name="training", daemon=True).start()
         self.host.start()
         return {"node": self.node(), "pid": os.getpid(), "torch_threads": torch_threads(),
-                "devices": self.host.device_ids}
+                "data": "mapped" if self.mapped else "loaded", "devices": self.host.device_ids}
 
     def stop(self, wait_s: float) -> list[str]:
         """Wait up to ``wait_s`` for the devices to finish, stop the rest; the ones stuck."""

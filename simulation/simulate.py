@@ -14,8 +14,8 @@ import json
 import logging
 import shutil
 import tempfile
-from dataclasses import replace
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -96,7 +96,12 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     if config.backend == "local":  # room for the devices' sockets, here and in the broker started from here
         ensure_open_files(config.clients)
     broker = None if config.broker_url else EmbeddedBroker()
+    shards_dir: Path | None = None
     try:
+        if config.backend == "ray":  # the actors of this machine map one saved copy
+            shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
+            shards.save(shards_dir)
+            shards = None  # not held here too
         if broker is not None:
             broker.start()
         url = config.broker_url or broker.url
@@ -107,21 +112,12 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
         def simulated_devices(fleet: Fleet) -> Iterator[None]:
             """The devices run while the rounds do, and end when the job does (a device in the middle
             of a step gets 10 s to leave it when the job finished)."""
-            nonlocal shards
-            assert shards is not None
             devices: DeviceHost | RayDevices
-            shards_dir = None
-            if config.backend == "ray":  # the actors of this machine map one saved copy
-                shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
-                try:
-                    shards.save(shards_dir)
-                    shards = None  # not held here too
-                    devices = RayDevices(config, url, trusted_keys=(signer.public_key,), shards_dir=str(shards_dir))
-                    report.config["ray"] = {"hosts": devices.start()}
-                except BaseException:
-                    shutil.rmtree(shards_dir, ignore_errors=True)
-                    raise
+            if shards_dir is not None:
+                devices = RayDevices(config, url, trusted_keys=(signer.public_key,), shards_dir=str(shards_dir))
+                report.config["ray"] = {"hosts": devices.start()}
             else:
+                assert shards is not None
                 devices = DeviceHost.create(config, url, shards, range(config.clients),
                                             trusted_keys=(signer.public_key,))
                 if devices.queue is not None:  # the devices train on this thread while it waits for them
@@ -137,8 +133,6 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                 devices.stop(wait_s=10.0 if finished else 0.0)
                 if isinstance(devices, RayDevices):
                     report.config["ray"]["slots"] = devices.slot_stats
-                if shards_dir is not None:
-                    shutil.rmtree(shards_dir, ignore_errors=True)
 
         connection = JobConnection(TransportConfig(url=url, client_id=f"{config.job}-coordinator"), config.job,
                                    config.link, signer=signer,
@@ -149,6 +143,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     finally:
         if broker is not None:
             broker.stop()
+        if shards_dir is not None:
+            shutil.rmtree(shards_dir, ignore_errors=True)
 
 
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.

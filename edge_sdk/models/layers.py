@@ -163,10 +163,10 @@ class Residual(nn.Module):
 
 
 class GlobalAvgPool(nn.Module):
-    """Mean over H and W: ``(N, C, H, W) -> (N, C)``."""
+    """Mean over every axis after the channels: ``(N, C, H, W) -> (N, C)``, ``(N, C, L) -> (N, C)``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=(2, 3))
+        return x.flatten(2).mean(dim=2)  # not x.dim(): NNI's tracer cannot take a traced int
 
 
 # ----------------------------------------------------------------- shape helpers
@@ -174,6 +174,12 @@ def _chw(shape: Shape, what: str) -> tuple[int, int, int]:
     if len(shape) != 3:
         raise SpecError(f"{what} needs a (C, H, W) input, got shape {shape}")
     return shape[0], shape[1], shape[2]
+
+
+def _cl(shape: Shape, what: str) -> tuple[int, int]:
+    if len(shape) != 2:
+        raise SpecError(f"{what} needs a (C, L) input, got shape {shape}")
+    return shape[0], shape[1]
 
 
 def _expect(actual: int, expected: int, key: str, what: str) -> None:
@@ -227,6 +233,32 @@ register_layer(
             "bias": bool_field(True)})
 
 
+# conv1d (sensor series, (C, L)) ---------------------------------------------------
+def _conv1d_out(layer: dict, shape: Shape) -> Shape:
+    c, length = _cl(shape, "conv1d")
+    _expect(c, layer["in"], "in", "conv1d")
+    return (layer["out"], _window(length, layer["kernel"], layer["stride"], layer["padding"]))
+
+
+def _conv1d_params(layer: dict) -> int:
+    return layer["out"] * (layer["in"] // layer["groups"]) * layer["kernel"] + layer["out"] * layer["bias"]
+
+
+def _conv1d_flops(layer: dict, shape: Shape) -> int:
+    _, lo = _conv1d_out(layer, shape)
+    return 2 * layer["out"] * lo * (layer["in"] // layer["groups"]) * layer["kernel"]
+
+
+register_layer(
+    "conv1d",
+    lambda a: nn.Conv1d(a["in"], a["out"], a["kernel"], a["stride"], a["padding"],
+                        groups=a["groups"], bias=a["bias"]),
+    _conv_check, _conv1d_out, _conv1d_params, _conv1d_flops,
+    schema={"in": _CH, "out": _CH, "kernel": int_field(1, 63), "stride": int_field(1, 63, 1),
+            "padding": int_field(0, 63, 0), "groups": int_field(1, MAX_CHANNELS, 1),
+            "bias": bool_field(True)})
+
+
 # linear ------------------------------------------------------------------------
 def _linear_out(layer: dict, shape: Shape) -> Shape:
     if len(shape) != 1:
@@ -255,7 +287,9 @@ register_layer("flatten", lambda a: nn.Flatten(), None, lambda a, s: (math.prod(
 
 
 def _gap_out(layer: dict, shape: Shape) -> Shape:
-    return (_chw(shape, "global_avgpool")[0],)
+    if len(shape) not in (2, 3):
+        raise SpecError(f"global_avgpool needs a (C, H, W) or (C, L) input, got shape {shape}")
+    return (shape[0],)
 
 
 register_layer("global_avgpool", lambda a: GlobalAvgPool(), None, _gap_out, lambda a: 0,
@@ -278,15 +312,35 @@ register_layer("avgpool2d", lambda a: nn.AvgPool2d(a["kernel"], a["stride"]), No
                lambda a: 0, schema=_POOL)
 
 
+def _pool1d_out(layer: dict, shape: Shape) -> Shape:
+    c, length = _cl(shape, layer["type"])
+    k = layer["kernel"]
+    if length < k:
+        raise SpecError(f"{layer['type']} kernel {k} larger than input length {length}")
+    return (c, _window(length, k, layer["stride"] or k, 0))
+
+
+_POOL1D = {"kernel": int_field(1, 63), "stride": int_field(1, 63, None, nullable=True)}
+register_layer("maxpool1d", lambda a: nn.MaxPool1d(a["kernel"], a["stride"]), None, _pool1d_out,
+               lambda a: 0, schema=_POOL1D)
+register_layer("avgpool1d", lambda a: nn.AvgPool1d(a["kernel"], a["stride"]), None, _pool1d_out,
+               lambda a: 0, schema=_POOL1D)
+
+
 # normalisation -------------------------------------------------------------------
 def _bn_out(layer: dict, shape: Shape) -> Shape:
     _expect(_chw(shape, "batchnorm2d")[0], layer["channels"], "channels", "batchnorm2d")
     return shape
 
 
+def _bn1d_out(layer: dict, shape: Shape) -> Shape:
+    _expect(_cl(shape, "batchnorm1d")[0], layer["channels"], "channels", "batchnorm1d")
+    return shape
+
+
 def _gn_out(layer: dict, shape: Shape) -> Shape:
-    if len(shape) not in (1, 3):
-        raise SpecError(f"groupnorm needs a (C,) or (C, H, W) input, got shape {shape}")
+    if len(shape) not in (1, 2, 3):
+        raise SpecError(f"groupnorm needs a (C,), (C, L) or (C, H, W) input, got shape {shape}")
     _expect(shape[0], layer["channels"], "channels", "groupnorm")
     return shape
 
@@ -300,6 +354,11 @@ register_layer(
     "batchnorm2d",
     lambda a: nn.BatchNorm2d(a["channels"], track_running_stats=a["track_running_stats"]),
     None, _bn_out, lambda a: 2 * a["channels"],
+    schema={"channels": _CH, "track_running_stats": bool_field(True)})
+register_layer(
+    "batchnorm1d",
+    lambda a: nn.BatchNorm1d(a["channels"], track_running_stats=a["track_running_stats"]),
+    None, _bn1d_out, lambda a: 2 * a["channels"],
     schema={"channels": _CH, "track_running_stats": bool_field(True)})
 register_layer("groupnorm", lambda a: nn.GroupNorm(a["groups"], a["channels"]), _gn_check,
                _gn_out, lambda a: 2 * a["channels"], schema={"groups": _CH, "channels": _CH})

@@ -12,7 +12,7 @@ the spec as untrusted: it checks types, ranges and unknown keys, propagates
 shapes (without batch dimension) from ``input_shape`` and bounds the parameter
 count and activation sizes without allocating a tensor.
 
-Shapes: ``(C, H, W)`` for images, ``(F,)`` for features. FLOPs are
+Shapes: ``(C, H, W)`` for images, ``(C, L)`` for sensor series, ``(F,)`` for features. FLOPs are
 ``2 x MACs`` of the forward pass of conv/linear layers only (biases, norms,
 activations and pooling count as free); see :func:`count_flops`.
 """

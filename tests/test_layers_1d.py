@@ -68,3 +68,18 @@ def test_image_families_refuse_a_series_and_cnn1d_an_image() -> None:
         model_for_dataset("cnn4", (1, 300), 11)
     with pytest.raises(ValueError, match=r"cnn1d needs a \(C, L\) series"):
         model_for_dataset("cnn1d", (1, 28, 28), 10)
+
+
+def test_series_norm_standardises_each_series_and_keeps_its_log_scale() -> None:
+    spec = validate_spec({"format": 1, "input_shape": [2, 50], "num_classes": 3, "layers": [
+        {"type": "series_norm"}, {"type": "global_avgpool"}, {"type": "linear", "in": 4, "out": 3}]})
+    assert infer_shapes(spec)[0] == (4, 50) and count_params(spec) == 15
+    norm = build_model(spec).layers[0]
+    x = torch.randn(3, 2, 50, dtype=torch.float64) * torch.tensor([[[1e-3]], [[1.0]], [[1e3]]], dtype=torch.float64) + 5
+    out = norm(x)
+    torch.testing.assert_close(out[:, :2].mean(dim=2), torch.zeros(3, 2, dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[:, :2].std(dim=2, unbiased=False), torch.ones(3, 2, dtype=torch.float64),
+                               atol=1e-4, rtol=0)  # a series with a std of 1e-3 too: eps sits on the std
+    torch.testing.assert_close(out[:, 2:, 0], x.std(dim=2, unbiased=False).log(), atol=1e-4, rtol=0)
+    assert cnn1d(1, 11)["layers"][0] == {"type": "series_norm", "log_scale": True}
+    assert cnn1d(1, 11, series_norm=False)["layers"][0]["type"] == "conv1d"

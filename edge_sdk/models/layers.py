@@ -17,7 +17,7 @@ from torch import nn
 
 __all__ = ["Shape", "SpecError", "Field", "LayerType", "LAYER_TYPES", "int_field",
            "float_field", "bool_field", "layers_field", "register_layer", "unregister_layer",
-           "resolved", "build_layers", "Residual", "GlobalAvgPool", "MAX_CHANNELS"]
+           "resolved", "build_layers", "Residual", "GlobalAvgPool", "SeriesNorm", "MAX_CHANNELS"]
 
 Shape = tuple[int, ...]
 MAX_CHANNELS = 65536
@@ -167,6 +167,27 @@ class GlobalAvgPool(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(2).mean(dim=2)  # not x.dim(): NNI's tracer cannot take a traced int
+
+
+class SeriesNorm(nn.Module):
+    """Each series standardised on its own, per channel, over time: ``(x - mean) / std`` along L.
+    With ``log_scale`` the log of each channel's std is appended as channels of their own (constant
+    over time), so the model keeps the amplitude the standardisation took away:
+    ``(N, C, L) -> (N, 2C, L)``. As a layer, the published model does it too."""
+
+    def __init__(self, log_scale: bool, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.log_scale, self.eps = log_scale, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(dim=2, keepdim=True)
+        # eps on the std, not the variance: PLAID's smallest currents have a std near 1e-3 of the
+        # largest, and sqrt(var + 1e-6) flattened them (0.72 central accuracy, not 0.86)
+        std = ((x - mean) ** 2).mean(dim=2, keepdim=True).sqrt() + self.eps
+        z = (x - mean) / std
+        if not self.log_scale:
+            return z
+        return torch.cat([z, std.log().expand_as(z)], dim=1)
 
 
 # ----------------------------------------------------------------- shape helpers
@@ -328,6 +349,15 @@ register_layer("avgpool1d", lambda a: nn.AvgPool1d(a["kernel"], a["stride"]), No
 
 
 # normalisation -------------------------------------------------------------------
+def _series_norm_out(layer: dict, shape: Shape) -> Shape:
+    c, length = _cl(shape, "series_norm")
+    return (2 * c if layer["log_scale"] else c, length)
+
+
+register_layer("series_norm", lambda a: SeriesNorm(a["log_scale"]), None, _series_norm_out, lambda a: 0,
+               schema={"log_scale": bool_field(True)})
+
+
 def _bn_out(layer: dict, shape: Shape) -> Shape:
     _expect(_chw(shape, "batchnorm2d")[0], layer["channels"], "channels", "batchnorm2d")
     return shape

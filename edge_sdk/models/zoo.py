@@ -90,20 +90,24 @@ def cnn4(in_channels: int = 1, num_classes: int = 10, image_size: int | Sequence
 
 
 def cnn1d(in_channels: int = 1, num_classes: int = 10, length: int = 300, width: float = 1.0,
-          channels: Sequence[int] = (32, 64, 64, 128), kernel: int = 5, norm: str | None = None) -> dict:
-    """cnn4's counterpart for sensor series ``(C, L)``: four 1-D convs (``kernel``, padding
+          channels: Sequence[int] = (32, 64, 64, 128), kernel: int = 5, norm: str | None = "batchnorm",
+          series_norm: bool = True) -> dict:
+    """cnn4's counterpart for sensor series ``(C, L)``: with ``series_norm``, first each series
+    standardised on its own with the log of its scale kept as channels (`SeriesNorm`: the
+    appliances of PLAID differ in amplitude by orders of magnitude, and the shape of the
+    waveform is what tells them apart), then four 1-D convs (``kernel``, padding
     ``kernel // 2``), each followed by [norm], ReLU and a max-pool of 2 while the series is at
     least 2 long, then a global average over time and a linear classifier (so the classifier's
     size does not grow with the length: 300 or 1,460 values give the same parameters).
-    Default widths (32, 64, 64, 128): 73,547 parameters for one channel and 11 classes, and
-    9.3 MFLOPs per series of 300 values.
+    Default widths (32, 64, 64, 128) with batch norm: 73,995 parameters for one channel and 11
+    classes, and 9.4 MFLOPs per series of 300 values.
     """
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be a positive int, got {length!r}")
     if isinstance(kernel, bool) or not isinstance(kernel, int) or not 1 <= kernel <= 63 or kernel % 2 == 0:
         raise ValueError(f"kernel must be an odd int in [1, 63], got {kernel!r}")
-    layers: list[dict] = []
-    cin, size = in_channels, length
+    layers: list[dict] = [{"type": "series_norm", "log_scale": True}] if series_norm else []
+    cin, size = (2 * in_channels if series_norm else in_channels), length
     for c in _channels(channels, width):
         layers += [{"type": "conv1d", "in": cin, "out": c, "kernel": kernel, "padding": kernel // 2,
                     "bias": norm is None}] + _norm(norm, c, dims=1) + [{"type": "relu"}]

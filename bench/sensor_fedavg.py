@@ -1,0 +1,109 @@
+"""The zoo's 1-D model on the smart-home sensor datasets (issue 40): its central accuracy (the
+ceiling) beside FedAvg on 10 devices, IID and ``dirichlet:0.5``, over several seeds.
+
+    pip install -e ".[sensors]"        # the .ts files (sktime)
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid,acsf1 --seeds 3
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets basicmotions --seeds 5
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --rounds 3 --seeds 1   # a quick look
+
+The same training everywhere: cnn1d (series_norm, batch norm), SGD lr 0.05 momentum 0.9, batch
+32, one torch thread. Central: ``train_local`` on the whole training split for ``rounds`` epochs,
+as many passes over the training data as the federated run makes in all (10 of 10 devices a
+round, one local epoch each). Federated: ``run_simulation`` (embedded broker, every message over
+MQTT), the final global model's accuracy on the archive's test split. Prints each figure's mean,
+spread (min-max) and the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from edge_sdk.data import load_dataset  # noqa: E402
+from coordinator.strategies.base import seeded_init  # noqa: E402
+from edge_sdk.models.spec import build_model  # noqa: E402
+from edge_sdk.models.zoo import model_for_dataset  # noqa: E402
+from edge_sdk.train_config import TrainConfig  # noqa: E402
+from edge_sdk.training import train_local  # noqa: E402
+from simulation.config import SimulationConfig, sim_federation  # noqa: E402
+from simulation.simulate import run_simulation  # noqa: E402
+
+CLIENTS = 10
+
+
+def train_config(epochs: int) -> TrainConfig:
+    return TrainConfig(epochs=epochs, batch_size=32, lr=0.05, momentum=0.9, threads=1)
+
+
+def central(name: str, epochs: int, seed: int) -> float:
+    dataset = load_dataset(name)
+    with seeded_init(seed):
+        model = build_model(model_for_dataset("cnn1d", dataset.input_shape, dataset.num_classes))
+    train_local(model, dataset.x_train, dataset.y_train, train_config(epochs), seed=seed)
+    model.eval()
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(np.ascontiguousarray(dataset.x_test))).argmax(1).numpy()
+    return float((predicted == dataset.y_test).mean())
+
+
+def federated(name: str, partition: str, rounds: int, seed: int, work: Path) -> dict:
+    out = work / f"{name}-{partition.replace(':', '-')}-{seed}"
+    config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model="cnn1d", partition=partition,
+                              out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
+                              federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
+                                                        eval_every=rounds, train=train_config(1)))
+    report = run_simulation(config).to_dict()
+    last = report["rounds"][-1]
+    return {"accuracy": last["accuracy"]["global"],
+            "bytes_per_round": sum(r["bytes_down"] + r["bytes_up"] for r in report["rounds"]) / len(report["rounds"])}
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.mean(values):.3f} ({min(values):.3f}-{max(values):.3f}, n={len(values)})"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
+    p.add_argument("--partitions", default="iid,dirichlet:0.5")
+    p.add_argument("--rounds", type=int, default=100, help="federated rounds = central epochs (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--json", type=Path, help="also write every run here")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.rounds} rounds/epochs")
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.datasets.split(","):
+            row = results[name] = {"central": [], **{part: [] for part in args.partitions.split(",")}}
+            for seed in range(args.seeds):
+                started = time.monotonic()
+                row["central"].append(central(name, args.rounds, seed))
+                for part in args.partitions.split(","):
+                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp)))
+                print(f"  {name} seed {seed}: central {row['central'][-1]:.3f}, "
+                      + ", ".join(f"{part} {row[part][-1]['accuracy']:.3f}" for part in args.partitions.split(","))
+                      + f" ({time.monotonic() - started:.0f} s)", flush=True)
+            print(f"{name}: central {summary(row['central'])}")
+            for part in args.partitions.split(","):
+                accs = [r["accuracy"] for r in row[part]]
+                gap = statistics.mean(accs) - statistics.mean(row["central"])
+                print(f"{name}: fedavg {part} {summary(accs)}, {100 * gap:+.1f} points from central, "
+                      f"{row[part][0]['bytes_per_round'] / 1e6:.2f} MB per round", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

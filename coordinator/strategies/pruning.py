@@ -45,7 +45,12 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 __all__ = ["PruneResult", "pruning_ratio", "round_to_level", "level_label", "describe_level", "capacity_level",
            "available_backends", "resolve_backend", "prune_spec", "derive_spec"]
 
-_FREE = frozenset({"relu", "dropout", "flatten", "global_avgpool", "maxpool2d", "avgpool2d"})
+_FREE = frozenset({"relu", "dropout", "flatten", "global_avgpool", "maxpool2d", "avgpool2d", "maxpool1d", "avgpool1d",
+                   "series_norm"})  # series_norm: parameter-free, on the input's channels (never pruned)
+#: the spec's prunable layer types and their modules: convolutions, linear layers and the norms after them
+_MODULES: dict[str, type[nn.Module]] = {"conv2d": nn.Conv2d, "conv1d": nn.Conv1d, "linear": nn.Linear,
+                                        "batchnorm2d": nn.BatchNorm2d, "batchnorm1d": nn.BatchNorm1d,
+                                        "groupnorm": nn.GroupNorm}
 _EPS = 1e-9
 
 
@@ -165,7 +170,10 @@ def _prune_nni(model: nn.Module, names: list[str], ratio: float, dummy: torch.Te
     # ModelSpeedup logs ~100 INFO lines per model to a logger it forces to INFO unless given one:
     # ours shows them only at debug level (edgefl -vv)
     chatter = logging.getLogger(f"{__name__}.nni_speedup")
-    chatter.setLevel(logging.DEBUG if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.WARNING)
+    # (and logs "Has not supported replacing module with type: MaxPool1d" as an error, though a pool
+    # has nothing to shrink; a module left unshrunk that mattered fails `derive_spec` or the check
+    # that the rebuilt network computes the same)
+    chatter.setLevel(logging.DEBUG if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.CRITICAL)
     ModelSpeedup(model, dummy, masks, graph_module=torch.fx.symbolic_trace(model), logger=chatter).speedup_model()
 
 
@@ -178,11 +186,12 @@ def _prune_tp(model: nn.Module, names: list[str], ratio: float, dummy: torch.Ten
     ratios = {}
     for name in names:
         m = modules[name]
-        out = m.out_channels if isinstance(m, nn.Conv2d) else m.out_features
-        keep = _kept(out, ratio, block if isinstance(m, nn.Conv2d) else 1)
+        conv = isinstance(m, (nn.Conv1d, nn.Conv2d))
+        out = m.out_channels if conv else m.out_features
+        keep = _kept(out, ratio, block if conv else 1)
         ratios[m] = max(0.0, 1 - (keep + 0.5) / out)  # torch-pruning keeps floor(out * (1 - r))
     importance = tp.importance.MagnitudeImportance(p=1, normalizer=None, group_reduction="first",
-                                                   target_types=[nn.Conv2d, nn.Linear])
+                                                   target_types=[nn.Conv1d, nn.Conv2d, nn.Linear])
     tp.pruner.MetaPruner(model, dummy, importance=importance, pruning_ratio=ratio,
                          pruning_ratio_dict=ratios, ignored_layers=[classifier]).step()
 
@@ -194,10 +203,24 @@ def _check_prunable(layers: list[dict]) -> None:
         if kind == "residual":
             _check_prunable(layer["body"])
             _check_prunable(layer.get("shortcut", []))
-        elif kind == "conv2d" and layer.get("groups", 1) != 1:
+        elif kind in ("conv1d", "conv2d") and layer.get("groups", 1) != 1:
             raise ValueError("cannot prune grouped convolutions (groups != 1)")
-        elif kind not in _FREE | {"conv2d", "linear", "batchnorm2d", "groupnorm"}:
+        elif kind not in _FREE | set(_MODULES):
             raise ValueError(f"cannot prune a model with {kind!r} layers")
+
+
+def _kinds(layers: list[dict]) -> set[str]:
+    kinds = set()
+    for layer in layers:
+        kinds.add(layer["type"])
+        if layer["type"] == "residual":
+            kinds |= _kinds(layer["body"]) | _kinds(layer.get("shortcut", []))
+    return kinds
+
+
+def _nni_cannot(layers: list[dict]) -> bool:
+    """NNI 3.0's speedup fails on GroupNorm after Conv1d (UnBalancedGroupError; fine after Conv2d)."""
+    return {"conv1d", "groupnorm"} <= _kinds(layers)
 
 
 def _coupled(layers: list[dict]) -> bool:
@@ -211,15 +234,14 @@ def _derive(layers: list[dict], seq: nn.Module, path: str) -> list[dict]:
     out = []
     for i, (layer, m) in enumerate(zip(layers, seq, strict=True)):
         new, kind = copy.deepcopy(layer), layer["type"]
-        expect = {"conv2d": nn.Conv2d, "linear": nn.Linear, "batchnorm2d": nn.BatchNorm2d,
-                  "groupnorm": nn.GroupNorm}.get(kind)
+        expect = _MODULES.get(kind)
         if expect is not None and not isinstance(m, expect):
             raise ValueError(f"{path}[{i}]: expected {expect.__name__}, found {type(m).__name__}")
-        if kind == "conv2d":
+        if kind in ("conv1d", "conv2d"):
             new["in"], new["out"] = int(m.in_channels), int(m.out_channels)
         elif kind == "linear":
             new["in"], new["out"] = int(m.in_features), int(m.out_features)
-        elif kind == "batchnorm2d":
+        elif kind in ("batchnorm1d", "batchnorm2d"):
             new["channels"] = int(m.num_features)
         elif kind == "groupnorm":
             new["channels"], new["groups"] = int(m.num_channels), int(m.num_groups)
@@ -262,10 +284,16 @@ def prune_spec(spec: dict, tensors: Mapping[str, np.ndarray], ratio: float,
         load_numpy_state(build, weights)  # checks names and shapes
         return PruneResult(copy.deepcopy(spec), weights, "none", 0.0, count_params(spec), count_flops(spec))
     chosen = resolve_backend(backend)
+    if chosen == "nni" and _nni_cannot(spec["layers"]):
+        if backend == "auto" and _importable("torch-pruning"):
+            chosen = "torch-pruning"
+        else:
+            raise ValueError("NNI cannot prune conv1d layers followed by groupnorm (its replacement of the "
+                             "GroupNorm finds unbalanced groups); use the torch-pruning backend or batch norm")
     model = build_model(spec)
     load_numpy_state(model, tensors)
     model.eval()
-    named = [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    named = [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Linear))]
     classifier_name, classifier = named[-1]
     if not isinstance(classifier, nn.Linear) or classifier.out_features != spec["num_classes"]:
         raise ValueError("the model must end in a linear classifier")

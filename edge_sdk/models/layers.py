@@ -180,14 +180,18 @@ class SeriesNorm(nn.Module):
         self.log_scale, self.eps = log_scale, eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean = x.mean(dim=2, keepdim=True)
+        # in float64: a quiet stretch of a series (a std of 1e-3 of its level) turns float32's
+        # rounding of the mean into visible noise, and torch and onnxruntime round it differently
+        # (0.1% of the outputs apart at random weights, 0.8% trained: the model went unpublished)
+        wide = x.double()
+        mean = wide.mean(dim=2, keepdim=True)
         # eps on the std, not the variance: PLAID's smallest currents have a std near 1e-3 of the
         # largest, and sqrt(var + 1e-6) flattened them (0.72 central accuracy, not 0.86)
-        std = ((x - mean) ** 2).mean(dim=2, keepdim=True).sqrt() + self.eps
-        z = (x - mean) / std
-        if not self.log_scale:
-            return z
-        return torch.cat([z, std.log().expand_as(z)], dim=1)
+        std = ((wide - mean) ** 2).mean(dim=2, keepdim=True).sqrt() + self.eps
+        z = (wide - mean) / std
+        if self.log_scale:
+            z = torch.cat([z, std.log().expand_as(z)], dim=1)
+        return z.to(x.dtype)
 
 
 # ----------------------------------------------------------------- shape helpers

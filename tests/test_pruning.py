@@ -157,3 +157,31 @@ def test_derive_spec_rejects_a_model_that_does_not_match() -> None:
     other = build_model(mlp(784, 10, input_shape=(1, 28, 28)))
     with pytest.raises(ValueError, match="no longer matches"):
         derive_spec(spec, other)
+
+
+@needs("nni")
+@pytest.mark.parametrize("norm", ["batchnorm", None])
+def test_a_1d_model_prunes_alike_with_nni_and_torch_pruning(norm: str | None) -> None:
+    from edge_sdk.models.zoo import cnn1d
+
+    spec = cnn1d(in_channels=6, num_classes=4, length=100, norm=norm)  # series_norm first, then conv1d
+    weights = _weights(spec, seed=2)
+    by_nni = prune_spec(spec, weights, 0.5, backend="nni")
+    by_tp = prune_spec(spec, weights, 0.5, backend="torch-pruning")
+    assert by_nni.spec == by_tp.spec
+    assert [layer["out"] for layer in by_nni.spec["layers"] if layer["type"] == "conv1d"] == [16, 32, 32, 64]
+    assert by_nni.spec["layers"][1]["in"] == 12  # the series and their log scales: never pruned
+    for name, array in by_nni.tensors.items():
+        np.testing.assert_allclose(array, by_tp.tensors[name], rtol=0, atol=1e-6)
+    assert by_nni.flops < 0.3 * count_flops(spec)
+
+
+@needs("nni")
+def test_groupnorm_after_conv1d_goes_to_torch_pruning_or_is_refused_by_nni() -> None:
+    from edge_sdk.models.zoo import cnn1d
+
+    spec = cnn1d(in_channels=1, num_classes=3, length=64, norm="groupnorm")
+    weights = _weights(spec)
+    assert prune_spec(spec, weights, 0.5, backend="auto").backend == "torch-pruning"
+    with pytest.raises(ValueError, match="NNI cannot prune conv1d layers followed by groupnorm"):
+        prune_spec(spec, weights, 0.5, backend="nni")

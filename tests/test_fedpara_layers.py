@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from coordinator.runtime.export import export_onnx
-from edge_sdk.models.fedpara import (INIT_GAIN2, FedParaConv2d, FedParaLinear, personal_names,
+from edge_sdk.models.fedpara import (INIT_GAIN2, FedParaConv1d, FedParaConv2d, FedParaLinear, personal_names,
                                      precompose, rank_bounds, rank_from_gamma)
 from edge_sdk.models.fedpara_zoo import factorisable_count, fedpara_spec, layer_ranks
 from edge_sdk.models.spec import SpecError, build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-FAMILIES = [("cnn4", (1, 28, 28)), ("resnet_small", (3, 32, 32)), ("mlp", (1, 28, 28))]
+FAMILIES = [("cnn4", (1, 28, 28)), ("resnet_small", (3, 32, 32)), ("mlp", (1, 28, 28)), ("cnn1d", (2, 64))]
 
 
 def test_the_issue_parameter_counts() -> None:
@@ -45,6 +45,21 @@ def test_rank_bounds_are_tight(out: int, inp: int, kernel: int | None) -> None:
     if r_min <= r_max:
         assert ranks[0] == r_min and ranks[-1] == r_max
     assert all(count(r) <= max(dense, count(1)) for r in ranks)  # never larger than the dense layer
+
+
+@pytest.mark.parametrize("out,inp,kernel", [(64, 32, 5), (32, 2, 5), (128, 64, 3), (16, 16, 1)])
+def test_1d_rank_bounds_count_one_kernel_axis(out: int, inp: int, kernel: int) -> None:
+    r_min, r_max = rank_bounds(out, inp, kernel, dims=1)
+    count = lambda r: 2 * r * (out + inp + r * kernel)  # noqa: E731
+    assert count(r_max) <= out * inp * kernel < count(r_max + 1)
+    conv = FedParaConv1d(inp, out, kernel, rank=r_max, padding=kernel // 2)
+    assert conv.factor_params() == count(r_max)
+    assert conv.composed_weight().shape == (out, inp, kernel)
+    w1 = torch.einsum("abk,oa,ib->oik", conv.t1, conv.x1, conv.y1)
+    w2 = torch.einsum("abk,oa,ib->oik", conv.t2, conv.x2, conv.y2)
+    assert torch.allclose(conv.composed_weight(), w1 * w2)
+    x = torch.randn(3, inp, 40)
+    assert torch.allclose(conv(x), conv.to_dense()(x), atol=1e-6)
 
 
 def test_gamma_and_rank_inputs_are_checked() -> None:
@@ -94,7 +109,8 @@ def test_hadamard_rank_exceeds_the_inner_rank() -> None:
 
 @pytest.mark.parametrize("make,fan_in", [(lambda: FedParaLinear(512, 256, gamma=0.1), 512),
                                          (lambda: FedParaConv2d(64, 128, 3, gamma=0.3), 576),
-                                         (lambda: FedParaConv2d(64, 128, 3, gamma=0.3, personal=True), 576)])
+                                         (lambda: FedParaConv2d(64, 128, 3, gamma=0.3, personal=True), 576),
+                                         (lambda: FedParaConv1d(64, 128, 5, gamma=0.3), 320)])
 def test_initial_weights_have_the_dense_layers_variance(make, fan_in: int) -> None:
     torch.manual_seed(2)
     stds = [float(make().composed_weight().detach().std()) for _ in range(3)]
@@ -120,7 +136,7 @@ def test_every_layer_is_factorised_and_gamma_shrinks_the_model(family: str, shap
     spec = fedpara_spec(family, shape, 10, 0.1)
     assert validate_spec(spec) is spec
     text = repr(spec["layers"])
-    assert "'conv2d'" not in text and "'linear'" not in text
+    assert "'conv2d'" not in text and "'conv1d'" not in text and "'linear'" not in text
     assert len(layer_ranks(spec)) == factorisable_count(family, shape, 10)
     sizes = [count_params(fedpara_spec(family, shape, 10, g)) for g in (0.0, 0.1, 0.5, 1.0)]
     assert sizes == sorted(sizes) and sizes[-1] <= dense and sizes[1] * 3 < dense

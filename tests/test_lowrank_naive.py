@@ -10,7 +10,8 @@ from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.models.fedpara import FedParaLinear, precompose, rank_from_gamma
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks, naive_lowrank_spec
-from edge_sdk.models.lowrank_naive import NaiveLowRankConv2d, NaiveLowRankLinear, naive_rank_matching
+from edge_sdk.models.lowrank_naive import (NaiveLowRankConv1d, NaiveLowRankConv2d, NaiveLowRankLinear,
+                                           naive_rank_matching)
 from edge_sdk.models.spec import SpecError, build_model, count_params, validate_spec
 
 
@@ -55,6 +56,18 @@ def test_naive_network_has_fedpara_parameter_count(gamma: float) -> None:
                                                     ("conv", (128, 64)), ("linear", (10, 128))]):
         kernel = 3 if kind == "conv" else None
         assert r == naive_rank_matching(*ref, rank_from_gamma(*ref, gamma, kernel), kernel)
+
+
+def test_a_naive_conv1d_is_rank_r_and_matches_fedpara_on_cnn1d() -> None:
+    torch.manual_seed(2)
+    conv = NaiveLowRankConv1d(3, 6, 5, 2, padding=2)
+    unfolded = conv.double().composed_weight().reshape(6, -1).detach()
+    assert torch.allclose(unfolded, conv.x @ conv.y.reshape(-1, 2).T) and int(torch.linalg.matrix_rank(unfolded)) == 2
+    series = torch.randn(2, 3, 30, dtype=torch.float64)
+    assert torch.allclose(precompose(conv)(series), conv(series), atol=1e-8)
+    fedpara, naive = fedpara_spec("cnn1d", (1, 300), 11, 0.3), naive_lowrank_spec("cnn1d", (1, 300), 11, 0.3)
+    assert count_params(naive) == pytest.approx(count_params(fedpara), rel=0.02)
+    assert [layer["type"] for layer in naive["layers"]].count("lowrank_naive_conv1d") == 4
 
 
 def test_lowrank_strategy_uses_naive_layers_and_rejects_tanh() -> None:

@@ -7,9 +7,9 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-__all__ = ["dense_linear", "dense_conv2d"]
+__all__ = ["dense_linear", "dense_conv1d", "dense_conv2d"]
 
-L = TypeVar("L", nn.Linear, nn.Conv2d)
+L = TypeVar("L", nn.Linear, nn.Conv1d, nn.Conv2d)
 
 
 def dense_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
@@ -25,6 +25,15 @@ def dense_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: int, p
     weight = weight.detach()
     out_channels, in_channels, kernel, _ = weight.shape
     layer = nn.Conv2d(in_channels, out_channels, kernel, stride, padding, bias=bias is not None,
+                      dtype=weight.dtype, device=weight.device)
+    return _filled(layer, weight, bias)
+
+
+def dense_conv1d(weight: torch.Tensor, bias: torch.Tensor | None, stride: int, padding: int) -> nn.Conv1d:
+    """An ``nn.Conv1d`` with ``weight`` (out × in × k), ``bias``, stride and padding, detached copies."""
+    weight = weight.detach()
+    out_channels, in_channels, kernel = weight.shape
+    layer = nn.Conv1d(in_channels, out_channels, kernel, stride, padding, bias=bias is not None,
                       dtype=weight.dtype, device=weight.device)
     return _filled(layer, weight, bias)
 

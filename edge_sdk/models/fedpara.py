@@ -37,12 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edge_sdk.models.dense import dense_conv2d, dense_linear
+from edge_sdk.models.dense import dense_conv1d, dense_conv2d, dense_linear
 
 from edge_sdk.models.layers import (LAYER_TYPES, MAX_CHANNELS, Shape, bool_field, int_field,
                                     register_layer)
 
-__all__ = ["DEFAULT_GAMMA", "MAX_RANK", "FedParaLinear", "FedParaConv2d", "rank_bounds",
+__all__ = ["DEFAULT_GAMMA", "MAX_RANK", "FedParaLinear", "FedParaConv1d", "FedParaConv2d", "rank_bounds",
            "rank_from_gamma", "fedpara_weight_params", "personal_names", "precompose",
            "FEDPARA_TYPES"]
 
@@ -50,7 +50,7 @@ DEFAULT_GAMMA = 0.1
 #: Var(W) = INIT_GAIN2 / fan_in at init: that of torch's own Linear/Conv2d (kaiming_uniform, a=√5).
 INIT_GAIN2 = 1.0 / 3.0
 MAX_RANK = 4096
-FEDPARA_TYPES = ("fedpara_linear", "fedpara_conv2d")
+FEDPARA_TYPES = ("fedpara_linear", "fedpara_conv2d", "fedpara_conv1d")
 _PERSONAL = ("x2", "y2", "t2")
 
 
@@ -61,47 +61,49 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def fedpara_weight_params(out: int, inp: int, rank: int, kernel: int | None = None) -> int:
-    """Factor parameters of one layer: ``2R(m + n)`` or ``2R(O + I + R k²)`` (no bias)."""
+def fedpara_weight_params(out: int, inp: int, rank: int, kernel: int | None = None, dims: int = 2) -> int:
+    """Factor parameters of one layer: ``2R(m + n)``, ``2R(O + I + R k²)`` (a conv2d) or
+    ``2R(O + I + R k)`` (a conv1d, ``dims=1``); no bias."""
     if kernel is None:
         return 2 * rank * (out + inp)
-    return 2 * rank * (out + inp + rank * kernel * kernel)
+    return 2 * rank * (out + inp + rank * kernel ** dims)
 
 
-def rank_bounds(out: int, inp: int, kernel: int | None = None) -> tuple[int, int]:
-    """``(r_min, r_max)`` of a ``out × inp`` linear (``kernel=None``) or a ``k × k`` conv."""
+def rank_bounds(out: int, inp: int, kernel: int | None = None, dims: int = 2) -> tuple[int, int]:
+    """``(r_min, r_max)`` of a ``out × inp`` linear (``kernel=None``), a ``k × k`` conv or (``dims=1``)
+    a conv1d of kernel ``k``."""
     out, inp = _positive_int("out", out), _positive_int("in", inp)
     if kernel is not None:
         _positive_int("kernel", kernel)
     small = min(out, inp)
     r_min = math.isqrt(small - 1) + 1  # ceil(sqrt(small))
-    dense = out * inp * (kernel * kernel if kernel else 1)
+    dense = out * inp * (kernel ** dims if kernel else 1)
     if kernel is None:
         r_max = dense // (2 * (out + inp))
-    else:  # largest R with 2 k² R² + 2 (O + I) R - O I k² <= 0
-        a, b = 2 * kernel * kernel, 2 * (out + inp)
+    else:  # largest R with 2 k² R² + 2 (O + I) R - O I k² <= 0 (k, not k², in 1-D)
+        a, b = 2 * kernel ** dims, 2 * (out + inp)
         r_max = int((-b + math.sqrt(b * b + 4 * a * dense)) / (2 * a)) + 1
-        while r_max > 0 and fedpara_weight_params(out, inp, r_max, kernel) > dense:
+        while r_max > 0 and fedpara_weight_params(out, inp, r_max, kernel, dims) > dense:
             r_max -= 1
     return r_min, r_max
 
 
-def rank_from_gamma(out: int, inp: int, gamma: float, kernel: int | None = None) -> int:
+def rank_from_gamma(out: int, inp: int, gamma: float, kernel: int | None = None, dims: int = 2) -> int:
     """``R = ceil((1 − γ) r_min + γ r_max)``, clamped so the layer never outgrows the dense one."""
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-    r_min, r_max = rank_bounds(out, inp, kernel)
+    r_min, r_max = rank_bounds(out, inp, kernel, dims)
     hi = max(r_max, 1)
     lo = min(r_min, hi)
     return max(lo, min(hi, math.ceil((1.0 - gamma) * lo + gamma * hi - 1e-9)))
 
 
 def _resolve_rank(out: int, inp: int, rank: int | None, gamma: float | None,
-                  kernel: int | None) -> int:
+                  kernel: int | None, dims: int = 2) -> int:
     if rank is not None and gamma is not None:
         raise ValueError("give either rank or gamma, not both")
     if rank is None:
-        return rank_from_gamma(out, inp, DEFAULT_GAMMA if gamma is None else gamma, kernel)
+        return rank_from_gamma(out, inp, DEFAULT_GAMMA if gamma is None else gamma, kernel, dims)
     if _positive_int("rank", rank) > MAX_RANK:
         raise ValueError(f"rank must be <= {MAX_RANK}, got {rank}")
     return rank
@@ -226,6 +228,48 @@ class FedParaConv2d(_FedPara):
                 f"tanh={self.use_tanh}, personal={self.personal}")
 
 
+class FedParaConv1d(_FedPara):
+    """Conv1d with ``W = (T1 ×1 X1 ×2 Y1) ⊙ (T2 ×1 X2 ×2 Y2)``, cores ``T`` of ``R × R × k``: Proposition
+    3's form with one kernel axis (``2R(O + I + R k)`` factor parameters)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
+                 rank: int | None = None, gamma: float | None = None, tanh: bool = False,
+                 stride: int = 1, padding: int = 0, bias: bool = True,
+                 personal: bool = False) -> None:
+        super().__init__()
+        self.in_channels = _positive_int("in_channels", in_channels)
+        self.out_channels = _positive_int("out_channels", out_channels)
+        self.kernel_size = _positive_int("kernel_size", kernel_size)
+        self.stride, self.padding = _positive_int("stride", stride), int(padding)
+        if self.padding < 0:
+            raise ValueError(f"padding must be >= 0, got {padding!r}")
+        self.rank = _resolve_rank(out_channels, in_channels, rank, gamma, kernel_size, dims=1)
+        self.use_tanh, self.personal = bool(tanh), bool(personal)
+        r, k = self.rank, kernel_size
+        for i in (1, 2):
+            setattr(self, f"t{i}", nn.Parameter(torch.empty(r, r, k)))
+            setattr(self, f"x{i}", nn.Parameter(torch.empty(out_channels, r)))
+            setattr(self, f"y{i}", nn.Parameter(torch.empty(in_channels, r)))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._init_factors(in_channels * k, 3, r * r)
+
+    def _inner(self, index: int) -> torch.Tensor:
+        t, x, y = (getattr(self, f"{n}{index}") for n in ("t", "x", "y"))
+        return torch.einsum("abk,oa,ib->oik", t, x, y)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+
+    def to_dense(self) -> nn.Conv1d:
+        """An ``nn.Conv1d`` computing exactly this layer."""
+        return dense_conv1d(self.composed_weight(), self.bias, self.stride, self.padding)
+
+    def extra_repr(self) -> str:
+        return (f"in={self.in_channels}, out={self.out_channels}, kernel={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, rank={self.rank}, "
+                f"tanh={self.use_tanh}, personal={self.personal}")
+
+
 def personal_names(model: nn.Module) -> list[str]:
     """State names of the device-only factors (``W2``) of every personal FedPara layer."""
     out = []
@@ -291,3 +335,13 @@ register_layer(
     _conv_flops,
     schema={"in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 15),
             "stride": int_field(1, 15, 1), "padding": int_field(0, 15, 0), **_COMMON})
+
+register_layer(
+    "fedpara_conv1d",
+    lambda a: FedParaConv1d(a["in"], a["out"], a["kernel"], stride=a["stride"],
+                            padding=a["padding"], **_flags(a)),
+    None, lambda a, s: LAYER_TYPES["conv1d"].out_shape({**a, "groups": 1}, s),  # type: ignore[misc]
+    lambda a: fedpara_weight_params(a["out"], a["in"], a["rank"], a["kernel"], dims=1) + a["out"] * a["bias"],
+    lambda a, s: LAYER_TYPES["conv1d"].flops({**a, "groups": 1}, s),  # type: ignore[misc]
+    schema={"in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 63),
+            "stride": int_field(1, 63, 1), "padding": int_field(0, 63, 0), **_COMMON})

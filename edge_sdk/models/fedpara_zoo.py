@@ -1,7 +1,7 @@
 """Zoo networks with every conv/linear layer factorised: FedPara, pFedPara and naive low-rank.
 
 :func:`fedpara_spec` takes a zoo family (``cnn4``, ``resnet_small``, ``mlp``) at width
-``p`` and replaces every ``conv2d`` (``groups = 1``) and every ``linear`` — stem,
+``p`` and replaces every ``conv2d`` and ``conv1d`` (``groups = 1``) and every ``linear`` — stem,
 shortcut projections and classifier included — by a ``fedpara_*`` layer. Ranks come
 from the *full-width* layer at the same position and the layer's ``γ`` (one ``gamma``
 for all layers, ``layer_gammas={index: γ}`` overrides by position in walk order), so
@@ -26,7 +26,7 @@ _Maker = Callable[[dict, dict, int], dict]  # (full-width layer, width-p layer, 
 
 
 def _factorisable(layer: dict) -> bool:
-    return layer["type"] == "linear" or (layer["type"] == "conv2d" and layer.get("groups", 1) == 1)
+    return layer["type"] == "linear" or (layer["type"] in ("conv1d", "conv2d") and layer.get("groups", 1) == 1)
 
 
 def _walk(full: list[dict], layers: list[dict], make: _Maker, counter: list[int]) -> list[dict]:
@@ -69,13 +69,21 @@ def factorisable_count(family: str, input_shape: Sequence[int], num_classes: int
     return counter[0]
 
 
-def _kernel(layer: dict) -> int | None:
-    return layer["kernel"] if layer["type"] == "conv2d" else None
+def _kernel(layer: dict) -> dict[str, int | None]:
+    """The ``kernel`` and ``dims`` of a layer's rank formulas (``kernel=None``: a linear layer)."""
+    if layer["type"] in ("conv1d", "conv2d"):
+        return {"kernel": layer["kernel"], "dims": 1 if layer["type"] == "conv1d" else 2}
+    return {"kernel": None}
+
+
+#: the factorised layer type that replaces each dense one
+_FEDPARA = dict(zip(("linear", "conv2d", "conv1d"), FEDPARA_TYPES, strict=True))
+_NAIVE = dict(zip(("linear", "conv2d", "conv1d"), NAIVE_TYPES, strict=True))
 
 
 def _shape_keys(layer: dict) -> dict[str, Any]:
     keys = {"in": layer["in"], "out": layer["out"], "bias": layer.get("bias", True)}
-    if layer["type"] == "conv2d":
+    if layer["type"] in ("conv1d", "conv2d"):
         keys.update(kernel=layer["kernel"], stride=layer.get("stride", 1),
                     padding=layer.get("padding", 0))
     return keys
@@ -96,9 +104,8 @@ def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
     gammas = _gammas(gamma, layer_gammas, factorisable_count(family, input_shape, num_classes, **zoo_kw))
 
     def make(ref: dict, layer: dict, i: int) -> dict:
-        rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], _kernel(ref))
-        kind = FEDPARA_TYPES[layer["type"] == "conv2d"]
-        return {"type": kind, **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
+        rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], **_kernel(ref))
+        return {"type": _FEDPARA[layer["type"]], **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
                 "personal": bool(personal)}
 
     layers = _walk(full["layers"], spec["layers"], make, [0])
@@ -116,9 +123,9 @@ def naive_lowrank_spec(family: str, input_shape: Sequence[int], num_classes: int
 
     def make(ref: dict, layer: dict, i: int) -> dict:
         kernel = _kernel(ref)
-        fedpara_rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], kernel)
-        rank = naive_rank_matching(ref["out"], ref["in"], fedpara_rank, kernel)
-        return {"type": NAIVE_TYPES[layer["type"] == "conv2d"], **_shape_keys(layer), "rank": rank}
+        fedpara_rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], **kernel)
+        rank = naive_rank_matching(ref["out"], ref["in"], fedpara_rank, **kernel)
+        return {"type": _NAIVE[layer["type"]], **_shape_keys(layer), "rank": rank}
 
     layers = _walk(full["layers"], spec["layers"], make, [0])
     return _finish(spec, layers, "lowrank", {"lowrank_gamma": float(gamma), "lowrank_width": float(width)})

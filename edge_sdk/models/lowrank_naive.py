@@ -18,25 +18,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edge_sdk.models.dense import dense_conv2d, dense_linear
+from edge_sdk.models.dense import dense_conv1d, dense_conv2d, dense_linear
 from edge_sdk.models.fedpara import INIT_GAIN2, MAX_RANK, fedpara_weight_params
 from edge_sdk.models.layers import LAYER_TYPES, MAX_CHANNELS, Shape, bool_field, int_field, register_layer
 
-__all__ = ["NaiveLowRankLinear", "NaiveLowRankConv2d", "naive_weight_params",
+__all__ = ["NaiveLowRankLinear", "NaiveLowRankConv1d", "NaiveLowRankConv2d", "naive_weight_params",
            "naive_rank_matching", "NAIVE_TYPES"]
 
-NAIVE_TYPES = ("lowrank_naive_linear", "lowrank_naive_conv2d")
+NAIVE_TYPES = ("lowrank_naive_linear", "lowrank_naive_conv2d", "lowrank_naive_conv1d")
 
 
-def naive_weight_params(out: int, inp: int, rank: int, kernel: int | None = None) -> int:
-    """``r(m + n)`` or ``r(O + I k²)``."""
-    return rank * (out + inp * (kernel * kernel if kernel else 1))
+def naive_weight_params(out: int, inp: int, rank: int, kernel: int | None = None, dims: int = 2) -> int:
+    """``r(m + n)``, ``r(O + I k²)`` or (``dims=1``) ``r(O + I k)``."""
+    return rank * (out + inp * (kernel ** dims if kernel else 1))
 
 
-def naive_rank_matching(out: int, inp: int, fedpara_rank: int, kernel: int | None = None) -> int:
+def naive_rank_matching(out: int, inp: int, fedpara_rank: int, kernel: int | None = None, dims: int = 2) -> int:
     """The naive rank with (as nearly as an integer allows) a FedPara layer's parameter count."""
-    target = fedpara_weight_params(out, inp, fedpara_rank, kernel)
-    per_rank = naive_weight_params(out, inp, 1, kernel)
+    target = fedpara_weight_params(out, inp, fedpara_rank, kernel, dims)
+    per_rank = naive_weight_params(out, inp, 1, kernel, dims)
     return min(MAX_RANK, max(1, round(target / per_rank)))
 
 
@@ -100,6 +100,33 @@ class NaiveLowRankConv2d(_Naive):
         return dense_conv2d(self.composed_weight(), self.bias, self.stride, self.padding)
 
 
+class NaiveLowRankConv1d(_Naive):
+    """Conv1d whose ``O × (I k)`` kernel unfolding is ``X Yᵀ``."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, rank: int,
+                 stride: int = 1, padding: int = 0, bias: bool = True) -> None:
+        super().__init__()
+        if min(in_channels, out_channels, kernel_size, rank, stride) < 1 or padding < 0 \
+                or rank > MAX_RANK:
+            raise ValueError(f"need positive sizes, padding >= 0 and 1 <= rank <= {MAX_RANK}")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        self.rank, self.stride, self.padding = rank, stride, padding
+        self.x = nn.Parameter(torch.empty(out_channels, rank))
+        self.y = nn.Parameter(torch.empty(in_channels, kernel_size, rank))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._init(in_channels * kernel_size)
+
+    def composed_weight(self) -> torch.Tensor:
+        return torch.einsum("oa,ika->oik", self.x, self.y)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+
+    def to_dense(self) -> nn.Conv1d:
+        """An ``nn.Conv1d`` computing exactly this layer."""
+        return dense_conv1d(self.composed_weight(), self.bias, self.stride, self.padding)
+
+
 _COMMON = {"out": int_field(1, MAX_CHANNELS), "rank": int_field(1, MAX_RANK), "bias": bool_field(True)}
 
 
@@ -129,3 +156,13 @@ register_layer(
     schema={"in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 15),
             "stride": int_field(1, 15, 1), "padding": int_field(0, 15, 0), **_COMMON})
 
+
+register_layer(
+    "lowrank_naive_conv1d",
+    lambda a: NaiveLowRankConv1d(a["in"], a["out"], a["kernel"], a["rank"], a["stride"],
+                                 a["padding"], a["bias"]),
+    None, lambda a, s: LAYER_TYPES["conv1d"].out_shape({**a, "groups": 1}, s),  # type: ignore[misc]
+    lambda a: naive_weight_params(a["out"], a["in"], a["rank"], a["kernel"], dims=1) + a["out"] * a["bias"],
+    lambda a, s: LAYER_TYPES["conv1d"].flops({**a, "groups": 1}, s),  # type: ignore[misc]
+    schema={"in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 63),
+            "stride": int_field(1, 63, 1), "padding": int_field(0, 63, 0), **_COMMON})

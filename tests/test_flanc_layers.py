@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edge_sdk.models.flanc import (FlancConv2d, FlancLinear, basis_names, dense_spec, flanc_modules,
+from edge_sdk.models.flanc import (FlancConv1d, FlancConv2d, FlancLinear, basis_names, dense_spec, flanc_modules,
                                    orthogonality_penalty, to_dense)
 from edge_sdk.models.flanc_zoo import FlancConfig, basis_in_for, flanc_specs
 from edge_sdk.models.spec import SpecError, build_model, count_params, validate_spec
@@ -94,8 +94,34 @@ def test_basis_in_divides_every_width_and_config_is_validated():
         FlancConfig(basis_fraction=0.0)
 
 
+@pytest.mark.parametrize("stride,padding,kernel", [(1, 2, 5), (2, 1, 3), (1, 0, 1)])
+def test_conv1d_two_stage_equals_precomposed(stride, padding, kernel):
+    torch.manual_seed(0)
+    layer = FlancConv1d(24, 20, basis_in=4, basis_out=5, kernel=kernel, stride=stride, padding=padding)
+    assert layer.basis.shape == (5, 4, kernel)
+    assert count_params(layer) == 5 * 4 * kernel + 20 * 6 * 5 + 20
+    x = torch.randn(3, 24, 37)
+    two, pre = layer.two_stage(x), layer.precomposed(x)
+    assert two.shape == pre.shape == torch.nn.functional.conv1d(
+        x, torch.zeros(20, 24, kernel), stride=stride, padding=padding).shape
+    assert torch.allclose(two, pre, atol=1e-5, rtol=0)
+    g_two = torch.autograd.grad(two.square().sum(), [layer.basis, layer.coeff])
+    g_pre = torch.autograd.grad(layer.precomposed(x).square().sum(), [layer.basis, layer.coeff])
+    for a, b in zip(g_two, g_pre):
+        assert torch.allclose(a, b, atol=1e-3, rtol=1e-4)
+
+
+def test_cnn1d_composes_all_but_its_stem_with_one_basis_for_every_width():
+    specs = flanc_specs("cnn1d", (2, 64), 4)
+    kinds = [layer["type"] for layer in specs["1.0"]["layers"] if "conv" in layer["type"]]
+    assert kinds == ["conv1d", "flanc_conv1d", "flanc_conv1d", "flanc_conv1d"]
+    shapes = {label: {n: tuple(p.shape) for n, p in build_model(spec).named_parameters()
+                      if n in basis_names(build_model(spec))} for label, spec in specs.items()}
+    assert len({tuple(sorted(s.items())) for s in shapes.values()}) == 1 and len(shapes["1.0"]) == 3
+
+
 @pytest.mark.parametrize("family,shape", [("cnn4", (1, 28, 28)), ("resnet_small", (3, 16, 16)),
-                                          ("mlp", (1, 8, 8))])
+                                          ("mlp", (1, 8, 8)), ("cnn1d", (2, 64))])
 def test_to_dense_computes_the_same_function(family, shape):
     torch.manual_seed(3)
     specs = flanc_specs(family, shape, 10)

@@ -14,7 +14,8 @@ channels (``R2 × R1 × k × k``, shared by every width) and *coefficients* ``U`
 two-stage one needs :data:`TWO_STAGE_ADVANTAGE` times fewer multiply-adds (on a CPU the
 single dense conv is faster per multiply-add). Both give the same outputs and gradients
 up to float rounding. :class:`FlancLinear`
-is the ``k = 1`` variant for ``(N, F)`` inputs. Spec layer types: ``flanc_conv2d``
+is the ``k = 1`` variant for ``(N, F)`` inputs and :class:`FlancConv1d` the one for series
+``(N, C, L)``. Spec layer types: ``flanc_conv2d``, ``flanc_conv1d``
 (keys ``in out basis_in basis_out kernel stride padding bias precompose``) and
 ``flanc_linear`` (``in out basis_in basis_out bias precompose``); parameters are
 named ``basis``, ``coeff`` and ``bias``. :func:`to_dense` turns a FLANC model into a
@@ -34,8 +35,9 @@ from edge_sdk.models.layers import (MAX_CHANNELS, Field, Shape, SpecError, bool_
 from edge_sdk.model_names import COEFF_INITS
 from edge_sdk.models.spec import SpecModel, build_model
 
-__all__ = ["FlancConv2d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "COEFF_INITS", "prefer_composed",
-           "flanc_modules", "basis_names", "init_coefficients", "orthogonality_penalty", "dense_spec", "to_dense"]
+__all__ = ["FlancConv2d", "FlancConv1d", "FlancLinear", "FLANC_LAYERS", "TWO_STAGE_ADVANTAGE", "COEFF_INITS",
+           "prefer_composed", "flanc_modules", "basis_names", "init_coefficients", "orthogonality_penalty",
+           "dense_spec", "to_dense"]
 
 
 #: Auto mode runs the two-stage forward only when it needs this many times fewer multiply-adds:
@@ -80,15 +82,16 @@ class _Composed(nn.Module):
     bias: nn.Parameter | None
 
     def __init__(self, in_features: int, out_features: int, basis_in: int, basis_out: int,
-                 kernel: int, bias: bool, precompose: bool | None) -> None:
+                 kernel: int, bias: bool, precompose: bool | None, kernel_dims: int = 2) -> None:
         super().__init__()
         if in_features % basis_in:
             raise ValueError(f"basis_in={basis_in} must divide in={in_features}")
         self.in_features, self.out_features = in_features, out_features
         self.basis_in, self.basis_out, self.kernel = basis_in, basis_out, kernel
+        self.kernel_dims = kernel_dims  # 2: a k × k conv2d kernel, 1: a conv1d's k taps
         self.groups = in_features // basis_in
         self.precompose = precompose
-        shape = (basis_out, basis_in, kernel, kernel) if kernel else (basis_out, basis_in)
+        shape = (basis_out, basis_in, *(kernel,) * kernel_dims) if kernel else (basis_out, basis_in)
         self.basis = nn.Parameter(torch.empty(shape))
         self.coeff = nn.Parameter(torch.empty(out_features, self.groups * basis_out))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
@@ -106,7 +109,7 @@ class _Composed(nn.Module):
         """Auto mode: see :func:`prefer_composed` (``batch_positions`` = batch × output pixels)."""
         if self.precompose is not None:
             return self.precompose
-        k2 = self.kernel * self.kernel if self.kernel else 1
+        k2 = self.kernel ** self.kernel_dims if self.kernel else 1
         return prefer_composed(*_macs_both(self.in_features, self.out_features, self.basis_in,
                                            self.basis_out, k2, batch_positions))
 
@@ -142,6 +145,32 @@ class FlancConv2d(_Composed):
         return self.precomposed(x) if self._use_composed(x.shape[0] * ho * wo) else self.two_stage(x)
 
 
+class FlancConv1d(_Composed):
+    """`FlancConv2d` over series ``(N, C, L)``: a basis of ``R2 × R1 × k`` filters."""
+
+    def __init__(self, in_channels: int, out_channels: int, basis_in: int, basis_out: int,
+                 kernel: int, stride: int = 1, padding: int = 0, bias: bool = True,
+                 precompose: bool | None = None) -> None:
+        super().__init__(in_channels, out_channels, basis_in, basis_out, kernel, bias, precompose, kernel_dims=1)
+        self.stride, self.padding = stride, padding
+
+    def two_stage(self, x: torch.Tensor) -> torch.Tensor:
+        """Basis conv on each group of ``R1`` channels, then the 1-tap coefficient conv."""
+        n, _, length = x.shape
+        y = F.conv1d(x.reshape(n * self.groups, self.basis_in, length), self.basis,
+                     stride=self.stride, padding=self.padding)
+        y = y.reshape(n, self.groups * self.basis_out, y.shape[2])
+        return F.conv1d(y, self.coeff[:, :, None], self.bias)
+
+    def precomposed(self, x: torch.Tensor) -> torch.Tensor:
+        """One dense convolution with :meth:`composed_weight`."""
+        return F.conv1d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lo = (x.shape[2] + 2 * self.padding - self.kernel) // self.stride + 1
+        return self.precomposed(x) if self._use_composed(x.shape[0] * lo) else self.two_stage(x)
+
+
 class FlancLinear(_Composed):
     """The ``k = 1`` variant for ``(N, F)`` inputs: ``y = U · blockdiag(V, …, V) · x + b``."""
 
@@ -162,7 +191,7 @@ class FlancLinear(_Composed):
         return self.precomposed(x) if self._use_composed(x.shape[0]) else self.two_stage(x)
 
 
-FLANC_LAYERS = (FlancConv2d, FlancLinear)
+FLANC_LAYERS = (FlancConv2d, FlancConv1d, FlancLinear)
 
 
 # ----------------------------------------------------------------- helpers on built models
@@ -210,6 +239,10 @@ def _dense_layer(layer: dict) -> dict:
     kind = layer.get("type")
     if kind == "flanc_conv2d":
         return {"type": "conv2d", "in": layer["in"], "out": layer["out"], "kernel": layer["kernel"],
+                "stride": layer.get("stride", 1), "padding": layer.get("padding", 0),
+                "bias": layer.get("bias", True)}
+    if kind == "flanc_conv1d":
+        return {"type": "conv1d", "in": layer["in"], "out": layer["out"], "kernel": layer["kernel"],
                 "stride": layer.get("stride", 1), "padding": layer.get("padding", 0),
                 "bias": layer.get("bias", True)}
     if kind == "flanc_linear":
@@ -283,6 +316,18 @@ def _conv_flops(layer: dict, shape: Shape) -> int:
     return 2 * _macs(layer, ho * wo, layer["kernel"] ** 2)
 
 
+def _conv1d_out(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 2:
+        raise SpecError(f"flanc_conv1d needs a (C, L) input, got shape {shape}")
+    c, length = shape
+    if c != layer["in"]:
+        raise SpecError(f"flanc_conv1d 'in' is {layer['in']} but the input has {c}")
+    lo = (length + 2 * layer["padding"] - layer["kernel"]) // layer["stride"] + 1
+    if lo < 1:
+        raise SpecError(f"kernel {layer['kernel']} does not fit input length {length} with padding {layer['padding']}")
+    return (layer["out"], lo)
+
+
 def _linear_out(layer: dict, shape: Shape) -> Shape:
     if len(shape) != 1:
         raise SpecError(f"flanc_linear needs a flat (F,) input, got shape {shape}; add 'flatten'")
@@ -304,6 +349,14 @@ register_layer(
     _check, _conv_out, lambda a: _params(a, a["kernel"] ** 2), _conv_flops,
     schema={**_COMMON, "in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 15),
             "stride": int_field(1, 15, 1), "padding": int_field(0, 15, 0)})
+register_layer(
+    "flanc_conv1d",
+    lambda a: FlancConv1d(a["in"], a["out"], a["basis_in"], a["basis_out"], a["kernel"],
+                          a["stride"], a["padding"], a["bias"], a["precompose"]),
+    _check, _conv1d_out, lambda a: _params(a, a["kernel"]),
+    lambda a, s: 2 * _macs(a, _conv1d_out(a, s)[1], a["kernel"]),
+    schema={**_COMMON, "in": int_field(1, MAX_CHANNELS), "kernel": int_field(1, 63),
+            "stride": int_field(1, 63, 1), "padding": int_field(0, 63, 0)})
 register_layer(
     "flanc_linear",
     lambda a: FlancLinear(a["in"], a["out"], a["basis_in"], a["basis_out"], a["bias"], a["precompose"]),

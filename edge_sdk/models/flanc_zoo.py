@@ -5,8 +5,9 @@
 ``resnet_small`` for 32×32 inputs, or
 ``mlp``) and replaces, at the same positions in every width:
 
-- each ``conv2d`` with a kernel > 1 whose input or output channels scale with the width
-  by a ``flanc_conv2d`` — except the stem, the network's first conv, which reads the image
+- each ``conv2d`` (``conv1d``: ``cnn1d`` on sensor series) with a kernel > 1 whose input or
+  output channels scale with the width by a ``flanc_conv2d`` (``flanc_conv1d``) — except the
+  stem, the network's first conv, which reads the image
   and stays a dense, width-specific conv (and so do 1×1 shortcut projections, as in the
   paper's code); in ``flanc_cnn`` the stem keeps 64 channels at every width and the first
   composed conv reads those 64 (basis over groups of 8), as the official ``cnn_flanc.py``;
@@ -72,7 +73,7 @@ def _composed(kind: str, full: dict, per_width: dict[float, dict], config: Flanc
     for p, layer in per_width.items():
         new = {"type": f"flanc_{kind}", "in": layer["in"], "out": layer["out"], "basis_in": r1,
                "basis_out": r2, "bias": layer.get("bias", True), "precompose": config.precompose}
-        if kind == "conv2d":
+        if kind in ("conv1d", "conv2d"):
             new.update(kernel=layer["kernel"], stride=layer.get("stride", 1), padding=layer.get("padding", 0))
         out[p] = new
     return out
@@ -81,15 +82,15 @@ def _composed(kind: str, full: dict, per_width: dict[float, dict], config: Flanc
 def _compose_lists(full: list[dict], per_width: dict[float, list[dict]], config: FlancConfig,
                    top: bool = True) -> dict[float, list]:
     result: dict[float, list] = {p: [] for p in per_width}
-    stem = next((i for i, layer in enumerate(full) if layer["type"] == "conv2d"), None) if top else None
+    stem = next((i for i, layer in enumerate(full) if layer["type"] in ("conv1d", "conv2d")), None) if top else None
     for i, ref in enumerate(full):
         at = {p: layers[i] for p, layers in per_width.items()}
         kind = ref["type"]
         scaled_in = len({layer.get("in") for layer in at.values()} | {ref.get("in")}) > 1
         scaled_out = len({layer.get("out") for layer in at.values()} | {ref.get("out")}) > 1
-        if kind == "conv2d" and ref["kernel"] > 1 and ref.get("groups", 1) == 1 \
+        if kind in ("conv1d", "conv2d") and ref["kernel"] > 1 and ref.get("groups", 1) == 1 \
                 and (scaled_in or (scaled_out and i != stem)):
-            new = _composed("conv2d", ref, at, config)
+            new = _composed(kind, ref, at, config)
         elif kind == "linear" and scaled_out:
             new = _composed("linear", ref, at, config)
         else:

@@ -3,6 +3,7 @@ its part is turned away at registration with a clear error."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import pytest
@@ -33,6 +34,20 @@ def test_every_method_runs_a_round_end_to_end(name, tmp_path, broker) -> None:
                               broker_url=broker.url, job=f"registry-{name}", plots=False,
                               options=OPTIONS.get(name, {}),
                               federation=sim_federation(rounds=1, train=TrainConfig(epochs=1, batch_size=32, lr=0.05)))
+    report = run_simulation(config)
+    assert report.rounds[0].aggregated and report.rounds[0].participants
+    assert not report.to_dict()["rejections"]
+    assert report.rounds[0].accuracy and all(0 <= a <= 1 for a in report.rounds[0].accuracy.values())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sktime") is None, reason="the sensors extra (sktime) is not installed")
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_method_runs_a_round_on_a_1d_model(name, tmp_path, broker) -> None:
+    """BasicMotions (6-channel series of 100) on cnn1d: conv1d, series_norm, batch norm, 1-D pools."""
+    config = SimulationConfig(method=name, clients=3, dataset="basicmotions", model="cnn1d", out=str(tmp_path),
+                              broker_url=broker.url, job=f"registry-1d-{name}", plots=False,
+                              options=OPTIONS.get(name, {}),
+                              federation=sim_federation(rounds=1, train=TrainConfig(epochs=1, batch_size=8, lr=0.05)))
     report = run_simulation(config)
     assert report.rounds[0].aggregated and report.rounds[0].participants
     assert not report.to_dict()["rejections"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_sdk.methods.settings.options import choice, number, option
+from edge_sdk.methods.settings.options import boolean, choice, number, option
 from edge_sdk.methods.settings.shared import (NORMS, ProxSettings, RobustConfig, ServerOptConfig, prox_group,
                                               robust_group, server_group)
 
@@ -24,6 +24,10 @@ class FedAvgSettings:
     #: None: the family's
     norm: str | None = option(None, choice(*NORMS), "norm layers; default: the model family's",
                               doc="`none`, `batchnorm`, `groupnorm`", doc_default="the family's")
+    static_bn: bool = option(True, boolean, "with BatchNorm: devices re-measure exact statistics after training",
+                             device=True,
+                             doc="with BatchNorm layers, each device replaces the running statistics by the exact "
+                                 "ones of its data under its trained weights (sBN, as HeteroFL and FLANC do)")
     robust: RobustConfig = robust_group()
     server: ServerOptConfig = server_group()
     prox: ProxSettings = prox_group()

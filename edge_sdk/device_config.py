@@ -18,7 +18,7 @@ from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.signing import load_public_key
 from edge_sdk.sources import (
     Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NoData, NpzSource, PythonSource, ReadOptions,
-    SqliteSource,
+    SqliteSource, WindowedSource, WindowSpec,
 )
 from edge_sdk.sources.npz import npz_has_test
 from edge_sdk.training import default_threads
@@ -35,7 +35,8 @@ _SOURCE_KEYS = ("dataset", "npz", "csv", "sqlite", "images", "python")
 #: keys that only some sources take
 _KEY_OWNERS = {"root": ("dataset",), "partition": ("dataset",), "shard": ("dataset",), "shards": ("dataset",),
                "query": ("sqlite",), "python_path": ("python",), "label": ("csv", "sqlite"),
-               "features": ("csv", "sqlite"), "key": ("csv", "sqlite")}
+               "features": ("csv", "sqlite"), "key": ("csv", "sqlite"), "window": ("csv", "sqlite"),
+               "stride": ("csv", "sqlite"), "window_label": ("csv", "sqlite")}
 _DATA_KEYS = {*_SOURCE_KEYS, *_KEY_OWNERS, "max_samples", "input_shape", "classes", "num_classes", "holdout"}
 #: `[data] holdout` when the key is absent (and the source names no held-out set of its own)
 DEFAULT_HOLDOUT = 0.2
@@ -81,12 +82,27 @@ def data_source_from_toml(config: dict) -> DataSource:
     features = _names(data, "features")
     columns = Columns(label=setting(data, "label", str, "label", "[data]"), features=features,
                       key=setting(data, "key", str, None, "[data]"), first_is_key=kind == "sqlite")
+    windows = _windows(data)
+    reading = options if windows is None else WindowedSource.reading_options(options)
     if kind == "csv":
-        return CsvSource(path, columns, options)
-    if "query" not in data:
+        source: DataSource = CsvSource(path, columns, reading)
+    elif "query" not in data:
         raise ValueError('[data] sqlite needs query = "SELECT ..." (e.g. "SELECT ts, temp, humidity, label FROM '
                          'readings")')
-    return SqliteSource(path, data["query"], columns, options)
+    else:
+        source = SqliteSource(path, data["query"], columns, reading)
+    return source if windows is None else WindowedSource(source, windows, options)
+
+
+def _windows(data: dict) -> WindowSpec | None:
+    """`[data] window`, `stride`, `window_label`: readings cut into windows (sources/windows.py)."""
+    if "window" not in data:
+        for key in ("stride", "window_label"):
+            if key in data:
+                raise ValueError(f"[data] {key} needs window = L (readings per window)")
+        return None
+    return WindowSpec(setting(data, "window", int, None, "[data]"), setting(data, "stride", int, None, "[data]"),
+                      setting(data, "window_label", str, "last", "[data]"))
 
 
 def holdout_from_toml(config: dict) -> float | None:

@@ -18,6 +18,7 @@ from edge_sdk.sources.npz import NpzSource
 from edge_sdk.sources.options import ReadOptions
 from edge_sdk.sources.sqlite_db import SqliteSource
 from edge_sdk.sources.table import Columns
+from edge_sdk.sources.windows import WindowedSource, WindowSpec
 
 __all__ = ["Columns", "CsvSource", "DataSource", "DatasetSource", "ImageFolderSource", "NoData", "NpzSource",
-           "PythonSource", "ReadOptions", "SourceRead", "SqliteSource"]
+           "PythonSource", "ReadOptions", "SourceRead", "SqliteSource", "WindowedSource", "WindowSpec"]

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from edge_sdk.data import load_dataset
 from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
 from edge_sdk.models.flanc import flanc_modules
@@ -91,10 +92,17 @@ def _encoded(body: object) -> int:
     return len(encode_envelope(Envelope.of(body, "coordinator", round=0)))
 
 
+def _task(args: argparse.Namespace) -> tuple[tuple[int, ...], int]:
+    """The dataset's sample shape and class count (images 1 x 28 x 28, PLAID's series 1 x 300, ...)."""
+    dataset = load_dataset(args.dataset)
+    return dataset.input_shape, dataset.num_classes
+
+
 def bytes_table(args: argparse.Namespace, reports: dict[str, dict] | None) -> float:
     """Per-round bytes of one device per width; returns FLANC/dense at p = 1."""
     norm = None if args.norm == "none" else args.norm
-    specs = flanc_specs(args.model, (1, 28, 28), 10, FlancConfig(WIDTHS), norm=norm)
+    shape, classes = _task(args)
+    specs = flanc_specs(args.model, shape, classes, FlancConfig(WIDTHS), norm=norm)
     train = TrainConfig().to_dict()
     print("\n(b) MQTT payload bytes per round for one device (download plan + upload update)")
     print(f"{'width':>6} {'FLANC params':>13} {'dense params':>13} {'FLANC bytes':>12} {'dense bytes':>12} "
@@ -103,7 +111,7 @@ def bytes_table(args: argparse.Namespace, reports: dict[str, dict] | None) -> fl
     for p in WIDTHS:
         label = width_label(p)
         flanc = build_model(specs[label])
-        dense_spec = model_for_dataset(args.model, (1, 28, 28), 10, width=p, norm=norm)
+        dense_spec = model_for_dataset(args.model, shape, classes, width=p, norm=norm)
         dense = build_model(dense_spec)
         f_tensors, d_tensors = state_to_numpy(flanc), state_to_numpy(dense)
         f_bytes = (_encoded(Plan("flanc", label, specs[label], f_tensors, train))
@@ -130,13 +138,14 @@ def step_costs(args: argparse.Namespace) -> float:
     """Median training-step time of composed vs dense per width; returns the worst ratio."""
     torch.set_num_threads(1)
     norm = None if args.norm == "none" else args.norm
-    specs = flanc_specs(args.model, (1, 28, 28), 10, FlancConfig(WIDTHS), norm=norm)
-    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    shape, classes = _task(args)
+    specs = flanc_specs(args.model, shape, classes, FlancConfig(WIDTHS), norm=norm)
+    x, y = torch.randn(32, *shape), torch.randint(0, classes, (32,))
     print("\n(c) one training step, batch 32, 1 thread (median ms over interleaved repetitions)")
     print(f"{'width':>6} {'dense':>8} {'composed':>9} {'ratio':>6} {'two-stage forced':>17}")
     worst = 0.0
     for p in WIDTHS:
-        models = {"dense": build_model(model_for_dataset(args.model, (1, 28, 28), 10, width=p, norm=norm)),
+        models = {"dense": build_model(model_for_dataset(args.model, shape, classes, width=p, norm=norm)),
                   "auto": build_model(specs[width_label(p)]), "two": build_model(specs[width_label(p)])}
         for _, module in flanc_modules(models["two"]):
             module.precompose = False

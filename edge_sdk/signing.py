@@ -103,11 +103,18 @@ class ModelSigner:
 
     def sign(self, model: Model, job: str, device: str, issued_ms: int | None = None) -> Model:
         """``model`` with ``issued_ms`` (default: now), this key's id and a signature for ``device``."""
+        return self.sign_each(model, job, [device], issued_ms)[device]
+
+    def sign_each(self, model: Model, job: str, devices: Sequence[str], issued_ms: int | None = None
+                  ) -> dict[str, Model]:
+        """`sign` for each of ``devices``, the model's bytes checked against their sha256 once (a
+        0.5 MB model published to 100 simulated devices hashed 50 MB before)."""
         if hashlib.sha256(bytes(model.data)).digest() != bytes(model.sha256):
             raise ValueError("model bytes do not match their sha256: refusing to sign")
         issued = time.time_ns() // 1_000_000 if issued_ms is None else issued_ms
         unsigned = replace(model, issued_ms=issued, key_id=self.key_id, signature=b"")
-        return replace(unsigned, signature=self.private_key.sign(manifest_bytes(unsigned, job, device)))
+        return {device: replace(unsigned, signature=self.private_key.sign(manifest_bytes(unsigned, job, device)))
+                for device in devices}
 
 
 def verify_model(model: Model, trusted: Sequence[bytes], job: str, device: str, not_before_ms: int = 0) -> None:

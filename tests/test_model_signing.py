@@ -158,6 +158,22 @@ def test_the_coordinator_never_signs_bytes_that_do_not_match_their_hash() -> Non
                      None, load_profile("raspberry-pi-4b"))  # type: ignore[arg-type]
 
 
+def test_signing_for_many_devices_gives_each_its_own_signature_and_checks_the_bytes_once(monkeypatch) -> None:
+    model = _model(b"x" * 1000)
+    hashed: list[int] = []
+    real = hashlib.sha256
+    monkeypatch.setattr("edge_sdk.signing.hashlib.sha256", lambda data=b"": hashed.append(len(data)) or real(data))
+    signed = A.sign_each(model, JOB, ["pi-1", "pi-2", "pi-3"], issued_ms=5)
+    assert hashed.count(1000) == 1  # the model's bytes, once for three devices
+    for device, one in signed.items():
+        verify_model(one, [A.public_key], JOB, device)
+        assert one == A.sign(model, JOB, device, issued_ms=5)  # Ed25519 is deterministic: what sign gives
+        with pytest.raises(SignatureRejected):
+            verify_model(one, [A.public_key], JOB, "pi-9")
+    with pytest.raises(ValueError, match="refusing to sign"):
+        A.sign_each(dataclasses.replace(model, data=b"other"), JOB, ["pi-1"])
+
+
 # --------------------------------------------------------------------------- the wire
 
 

@@ -148,8 +148,9 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
         message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
                         input_shape=input_shape)
         reached, unretained, reason = [], [], ""
+        signed_for = {} if signer is None else signer.sign_each(message, fleet.topics.job, devices, issued_ms)
         for device_id in devices:
-            signed = message if signer is None else signer.sign(message, fleet.topics.job, device_id, issued_ms)
+            signed = signed_for.get(device_id, message)
             model_ids[device_id], why = _send(fleet, device_id, signed, rnd, retain)
             if why is not None:
                 unretained.append(device_id)

@@ -82,7 +82,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=at_least(1), default=4, help="number of simulated devices")
     p.add_argument("--rounds", type=at_least(1), default=3, help="federated rounds")
     p.add_argument("--dataset", default="mnist-sample",
-                   help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE")
+                   help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE; sensor "
+                        "series (the sensors extra): plaid, acsf1, basicmotions")
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
     p.add_argument("--partition", default="iid", help="how data is split over devices: iid | shards:K (K classes "
                                                       "per device) | dirichlet:ALPHA")
@@ -126,7 +127,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
     p.add_argument("--model", default="cnn4",
-                   help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp; "
+                   help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp, "
+                        "cnn1d (sensor series); "
                         "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")
     p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
                                       "files), taken in turn (default: a mixed home fleet)")

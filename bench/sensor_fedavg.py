@@ -5,13 +5,16 @@ ceiling) beside FedAvg on 10 devices, IID and ``dirichlet:0.5``, over several se
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid,acsf1 --seeds 3
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets basicmotions --seeds 5
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --rounds 3 --seeds 1   # a quick look
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --seeds 3 --lr-decay 50:0.3,80:0.3
 
 The same training everywhere: cnn1d (series_norm, batch norm), SGD lr 0.05 momentum 0.9, batch
 32, one torch thread. Central: ``train_local`` on the whole training split for ``rounds`` epochs,
 as many passes over the training data as the federated run makes in all (10 of 10 devices a
 round, one local epoch each). Federated: ``run_simulation`` (embedded broker, every message over
-MQTT), the final global model's accuracy on the archive's test split. Prints each figure's mean,
-spread (min-max) and the runs.
+MQTT), the final global model's accuracy on the archive's test split. ``--lr-decay R:F,...``
+multiplies the lr by F from round R on, and from epoch R on centrally (trained in phases: the
+momentum buffer starts afresh at each milestone, as FedAvg's does every round). Prints each
+figure's mean, spread (min-max) and the runs.
 """
 
 from __future__ import annotations
@@ -36,33 +39,37 @@ from edge_sdk.models.spec import build_model  # noqa: E402
 from edge_sdk.models.zoo import model_for_dataset  # noqa: E402
 from edge_sdk.train_config import TrainConfig  # noqa: E402
 from edge_sdk.training import train_local  # noqa: E402
+from coordinator.runtime.lr_schedule import LrDecay, lr_factor, parse_lr_decay  # noqa: E402
 from simulation.config import SimulationConfig, sim_federation  # noqa: E402
 from simulation.simulate import run_simulation  # noqa: E402
 
 CLIENTS = 10
 
 
-def train_config(epochs: int) -> TrainConfig:
-    return TrainConfig(epochs=epochs, batch_size=32, lr=0.05, momentum=0.9, threads=1)
+def train_config(epochs: int, lr: float = 0.05) -> TrainConfig:
+    return TrainConfig(epochs=epochs, batch_size=32, lr=lr, momentum=0.9, threads=1)
 
 
-def central(name: str, epochs: int, seed: int) -> float:
+def central(name: str, epochs: int, seed: int, decay: LrDecay = ()) -> float:
     dataset = load_dataset(name)
     with seeded_init(seed):
         model = build_model(model_for_dataset("cnn1d", dataset.input_shape, dataset.num_classes))
-    train_local(model, dataset.x_train, dataset.y_train, train_config(epochs), seed=seed)
+    edges = [0, *[at for at, _ in decay if at < epochs], epochs]
+    for phase, (start, end) in enumerate(zip(edges, edges[1:])):
+        train_local(model, dataset.x_train, dataset.y_train, train_config(end - start, 0.05 * lr_factor(decay, start)),
+                    seed=seed * 1000 + phase)
     model.eval()
     with torch.no_grad():
         predicted = model(torch.from_numpy(np.ascontiguousarray(dataset.x_test))).argmax(1).numpy()
     return float((predicted == dataset.y_test).mean())
 
 
-def federated(name: str, partition: str, rounds: int, seed: int, work: Path) -> dict:
+def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = ()) -> dict:
     out = work / f"{name}-{partition.replace(':', '-')}-{seed}"
     config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model="cnn1d", partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
                               federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
-                                                        eval_every=rounds, train=train_config(1)))
+                                                        eval_every=rounds, lr_decay=decay, train=train_config(1)))
     report = run_simulation(config).to_dict()
     last = report["rounds"][-1]
     return {"accuracy": last["accuracy"]["global"],
@@ -79,19 +86,22 @@ def main() -> None:
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
     p.add_argument("--rounds", type=int, default=100, help="federated rounds = central epochs (default: %(default)s)")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--lr-decay", type=parse_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
+                   help="the lr times FACTOR from ROUND (round and epoch) on, centrally and federated alike")
     p.add_argument("--json", type=Path, help="also write every run here")
     args = p.parse_args()
     torch.set_num_threads(1)
-    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.rounds} rounds/epochs")
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.rounds} rounds/epochs, "
+          f"lr decay {args.lr_decay or 'none'}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
             row = results[name] = {"central": [], **{part: [] for part in args.partitions.split(",")}}
             for seed in range(args.seeds):
                 started = time.monotonic()
-                row["central"].append(central(name, args.rounds, seed))
+                row["central"].append(central(name, args.rounds, seed, args.lr_decay))
                 for part in args.partitions.split(","):
-                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp)))
+                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay))
                 print(f"  {name} seed {seed}: central {row['central'][-1]:.3f}, "
                       + ", ".join(f"{part} {row[part][-1]['accuracy']:.3f}" for part in args.partitions.split(","))
                       + f" ({time.monotonic() - started:.0f} s)", flush=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -187,8 +188,14 @@ class FedParaLinear(_FedPara):
                 f"tanh={self.use_tanh}, personal={self.personal}")
 
 
-class FedParaConv2d(_FedPara):
-    """Conv with ``W = (T1 ×1 X1 ×2 Y1) ⊙ (T2 ×1 X2 ×2 Y2)`` (Proposition 3)."""
+class _FedParaConv(_FedPara):
+    """Conv with ``W = (T1 ×1 X1 ×2 Y1) ⊙ (T2 ×1 X2 ×2 Y2)`` (Proposition 3), cores ``T`` of
+    ``R × R`` and the kernel's ``dims`` axes; the subclasses name the convolution."""
+
+    dims: int
+    _equation: str  # the einsum composing one term from T, X and Y
+    _conv: Callable[..., torch.Tensor]
+    _dense: Callable[..., nn.Module]
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
                  rank: int | None = None, gamma: float | None = None, tanh: bool = False,
@@ -201,26 +208,26 @@ class FedParaConv2d(_FedPara):
         self.stride, self.padding = _positive_int("stride", stride), int(padding)
         if self.padding < 0:
             raise ValueError(f"padding must be >= 0, got {padding!r}")
-        self.rank = _resolve_rank(out_channels, in_channels, rank, gamma, kernel_size)
+        self.rank = _resolve_rank(out_channels, in_channels, rank, gamma, kernel_size, self.dims)
         self.use_tanh, self.personal = bool(tanh), bool(personal)
         r, k = self.rank, kernel_size
         for i in (1, 2):
-            setattr(self, f"t{i}", nn.Parameter(torch.empty(r, r, k, k)))
+            setattr(self, f"t{i}", nn.Parameter(torch.empty(r, r, *(k,) * self.dims)))
             setattr(self, f"x{i}", nn.Parameter(torch.empty(out_channels, r)))
             setattr(self, f"y{i}", nn.Parameter(torch.empty(in_channels, r)))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._init_factors(in_channels * k * k, 3, r * r)
+        self._init_factors(in_channels * k ** self.dims, 3, r * r)
 
     def _inner(self, index: int) -> torch.Tensor:
         t, x, y = (getattr(self, f"{n}{index}") for n in ("t", "x", "y"))
-        return torch.einsum("abhw,oa,ib->oihw", t, x, y)
+        return torch.einsum(self._equation, t, x, y)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+        return type(self)._conv(x, self.composed_weight(), self.bias, self.stride, self.padding)
 
-    def to_dense(self) -> nn.Conv2d:
-        """An ``nn.Conv2d`` computing exactly this layer."""
-        return dense_conv2d(self.composed_weight(), self.bias, self.stride, self.padding)
+    def to_dense(self) -> nn.Module:
+        """A plain torch convolution computing exactly this layer."""
+        return type(self)._dense(self.composed_weight(), self.bias, self.stride, self.padding)
 
     def extra_repr(self) -> str:
         return (f"in={self.in_channels}, out={self.out_channels}, kernel={self.kernel_size}, "
@@ -228,46 +235,17 @@ class FedParaConv2d(_FedPara):
                 f"tanh={self.use_tanh}, personal={self.personal}")
 
 
-class FedParaConv1d(_FedPara):
-    """Conv1d with ``W = (T1 ×1 X1 ×2 Y1) ⊙ (T2 ×1 X2 ×2 Y2)``, cores ``T`` of ``R × R × k``: Proposition
-    3's form with one kernel axis (``2R(O + I + R k)`` factor parameters)."""
+class FedParaConv2d(_FedParaConv):
+    """A ``k × k`` conv2d with Proposition 3's factors (cores ``R × R × k × k``)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int,
-                 rank: int | None = None, gamma: float | None = None, tanh: bool = False,
-                 stride: int = 1, padding: int = 0, bias: bool = True,
-                 personal: bool = False) -> None:
-        super().__init__()
-        self.in_channels = _positive_int("in_channels", in_channels)
-        self.out_channels = _positive_int("out_channels", out_channels)
-        self.kernel_size = _positive_int("kernel_size", kernel_size)
-        self.stride, self.padding = _positive_int("stride", stride), int(padding)
-        if self.padding < 0:
-            raise ValueError(f"padding must be >= 0, got {padding!r}")
-        self.rank = _resolve_rank(out_channels, in_channels, rank, gamma, kernel_size, dims=1)
-        self.use_tanh, self.personal = bool(tanh), bool(personal)
-        r, k = self.rank, kernel_size
-        for i in (1, 2):
-            setattr(self, f"t{i}", nn.Parameter(torch.empty(r, r, k)))
-            setattr(self, f"x{i}", nn.Parameter(torch.empty(out_channels, r)))
-            setattr(self, f"y{i}", nn.Parameter(torch.empty(in_channels, r)))
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._init_factors(in_channels * k, 3, r * r)
+    dims, _equation, _conv, _dense = 2, "abhw,oa,ib->oihw", F.conv2d, dense_conv2d
 
-    def _inner(self, index: int) -> torch.Tensor:
-        t, x, y = (getattr(self, f"{n}{index}") for n in ("t", "x", "y"))
-        return torch.einsum("abk,oa,ib->oik", t, x, y)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv1d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+class FedParaConv1d(_FedParaConv):
+    """Proposition 3's form with one kernel axis: cores ``R × R × k``, ``2R(O + I + R k)`` factor
+    parameters."""
 
-    def to_dense(self) -> nn.Conv1d:
-        """An ``nn.Conv1d`` computing exactly this layer."""
-        return dense_conv1d(self.composed_weight(), self.bias, self.stride, self.padding)
-
-    def extra_repr(self) -> str:
-        return (f"in={self.in_channels}, out={self.out_channels}, kernel={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, rank={self.rank}, "
-                f"tanh={self.use_tanh}, personal={self.personal}")
+    dims, _equation, _conv, _dense = 1, "abk,oa,ib->oik", F.conv1d, dense_conv1d
 
 
 def personal_names(model: nn.Module) -> list[str]:

@@ -14,6 +14,8 @@ FedPara types, without ``tanh``/``personal``); both have ``to_dense()`` so
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,8 +75,14 @@ class NaiveLowRankLinear(_Naive):
         return dense_linear(self.composed_weight(), self.bias)
 
 
-class NaiveLowRankConv2d(_Naive):
-    """Conv whose ``O × (I k²)`` kernel unfolding is ``X Yᵀ``."""
+class _NaiveConv(_Naive):
+    """Conv whose ``O × (I kᵈ)`` kernel unfolding is ``X Yᵀ`` (``d`` = ``dims`` kernel axes); the
+    subclasses name the convolution."""
+
+    dims: int
+    _equation: str  # the einsum composing the kernel from X and Y
+    _conv: Callable[..., torch.Tensor]
+    _dense: Callable[..., nn.Module]
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, rank: int,
                  stride: int = 1, padding: int = 0, bias: bool = True) -> None:
@@ -85,46 +93,31 @@ class NaiveLowRankConv2d(_Naive):
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.rank, self.stride, self.padding = rank, stride, padding
         self.x = nn.Parameter(torch.empty(out_channels, rank))
-        self.y = nn.Parameter(torch.empty(in_channels, kernel_size, kernel_size, rank))
+        self.y = nn.Parameter(torch.empty(in_channels, *(kernel_size,) * self.dims, rank))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._init(in_channels * kernel_size * kernel_size)
+        self._init(in_channels * kernel_size ** self.dims)
 
     def composed_weight(self) -> torch.Tensor:
-        return torch.einsum("oa,ihwa->oihw", self.x, self.y)
+        return torch.einsum(self._equation, self.x, self.y)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, self.composed_weight(), self.bias, self.stride, self.padding)
+        return type(self)._conv(x, self.composed_weight(), self.bias, self.stride, self.padding)
 
-    def to_dense(self) -> nn.Conv2d:
-        """An ``nn.Conv2d`` computing exactly this layer."""
-        return dense_conv2d(self.composed_weight(), self.bias, self.stride, self.padding)
+    def to_dense(self) -> nn.Module:
+        """A plain torch convolution computing exactly this layer."""
+        return type(self)._dense(self.composed_weight(), self.bias, self.stride, self.padding)
 
 
-class NaiveLowRankConv1d(_Naive):
+class NaiveLowRankConv2d(_NaiveConv):
+    """Conv2d whose ``O × (I k²)`` kernel unfolding is ``X Yᵀ``."""
+
+    dims, _equation, _conv, _dense = 2, "oa,ihwa->oihw", F.conv2d, dense_conv2d
+
+
+class NaiveLowRankConv1d(_NaiveConv):
     """Conv1d whose ``O × (I k)`` kernel unfolding is ``X Yᵀ``."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, rank: int,
-                 stride: int = 1, padding: int = 0, bias: bool = True) -> None:
-        super().__init__()
-        if min(in_channels, out_channels, kernel_size, rank, stride) < 1 or padding < 0 \
-                or rank > MAX_RANK:
-            raise ValueError(f"need positive sizes, padding >= 0 and 1 <= rank <= {MAX_RANK}")
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-        self.rank, self.stride, self.padding = rank, stride, padding
-        self.x = nn.Parameter(torch.empty(out_channels, rank))
-        self.y = nn.Parameter(torch.empty(in_channels, kernel_size, rank))
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._init(in_channels * kernel_size)
-
-    def composed_weight(self) -> torch.Tensor:
-        return torch.einsum("oa,ika->oik", self.x, self.y)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv1d(x, self.composed_weight(), self.bias, self.stride, self.padding)
-
-    def to_dense(self) -> nn.Conv1d:
-        """An ``nn.Conv1d`` computing exactly this layer."""
-        return dense_conv1d(self.composed_weight(), self.bias, self.stride, self.padding)
+    dims, _equation, _conv, _dense = 1, "oa,ika->oik", F.conv1d, dense_conv1d
 
 
 _COMMON = {"out": int_field(1, MAX_CHANNELS), "rank": int_field(1, MAX_RANK), "bias": bool_field(True)}

@@ -237,13 +237,9 @@ def orthogonality_penalty(model: nn.Module) -> torch.Tensor:
 
 def _dense_layer(layer: dict) -> dict:
     kind = layer.get("type")
-    if kind == "flanc_conv2d":
-        return {"type": "conv2d", "in": layer["in"], "out": layer["out"], "kernel": layer["kernel"],
-                "stride": layer.get("stride", 1), "padding": layer.get("padding", 0),
-                "bias": layer.get("bias", True)}
-    if kind == "flanc_conv1d":
-        return {"type": "conv1d", "in": layer["in"], "out": layer["out"], "kernel": layer["kernel"],
-                "stride": layer.get("stride", 1), "padding": layer.get("padding", 0),
+    if kind in ("flanc_conv1d", "flanc_conv2d"):
+        return {"type": kind.removeprefix("flanc_"), "in": layer["in"], "out": layer["out"],
+                "kernel": layer["kernel"], "stride": layer.get("stride", 1), "padding": layer.get("padding", 0),
                 "bias": layer.get("bias", True)}
     if kind == "flanc_linear":
         return {"type": "linear", "in": layer["in"], "out": layer["out"], "bias": layer.get("bias", True)}

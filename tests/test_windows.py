@@ -96,3 +96,12 @@ def test_windows_need_readings_from_a_table(tmp_path) -> None:
         data_source_from_toml({"data": {"npz": str(tmp_path / "x.npz"), "window": 4}})
     with pytest.raises(NoData, match="3 valid readings, fewer than one window of 4"):
         source(write_log(tmp_path / "log.csv", ["rest"] * 3), window=4).read()
+
+
+def test_a_log_whose_windows_would_not_fit_is_refused_before_they_are_copied(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("edge_sdk.sources.windows.MAX_WINDOW_VALUES", 100)
+    log = write_log(tmp_path / "log.csv", ["rest"] * 40)
+    with pytest.raises(ValueError, match="11 windows of 2 x 10 values exceed 100 values in all; set "
+                                         r"\[data\] max_samples or a longer stride"):
+        source(log, window=10, stride=3).read()
+    assert source(log, window=10, stride=3, max_samples=5).read().data.x.shape == (5, 2, 10)  # within it

@@ -25,12 +25,14 @@ from edge_sdk.methods.base import LocalData
 from edge_sdk.sources.base import DataSource, NoData, Skipped, SourceRead
 from edge_sdk.sources.options import ReadOptions, raw_preprocessing
 
-__all__ = ["WINDOW_LABELS", "MAX_WINDOW", "WindowSpec", "WindowedSource", "cut_windows"]
+__all__ = ["WINDOW_LABELS", "MAX_WINDOW", "MAX_WINDOW_VALUES", "WindowSpec", "WindowedSource", "cut_windows"]
 
 WINDOW_LABELS = ("last", "majority", "uniform")
 #: the longest window (and stride), in readings
 MAX_WINDOW = 65_536
 MIXED = "window with mixed labels"
+#: the most values the windows of one read may hold in all (256 Mi floats: 1 GiB)
+MAX_WINDOW_VALUES = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,8 @@ def cut_windows(readings: LocalData, spec: WindowSpec, options: ReadOptions, ski
     if len(x) < length:
         raise NoData(f"{where}: {len(x)} valid readings, fewer than one window of {length}")
     ends = np.arange(length - 1, len(x), step)  # each window's newest reading
-    windows = np.stack([x[end - length + 1:end + 1].T for end in ends])  # (M, F, L)
-    labels = np.stack([y[end - length + 1:end + 1] for end in ends])  # (M, L)
+    # views, nothing copied: window i starts at reading i * step
+    labels = np.lib.stride_tricks.sliding_window_view(y, length)[::step]  # (M, L), oldest reading first
     if spec.label == "last":
         chosen, ok = labels[:, -1], np.ones(len(ends), dtype=bool)
     elif spec.label == "majority":
@@ -95,8 +97,13 @@ def cut_windows(readings: LocalData, spec: WindowSpec, options: ReadOptions, ski
     index = np.flatnonzero(ok)[::-1][:options.max_samples]  # newest first
     if not len(index):
         raise NoData(f"{where}: no window of {length} readings with one label (skipped {skipped.summary()})")
+    if len(index) * channels * length > MAX_WINDOW_VALUES:  # windows overlap: the log's size times L / S
+        raise ValueError(f"{where}: {len(index)} windows of {channels} x {length} values exceed "
+                         f"{MAX_WINDOW_VALUES:,} values in all; set [data] max_samples or a longer stride")
+    # only the windows kept are copied out of the readings (they overlap when the stride is short)
+    windows = np.lib.stride_tricks.sliding_window_view(x, length, axis=0)[::step][index]  # (M, F, L)
     window_keys = None if keys is None else np.ascontiguousarray(keys[ends[index]], dtype=np.uint64)
-    return LocalData(np.ascontiguousarray(windows[index], dtype=np.float32), chosen[index].astype(np.int64),
+    return LocalData(np.ascontiguousarray(windows, dtype=np.float32), chosen[index].astype(np.int64),
                      readings.num_classes, raw_preprocessing((channels, length), options.classes), window_keys)
 
 
@@ -106,9 +113,9 @@ class WindowedSource:
 
     def __init__(self, readings: DataSource, spec: WindowSpec, options: ReadOptions) -> None:
         self.readings, self.spec, self.options = readings, spec, options
-        label = f", labelled by the {spec.label} reading" if spec.label != "majority" else ", majority label"
-        self.description = (f"{readings.description}, windows of {spec.length} readings every {spec.step}"
-                            f"{label if spec.label != 'uniform' else ', one label each'}")
+        labelled = {"last": "labelled by their newest reading", "majority": "labelled by their most frequent label",
+                    "uniform": "one label each"}[spec.label]
+        self.description = f"{readings.description}, windows of {spec.length} readings every {spec.step}, {labelled}"
 
     @staticmethod
     def reading_options(options: ReadOptions) -> ReadOptions:

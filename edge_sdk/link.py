@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edge_sdk.protocol.chunking import DEFAULT_CHUNK_SIZE, Reassembler, split_envelope_payload
@@ -71,6 +72,9 @@ class MessageLink:
         self._partial_bytes: dict[tuple[str, str], int] = {}
         self.bytes_sent = 0
         self.bytes_received = 0
+        #: topics whose messages are plain text for someone else (e.g. Home Assistant's birth message),
+        #: not envelopes: handed to the handler of their topic on the thread that polls
+        self.plain_topics: dict[str, Callable[[str, bytes], None]] = {}
 
     def effective_chunk_size(self) -> int:
         """The configured chunk size, never above the broker's Maximum Packet Size."""
@@ -164,6 +168,9 @@ class MessageLink:
     def _handle(self, topic: str, payload: bytes) -> Received | Rejected | None:
         size = len(payload)
         self.bytes_received += size
+        if (plain := self.plain_topics.get(topic)) is not None:
+            plain(topic, payload)
+            return None
         try:
             envelope = decode_envelope(payload, self.config.limits)
             if not isinstance(envelope.body, Chunk):

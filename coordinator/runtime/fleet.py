@@ -208,6 +208,15 @@ class Fleet:
         #: devices' training here, so that one thread of the process runs torch
         #: (simulation/training_queue.py); messages are then handled between two pieces of work.
         self.while_waiting: Callable[[float], bool] | None = None
+        #: called when a device registered, came online or went offline (e.g. Home Assistant's state)
+        self.on_device_change: Callable[[DeviceRecord], None] | None = None
+        #: called at the start of every `pump` (each must be quick, and rate itself)
+        self.tickers: list[Callable[[], None]] = []
+        #: devices removed from the job (deploy/homeserver/remove-device.sh): never sampled, and
+        #: refused when they register again
+        self.removed: set[str] = set()
+        #: called with a device's id when it was removed (e.g. to clear it from Home Assistant)
+        self.on_removed: Callable[[str], None] | None = None
 
     def start(self) -> None:
         """Subscribe to every device's uplink and status; a device not asked for an update may
@@ -253,6 +262,8 @@ class Fleet:
         Messages the receive queue dropped over a device's budget, and its transfers that
         stalled or were evicted, are counted as that device's rejections."""
         self._roll_call_if_reconnected()
+        for tick in self.tickers:
+            tick()
         end = time.monotonic() + timeout
         late = 0
         while True:
@@ -328,6 +339,18 @@ class Fleet:
     def online(self) -> list[str]:
         """Ids of registered devices that are online, sorted."""
         return sorted(d.device_id for d in self.devices.values() if d.online)
+
+    def remove(self, device: str) -> None:
+        """Take ``device`` out of the job (its credentials were revoked): offline from now on, never
+        sampled again, and refused if it registers again."""
+        self.removed.add(device)
+        if (record := self.devices.get(device)) is not None and record.online:
+            record.online, record.offline_since = False, time.monotonic()
+            record.state, record.reason = "removed", "removed from the job"
+            self.link.discard_topic(self.topics.uplink(device))
+        log.warning("device %s removed from the job", device)
+        if self.on_removed is not None:
+            self.on_removed(device)
 
     def collect(self, rnd: int, participants: list[str], deadline_s: float,
                 check: Callable[[DeviceRecord, Update], None]) -> Collected:
@@ -435,6 +458,9 @@ class Fleet:
 
     def _on_register(self, device: str, env: Envelope) -> None:
         body: Register = env.body
+        if device in self.removed:
+            self._reject(device, ErrorCode.UNKNOWN_DEVICE, "this device was removed from the job", env.msg_id)
+            return
         try:
             profile = DeviceProfile.from_dict(body.profile)
         except (ValueError, TypeError, KeyError) as exc:
@@ -464,6 +490,8 @@ class Fleet:
         record.sdk_version = body.sdk_version[:32]
         if self.on_register is not None:
             self.on_register(record)
+        if self.on_device_change is not None:
+            self.on_device_change(record)
         log.info("registered %s (%s, %.1f GFLOPS, %d samples) as %s", device, profile.name,
                  profile.gflops, record.num_samples, record.label)
         self._reply(device, Ack(f"registered as {record.label}"), reply_to=env.msg_id)
@@ -537,7 +565,7 @@ class Fleet:
         record.num_samples = claimed
 
     def _on_status(self, device: str, env: Envelope) -> None:
-        if not isinstance(env.body, Status):
+        if not isinstance(env.body, Status) or device in self.removed:
             return
         record = self.devices.get(device)
         if record is None:
@@ -558,10 +586,15 @@ class Fleet:
                 dropped = self.link.discard_topic(self.topics.uplink(device))
                 log.warning("device %s went offline (%s); dropped %d partial transfers",
                             device, env.body.reason, dropped)
+                if self.on_device_change is not None:
+                    self.on_device_change(record)
             return
         # any other status is the word of a connected device
+        came_back = not record.online
         record.state, record.reason, record.online = env.body.state, env.body.reason[:200], True
         record.connection = max(record.connection, stamp)
+        if came_back and self.on_device_change is not None:
+            self.on_device_change(record)
         self._resend_plan(device)  # if it, or we, reconnected since its plan was sent
 
     def _resend_plan(self, device: str, lost: bool = False) -> None:

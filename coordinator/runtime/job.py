@@ -4,9 +4,9 @@ and `edgefl simulate` alike (they differ only in what they build before and run 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from edge_sdk.link import LinkConfig, MessageLink
 from edge_sdk.preprocessing import Preprocessing
@@ -14,16 +14,20 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.transport import MqttTransport, TransportConfig
 
+from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
+from coordinator.runtime.removed_devices import RemovedDevicesFile
 from coordinator.runtime.report import RoundRecord, RunReport
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.task import Task
 from coordinator.strategies.base import Strategy
 
 __all__ = ["JobConnection", "run_job"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,10 @@ class JobConnection:
     signer: ModelSigner | None = None
     #: what the job learns: devices whose data is of another task are refused (None: not checked)
     task: Task | None = None
+    #: the job and its devices in Home Assistant (MQTT discovery; off by default)
+    homeassistant: HomeAssistantConfig = field(default_factory=HomeAssistantConfig)
+    #: the file remove-device.sh appends removed devices' ids to (None: not watched)
+    removed_devices: str | None = None
 
 
 def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, out: str | Path, *,
@@ -51,20 +59,48 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
     ``beside(fleet)``: a context that runs while the rounds do (e.g. a simulation's devices); it
     is left before the coordinator disconnects, with the exception that stopped the job, if any.
     """
-    transport = MqttTransport(connection.transport)
+    home = None
+    transport_config = connection.transport
+    if connection.homeassistant.enabled:
+        home = HomeAssistantBridge(connection.homeassistant, connection.job, report.method, strategy.config.rounds,
+                                   strategy.config.checkpoint_dir)
+        transport_config = replace(transport_config, will=home.will(), birth=home.birth())
+    transport = MqttTransport(transport_config)
     transport.connect()
     finished = False
     try:
-        fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job), on_progress=on_progress,
+        fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job),
+                      on_progress=_both(on_progress, home.progress if home else None),
                       method=strategy.device_part(), limits=connection.limits, task=connection.task)
         if connection.signer is not None:
             attach_signer(fleet, connection.signer)
         fleet.start()
+        if connection.removed_devices is not None:
+            fleet.tickers.append(RemovedDevicesFile(connection.removed_devices, fleet.remove).check)
+        if home is not None:
+            home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
-            RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing).run(on_round)
+            loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing)
+            if home is not None:
+                loop.before_round = home.hold_if_paused
+            loop.run(_both(home.round_done if home else None, on_round))
             transport.wait_published(10.0)
         finished = True
     finally:
+        if home is not None:
+            home.finish(finished)
+            transport.wait_published(2.0)
         transport.close()
         report.write_outcome(Path(out), finished, plots=plots, describe=strategy.describe_label)
     return report
+
+
+def _both(first: Callable[[T], None] | None, second: Callable[[T], None] | None) -> Callable[[T], None] | None:
+    """A callback that calls ``first`` then ``second`` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def call(value: T) -> None:
+        first(value)
+        second(value)
+    return call

@@ -68,6 +68,8 @@ class RoundLoop:
         self._last_failure = ""
         fleet.on_register = self._on_register
         fleet.on_profile_update = self._on_profile_update
+        #: called before each round with its index; may hold the job there (e.g. paused from Home Assistant)
+        self.before_round: Callable[[int], None] | None = None
 
     # -- fleet events -------------------------------------------------------
     def _on_register(self, device: DeviceRecord) -> None:
@@ -93,6 +95,8 @@ class RoundLoop:
         every = config.publish_every
         try:
             for rnd in range(start, config.rounds):
+                if self.before_round is not None:
+                    self.before_round(rnd)
                 record = self._round(rnd)
                 report.add_round(record)
                 self._checkpoint(rnd)

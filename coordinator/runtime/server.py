@@ -18,6 +18,7 @@ from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.signing import ModelSigner
 from edge_sdk.transport import TransportConfig
 
+from coordinator.homeassistant import HomeAssistantConfig, homeassistant_from_toml
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.runtime.fleet import FleetProgress
@@ -34,7 +35,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _TOP_KEYS = {"method", "job", "out", "model", "dataset", "data_root", "public_dataset", "broker", "federation",
-             "train", "link", "options", "security", "limits", "task"}
+             "train", "link", "options", "security", "limits", "task",
+             "homeassistant", "removed_devices"}
 _LIMIT_KEYS = set(FleetLimits.__dataclass_fields__)
 
 
@@ -64,6 +66,11 @@ class CoordinatorConfig:
     #: `[task]` input_shape and num_classes (or the number of classes named): what the job learns; a
     #: device whose data is of another task is refused. None: the evaluation dataset's
     task_shape: Task | None = None
+    #: `[homeassistant]`: the job and its devices in Home Assistant (docs/homeassistant.md); off by default
+    homeassistant: HomeAssistantConfig = field(default_factory=HomeAssistantConfig)
+    #: the file deploy/homeserver/remove-device.sh appends a removed device's id to: the device is
+    #: taken out of the job (and cleared from Home Assistant); None: not watched
+    removed_devices: str | None = None
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -94,6 +101,8 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
+        homeassistant=homeassistant_from_toml(config),
+        removed_devices=setting(config, "removed_devices", str),
         **_task(path, config),
     )
 
@@ -193,7 +202,8 @@ def run_coordinator(config: CoordinatorConfig,
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
-    connection = JobConnection(config.transport, config.job, config.link, config.limits, signer, task)
+    connection = JobConnection(config.transport, config.job, config.link, config.limits, signer, task,
+                               homeassistant=config.homeassistant, removed_devices=config.removed_devices)
     return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,
                    on_round=on_round, on_progress=on_progress)
 

@@ -1,0 +1,159 @@
+"""Home Assistant's device-based MQTT discovery (Home Assistant >= 2024.11) for one edgefl job:
+the topics, and the config payload of the coordinator and of each device. The entities read JSON
+state that the coordinator publishes on edgefl's own topics (`HaTopics`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.homeassistant.names import clean_text, ha_id
+
+__all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config"]
+
+#: The coordinator's job states, in the order a job passes them.
+JOB_STATES = ("idle", "waiting_for_devices", "training", "paused", "finished", "interrupted")
+#: The pause switch's command payloads (the only ones the coordinator accepts).
+PAUSE, RESUME = "pause", "resume"
+_ORIGIN = "edgefl"
+
+
+@dataclass(frozen=True)
+class HaTopics:
+    """Where one job's Home Assistant messages go: discovery under ``prefix``, state, availability
+    and the one command topic under ``edgefl/<job>/ha``."""
+
+    job: str
+    prefix: str = "homeassistant"
+    root: str = "edgefl"
+
+    @property
+    def base(self) -> str:
+        return f"{self.root}/{self.job}/ha"
+
+    @property
+    def command(self) -> str:
+        return f"{self.base}/command"
+
+    @property
+    def coordinator_state(self) -> str:
+        return f"{self.base}/coordinator/state"
+
+    @property
+    def coordinator_availability(self) -> str:
+        return f"{self.base}/coordinator/availability"
+
+    def device_state(self, device: str) -> str:
+        return f"{self.base}/device/{device}/state"
+
+    def device_availability(self, device: str) -> str:
+        return f"{self.base}/device/{device}/availability"
+
+    @property
+    def coordinator_node(self) -> str:
+        """The coordinator's Home Assistant device id: one per job, stable across restarts."""
+        return ha_id(f"edgefl-job-{self.job}")
+
+    @staticmethod
+    def device_node(device: str) -> str:
+        """A device's Home Assistant device id: the same in every job and run."""
+        return ha_id(f"edgefl-dev-{device}")
+
+    def discovery(self, node: str) -> str:
+        return f"{self.prefix}/device/{node}/config"
+
+
+def _origin(version: str) -> dict[str, str]:
+    return {"name": _ORIGIN, "sw": version}
+
+
+def _sensor(node: str, key: str, name: str, state_topic: str, field: str, **extra: Any) -> dict[str, Any]:
+    return {"p": "sensor", "unique_id": f"{node}_{key}", "name": name, "state_topic": state_topic,
+            "value_template": f"{{{{ value_json.{field} }}}}", **extra}
+
+
+def _bytes(node: str, key: str, name: str, topic: str, field: str) -> dict[str, Any]:
+    return _sensor(node, key, name, topic, field, device_class="data_size", unit_of_measurement="B",
+                   state_class="total_increasing")
+
+
+def _percent(node: str, key: str, name: str, topic: str, template: str) -> dict[str, Any]:
+    return {"p": "sensor", "unique_id": f"{node}_{key}", "name": name, "state_topic": topic,
+            "value_template": template, "unit_of_measurement": "%", "state_class": "measurement",
+            "suggested_display_precision": 1}
+
+
+def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str,
+                       accuracy_labels: tuple[str, ...] = (), federated_labels: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The coordinator's discovery payload: the job's state, rounds, accuracy per model label
+    (central and federated, as far as the job has them), bytes, devices online, the last round's
+    duration and a switch that pauses the job after its current round."""
+    node, state = topics.coordinator_node, topics.coordinator_state
+    components: dict[str, dict[str, Any]] = {
+        "job_state": _sensor(node, "job_state", "Job state", state, "state", device_class="enum",
+                             options=list(JOB_STATES)),
+        "round": _sensor(node, "round", "Round", state, "round", state_class="measurement"),
+        "rounds": _sensor(node, "rounds", "Rounds in all", state, "rounds", entity_category="diagnostic"),
+        "devices_online": _sensor(node, "devices_online", "Devices online", state, "devices_online",
+                                  state_class="measurement"),
+        "bytes_down": _bytes(node, "bytes_down", "Bytes down", state, "bytes_down"),
+        "bytes_up": _bytes(node, "bytes_up", "Bytes up", state, "bytes_up"),
+        "round_duration": _sensor(node, "round_duration", "Last round duration", state, "round_seconds",
+                                  device_class="duration", unit_of_measurement="s", state_class="measurement"),
+        "paused": {"p": "switch", "unique_id": f"{node}_paused", "name": "Pause after this round",
+                   "command_topic": topics.command, "payload_on": PAUSE, "payload_off": RESUME,
+                   "state_topic": state, "state_on": PAUSE, "state_off": RESUME,
+                   "value_template": f"{{{{ '{PAUSE}' if value_json.paused else '{RESUME}' }}}}",
+                   "icon": "mdi:pause-circle-outline"},
+    }
+    for kind, field, labels in (("accuracy", "accuracy", accuracy_labels),
+                                ("federated_accuracy", "federated_accuracy", federated_labels)):
+        title = "Accuracy" if kind == "accuracy" else "Federated accuracy"
+        for label in labels:
+            key = f"{kind}_{ha_id(label)}"
+            components[key] = _percent(node, key, f"{title} {label}", state,
+                                       f"{{{{ value_json.{field}[{json.dumps(label)}] }}}}")
+    return {
+        "dev": {"ids": [node], "name": name, "mf": _ORIGIN, "mdl": f"coordinator ({method})", "sw": version},
+        "o": _origin(version),
+        "cmps": components,
+        "availability": [{"topic": topics.coordinator_availability}],
+        "qos": 1,
+    }
+
+
+def device_config(topics: HaTopics, device: str, *, model: str, sdk_version: str, version: str) -> dict[str, Any]:
+    """A device's discovery payload: its connectivity, the model it was assigned (width, rank or
+    level), the last round it trained, its local accuracy (federated evaluation), bytes, measured
+    GFLOPS and SDK version. Its entities are available while the coordinator is and, except its
+    connectivity, while the device is online too."""
+    node, state = topics.device_node(device), topics.device_state(device)
+    coordinator = {"topic": topics.coordinator_availability}
+    components = {
+        "online": {"p": "binary_sensor", "unique_id": f"{node}_online", "name": "Online",
+                   "device_class": "connectivity", "state_topic": state,
+                   "value_template": "{{ 'ON' if value_json.online else 'OFF' }}",
+                   "availability": [coordinator]},
+        "model": _sensor(node, "model", "Assigned model", state, "label", icon="mdi:tune-variant"),
+        "last_round": _sensor(node, "last_round", "Last round trained", state, "last_round",
+                              state_class="measurement"),
+        "accuracy": _percent(node, "accuracy", "Local accuracy", state, "{{ value_json.accuracy }}"),
+        "bytes_down": _bytes(node, "bytes_down", "Bytes down", state, "bytes_down"),
+        "bytes_up": _bytes(node, "bytes_up", "Bytes up", state, "bytes_up"),
+        "gflops": _sensor(node, "gflops", "Measured GFLOPS", state, "gflops", unit_of_measurement="GFLOPS",
+                          state_class="measurement", entity_category="diagnostic"),
+        "sdk_version": _sensor(node, "sdk_version", "SDK version", state, "sdk_version",
+                               entity_category="diagnostic"),
+    }
+    sdk = clean_text(sdk_version, "SDK version", device) or "unknown"
+    return {
+        "dev": {"ids": [node], "name": clean_text(device, "name", device), "mf": _ORIGIN,
+                "mdl": clean_text(model, "model", device) or "edge device", "sw": sdk,
+                "via_device": topics.coordinator_node},
+        "o": _origin(version),
+        "cmps": components,
+        "availability": [coordinator, {"topic": topics.device_availability(device)}],
+        "availability_mode": "all",
+        "qos": 1,
+    }

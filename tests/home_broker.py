@@ -63,6 +63,14 @@ class HomeBroker:
         return TransportConfig(**{"url": self.url, "client_id": "coord", "username": "coordinator",
                                   "password": password, "ca_file": str(self.ca), **overrides})
 
+    def homeassistant(self, **overrides: object) -> MqttTransport:
+        """A connected transport with Home Assistant's credentials (add-device.sh --homeassistant)."""
+        password = (self.tmp / "homeassistant" / "homeassistant.password").read_text().strip()
+        transport = MqttTransport(TransportConfig(**{"url": self.url, "client_id": "ha", "username": "homeassistant",
+                                                     "password": password, "ca_file": str(self.ca), **overrides}))
+        transport.connect()
+        return transport
+
     def coordinator(self, **overrides: object) -> MqttTransport:
         """A connected transport with the coordinator's credentials."""
         transport = MqttTransport(self.coordinator_config(**overrides))
@@ -73,9 +81,9 @@ class HomeBroker:
         self.broker.stop()
 
 
-def start_home_broker(tmp: Path, devices: tuple[str, ...] = ("pi-a", "pi-b")) -> HomeBroker:
-    """Certificates (make-certs.sh), users and bundles (add-device.sh) for ``devices`` and the
-    coordinator, and a started mosquitto with the shipped mosquitto.conf and ACL."""
+def start_home_broker(tmp: Path, devices: tuple[str, ...] = ("pi-a", "pi-b"), homeassistant: bool = False) -> HomeBroker:
+    """Certificates (make-certs.sh), users and bundles (add-device.sh) for ``devices``, the
+    coordinator (and Home Assistant), and a started mosquitto with the shipped mosquitto.conf and ACL."""
     certs, passwd = tmp / "certs", tmp / "edgefl.passwd"
     subprocess.run([HOME / "make-certs.sh", "edgefl-test", "--out", certs], check=True, capture_output=True)
     port = free_port()
@@ -85,6 +93,9 @@ def start_home_broker(tmp: Path, devices: tuple[str, ...] = ("pi-a", "pi-b")) ->
                         "--broker-url", f"mqtts://127.0.0.1:{port}", *args], check=True, env=env, capture_output=True)
     subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / "coordinator", "--no-reload",
                     "--coordinator"], check=True, env=env, capture_output=True)
+    if homeassistant:
+        subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / "homeassistant", "--no-reload",
+                        "--homeassistant"], check=True, env=env, capture_output=True)
     acl = tmp / "edgefl.acl"  # add-device.sh made it next to the password file from deploy/homeserver/edgefl.acl
     broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, acl, certs)))
     broker.start()

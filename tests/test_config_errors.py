@@ -63,6 +63,12 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
      "[task]: unknown keys ['input_shap']; allowed: ['classes', 'input_shape', 'mean', 'num_classes', 'std']"),
     ('dataset = "digits"\n[train]\nlr = 2.0\n[federation]\nlr_decay = "5:10"\n',
      "[federation] lr_decay: from round 6 the lr would be 20 (lr 2 times 10); a device takes at most 10"),
+    ('dataset = "digits"\n[homeassistant]\nenabled = true\nprefix = "homeassistant/#"\n',
+     "[homeassistant] prefix 'homeassistant/#' is not a topic of [A-Za-z0-9_-] levels"),
+    ('dataset = "digits"\n[homeassistant]\nbirth_topic = "/status"\n',
+     "[homeassistant] birth_topic '/status' is not a topic of [A-Za-z0-9_-] levels"),
+    ('dataset = "digits"\n[homeassistant]\nenabled = "yes"\n', "[homeassistant] enabled must be"),
+    ('dataset = "digits"\n[homeassistant]\nprefx = "ha"\n', "[homeassistant]: unknown keys ['prefx']"),
 ])
 def test_a_coordinator_config_error_names_the_file_and_the_key(tmp_path, toml, words):
     path = tmp_path / "coordinator.toml"

@@ -4,6 +4,7 @@
 # password, ca.crt, the coordinator's public key model-signing.pub) to copy to it and install
 # with `install.sh --bundle DIR`. Running it again for a name changes its password. The
 # coordinator's bundle also gets the Ed25519 key that signs published models (made once).
+# --homeassistant makes Home Assistant's MQTT user (docs/homeassistant.md).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,6 +25,8 @@ usage() {
 usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT username
        add-device.sh --coordinator [NAME]  a coordinator's MQTT user (default "coordinator"; another
                      name for a second job at once: each MQTT user holds one connection)
+       add-device.sh --homeassistant [NAME]  Home Assistant's MQTT user (default "homeassistant"): it
+                     reads the fleet's discovery, state and availability and writes the pause switch
   --broker-url URL   what the device connects to (default mqtts://<this host's FQDN>:8883)
   --job NAME         job name in the device's client.toml (default home)
   --out DIR          bundle directory (default ./edgefl-devices/NAME)
@@ -42,6 +45,7 @@ die() { echo "add-device.sh: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     case $1 in
         --coordinator) ROLE=coordinator ;;
+        --homeassistant) ROLE=homeassistant ;;
         --broker-url) URL=${2:?--broker-url needs a URL}; shift ;;
         --job) JOB=${2:?--job needs a name}; shift ;;
         --out) OUT=${2:?--out needs a directory}; shift ;;
@@ -57,13 +61,13 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-[ "$ROLE" = device ] || NAME=${NAME:-coordinator}
+[ "$ROLE" = device ] || NAME=${NAME:-$ROLE}
 [ -n "$NAME" ] || { usage >&2; die "NAME is required"; }
 ID_RE='^[A-Za-z0-9_.-]{1,128}$'
 [[ $NAME =~ $ID_RE ]] || die "invalid name '$NAME': use 1-128 of [A-Za-z0-9_.-]"
 [[ $JOB =~ $ID_RE ]] || die "invalid job name '$JOB'"
-if [ "$ROLE" = device ] && [ "$NAME" = coordinator ]; then
-    die "'coordinator' is reserved for the coordinator (use --coordinator)"
+if [ "$ROLE" = device ] && { [ "$NAME" = coordinator ] || [ "$NAME" = homeassistant ]; }; then
+    die "'$NAME' is reserved (use --$NAME)"
 fi
 URL=${URL:-mqtts://$(hostname -f 2>/dev/null || hostname):8883}
 URL_RE='^mqtts?://[][A-Za-z0-9.:_-]+$'
@@ -104,23 +108,28 @@ bundle_signing_pub() {
     grep -q '^trusted_keys = ' "$OUT/client.toml" || die "$TEMPLATE has no '# trusted_keys = ' line"
 }
 
-# is_coordinator_user NAME: whether the ACL's `user NAME` block reads every uplink (a coordinator's)
-is_coordinator_user() {
+# user_role NAME: the role of the ACL's `user NAME` block: coordinator (it reads every uplink),
+# homeassistant (it writes the command topic) or device
+user_role() {
     awk -v u="user $1" '$0 == u { on = 1; next } /^user / { on = 0 }
-        on && $0 == "topic read edgefl/+/up/+" { found = 1 } END { exit !found }' "$ACL"
+        on && $0 == "topic read edgefl/+/up/+" { role = "coordinator" }
+        on && $0 == "topic write edgefl/+/ha/command" { role = "homeassistant" }
+        END { print (role ? role : "device") }' "$ACL"
+}
+# block_lines NAME: the topic lines of `user NAME` in the template ACL
+block_lines() {
+    [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
+    awk -v u="user $1" '$0 == u { on = 1; next } /^user / { on = 0 } on && /^topic /' "$SCRIPT_DIR/edgefl.acl"
 }
 if [ "$ROLE" = device ] && [ -f "$SIGNING_PUB" ]; then
     if ! grep -q "BEGIN PUBLIC KEY" "$SIGNING_PUB" || grep -q "PRIVATE KEY" "$SIGNING_PUB"; then
         die "$SIGNING_PUB is not a PEM public key (give the coordinator's model-signing.pub)"
     fi
 fi
-# A name keeps its role: a device never gets a coordinator's ACL block, nor the reverse.
+# A name keeps its role: a device never gets a coordinator's or Home Assistant's ACL block, nor the reverse.
 if [ -f "$ACL" ] && grep -qxF "user $NAME" "$ACL"; then
-    if [ "$ROLE" = device ] && is_coordinator_user "$NAME"; then
-        die "'$NAME' is a coordinator user in $ACL, not a device"
-    elif [ "$ROLE" = coordinator ] && ! is_coordinator_user "$NAME"; then
-        die "'$NAME' is a device in $ACL, not a coordinator user"
-    fi
+    HAS=$(user_role "$NAME")
+    [ "$HAS" = "$ROLE" ] || die "'$NAME' is a $HAS user in $ACL, not a $ROLE"
 fi
 
 umask 077
@@ -149,14 +158,13 @@ if [ "$ROLE" = device ] && ! grep -qxF "user $NAME" "$ACL"; then
     printf '\nuser %s\ntopic read edgefl/+/coord\n' "$NAME" >> "$ACL"
     echo "==> $NAME may read the broadcast edgefl/+/coord ($ACL)"
 fi
-# Another coordinator user (a second job at once) gets the topic lines of `user coordinator`.
-if [ "$ROLE" = coordinator ] && [ "$NAME" != coordinator ] && ! grep -qxF "user $NAME" "$ACL"; then
-    [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
-    LINES=$(awk '$0 == "user coordinator" { on = 1; next } /^user / { on = 0 } on && /^topic /' \
-        "$SCRIPT_DIR/edgefl.acl")
-    [ -n "$LINES" ] || die "$SCRIPT_DIR/edgefl.acl has no 'user coordinator' block"
+# Another coordinator user (a second job at once) gets the topic lines of `user coordinator`, another
+# Home Assistant user those of `user homeassistant`.
+if [ "$ROLE" != device ] && ! grep -qxF "user $NAME" "$ACL"; then
+    LINES=$(block_lines "$ROLE")
+    [ -n "$LINES" ] || die "$SCRIPT_DIR/edgefl.acl has no 'user $ROLE' block"
     printf '\nuser %s\n%s\n' "$NAME" "$LINES" >> "$ACL"
-    echo "==> $NAME may do what the coordinator does ($ACL)"
+    echo "==> $NAME may do what user $ROLE does ($ACL)"
 fi
 
 mkdir -p "$OUT"
@@ -168,6 +176,13 @@ if [ "$ROLE" = coordinator ]; then
     echo "    install it as /etc/edgefl/coordinator.password (mode 0640, group edgefl-coordinator)"
     [ "$NAME" = coordinator ] || echo "    and set username = \"$NAME\" in that job's coordinator.toml"
     make_signing_key
+elif [ "$ROLE" = homeassistant ]; then
+    printf '%s\n' "$PASSWORD" > "$OUT/homeassistant.password"
+    chmod 0600 "$OUT/homeassistant.password"
+    [ -f "$CA" ] && cp "$CA" "$OUT/ca.crt" && chmod 0644 "$OUT/ca.crt"
+    echo "==> user $NAME in $PASSWD; its password is in $OUT/homeassistant.password"
+    echo "    in Home Assistant: Settings > Devices & services > MQTT: broker $(hostname -f 2>/dev/null || hostname),"
+    echo "    port 8883, username $NAME, that password, TLS with the CA $OUT/ca.crt (docs/homeassistant.md)"
 else
     [ -f "$TEMPLATE" ] || die "template $TEMPLATE is missing"
     printf '%s\n' "$PASSWORD" > "$OUT/password"

@@ -34,7 +34,8 @@ def _simulate(args: argparse.Namespace) -> int:
     )
     config = SimulationConfig(
         method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
-        partition=args.partition, out=args.out, broker_url=args.broker, model=args.model,
+        partition=args.partition, out=args.out, broker_url=args.broker,
+        homeassistant=args.homeassistant, model=args.model,
         profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
         throttle=args.throttle, link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=option_pairs(args.option), sim_device=args.sim_device,
@@ -126,6 +127,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
+    p.add_argument("--homeassistant", metavar="PREFIX", nargs="?", const="homeassistant",
+                   help="publish the job and its devices to Home Assistant by MQTT discovery under PREFIX "
+                        "(default homeassistant) on --broker (docs/homeassistant.md); off by default")
     p.add_argument("--model", default="cnn4",
                    help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp, "
                         "cnn1d (sensor series); "

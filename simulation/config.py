@@ -51,6 +51,9 @@ class SimulationConfig:
     job: str = "sim"
     link: LinkConfig = field(default_factory=LinkConfig)
     plots: bool = True
+    #: publish the job and its simulated devices to Home Assistant (MQTT discovery under this prefix,
+    #: docs/homeassistant.md); None: off
+    homeassistant: str | None = None
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto

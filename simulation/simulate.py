@@ -29,6 +29,7 @@ from edge_sdk.signing import ModelSigner
 from edge_sdk.training import torch_threads
 from edge_sdk.transport import TransportConfig
 
+from coordinator.homeassistant import HomeAssistantConfig
 from coordinator.runtime.broker import EmbeddedBroker
 from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import Fleet, FleetProgress
@@ -74,6 +75,7 @@ def run_simulation(config: SimulationConfig,
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
+    homeassistant = _homeassistant(config)
     checkpoint_dir = config.federation.checkpoint_dir
     if checkpoint_dir is not None:
         writable_dir(checkpoint_dir, "--checkpoint-dir")
@@ -136,7 +138,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
 
         connection = JobConnection(TransportConfig(url=url, client_id=f"{config.job}-coordinator"), config.job,
                                    config.link, signer=signer,
-                                   task=Task(tuple(dataset.input_shape), dataset.num_classes))
+                                   task=Task(tuple(dataset.input_shape), dataset.num_classes),
+                                   homeassistant=homeassistant)
         return run_job(strategy, report, connection, config.out, beside=simulated_devices,
                        eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing,
                        on_round=on_round, on_progress=on_progress, plots=config.plots)
@@ -147,10 +150,22 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
             shutil.rmtree(shards_dir, ignore_errors=True)
 
 
+def _homeassistant(config: SimulationConfig) -> HomeAssistantConfig:
+    """`--homeassistant PREFIX`: Home Assistant's discovery under that prefix (its birth message on
+    ``PREFIX/status``, as Home Assistant's default); off without it."""
+    if config.homeassistant is None:
+        return HomeAssistantConfig()
+    try:
+        return HomeAssistantConfig(enabled=True, prefix=config.homeassistant,
+                                   birth_topic=f"{config.homeassistant}/status")
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("[homeassistant] prefix", "--homeassistant")) from None
+
+
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.
-RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "round_deadline_s", "sim_device", "backend",
-                     "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker", "checkpoint_dir",
-                     "job", "threads")
+RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "homeassistant", "round_deadline_s", "sim_device",
+                     "backend", "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker",
+                     "checkpoint_dir", "job", "threads")
 #: ...and in its training settings, how many torch threads train (where, not what).
 RESUMABLE_TRAIN_CHANGES = ("threads",)
 #: The job's settings, kept beside its checkpoint.

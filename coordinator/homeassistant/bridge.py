@@ -15,6 +15,7 @@ from edge_sdk.client import SDK_VERSION
 from edge_sdk.transport import MqttTransport, Will
 
 from coordinator.homeassistant.config import HomeAssistantConfig
+from coordinator.homeassistant.names import clean_text
 from coordinator.homeassistant.discovery import PAUSE, RESUME, HaTopics, coordinator_config, device_config
 
 if TYPE_CHECKING:
@@ -126,10 +127,11 @@ class HomeAssistantBridge:
             _, samples, correct, _ = record.last_evaluation
             accuracy = round(100.0 * correct / samples, 2) if samples else None
         gflops = record.profile.gflops
-        return {"online": record.online, "label": record.label or "", "last_round": self._last_round.get(record.device_id),
-                "accuracy": accuracy, "bytes_down": record.bytes_down, "bytes_up": record.bytes_up,
+        return {"online": record.online, "label": record.label or "",
+                "last_round": self._last_round.get(record.device_id), "accuracy": accuracy,
+                "bytes_down": record.bytes_down, "bytes_up": record.bytes_up,
                 "gflops": round(gflops, 3) if math.isfinite(gflops) else None,
-                "sdk_version": record.sdk_version[:64]}
+                "sdk_version": clean_text(record.sdk_version, "SDK version", record.device_id)}
 
     def device_removed(self, device: str) -> None:
         """Clear a device removed from the job from Home Assistant (empty retained payloads)."""

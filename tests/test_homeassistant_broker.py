@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.homeassistant.discovery import HaTopics
-from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
 from tests.home_broker import HOME, start_home_broker

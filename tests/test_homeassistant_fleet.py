@@ -99,11 +99,17 @@ def test_a_job_in_home_assistant(mosquitto_broker, tmp_path):
 
     rounds_seen: list[int] = []
     outcome: dict = {}
+    pause_sent = threading.Event()
+
+    def on_round(record) -> None:
+        rounds_seen.append(record.round)
+        if record.round == 0:  # the pause arrives while round 1 ends: the job holds before round 2
+            pause_sent.wait(30)
 
     def job_thread() -> None:
         try:
             outcome["report"] = run_job(strategy, RunReport(method="fedavg", config={}), connection, tmp_path / "out",
-                                        beside=devices, eval_data=EvalData(digits.x_test, digits.y_test), on_round=lambda r: rounds_seen.append(r.round), plots=False)
+                                        beside=devices, eval_data=EvalData(digits.x_test, digits.y_test), on_round=on_round, plots=False)
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             outcome["error"] = exc
 
@@ -121,8 +127,12 @@ def test_a_job_in_home_assistant(mosquitto_broker, tmp_path):
     # pause after the first round
     observer.wait_for(lambda: rounds_seen, what="round 1")
     pauser.publish(topics.command, b"pause")
+    assert pauser.wait_published(5)
+    time.sleep(0.5)  # delivered to the coordinator meanwhile (it takes ms)
+    pause_sent.set()
     observer.wait_for(lambda: observer.state(topics.coordinator_state).get("state") == "paused", what="paused")
     held_at = len(rounds_seen)
+    assert held_at == 1
     assert (checkpoints / "paused").exists()  # a restarted coordinator stays paused
     pauser.publish(topics.command, b"reboot now")  # not a command: ignored
     # Home Assistant restarts: discovery again

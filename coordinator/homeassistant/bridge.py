@@ -207,8 +207,12 @@ class HomeAssistantBridge:
             log.warning("the pause is not kept across a restart: %s", exc)
 
     def hold_if_paused(self, rnd: int) -> None:
-        """Before round ``rnd``: while the job is paused, handle messages and wait."""
-        if not self.paused or self.fleet is None:
+        """Before round ``rnd``: while the job is paused, handle messages and wait. A command that
+        arrived during the last round (and its report) counts: it is taken first."""
+        if self.fleet is None:
+            return
+        self.fleet.pump(0.0)
+        if not self.paused:
             return
         log.warning("paused before round %d: resume from Home Assistant", rnd + 1)
         self.set_job_state("paused")

@@ -17,7 +17,8 @@ from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.codec import packb
-from edge_sdk.protocol.messages import Ack, Envelope, Error, Register, Update, decode_envelope, encode_envelope
+from edge_sdk.protocol.messages import (Ack, Envelope, Error, Register, Status, Update, decode_envelope,
+                                        encode_envelope)
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
 
@@ -149,6 +150,28 @@ def test_a_device_that_declines_does_not_hold_the_round_open(setup):
     assert not collector.is_alive()
     assert result == {}
     assert time.monotonic() - started < 15  # closed long before the 30 s deadline
+
+
+def test_a_removed_device_is_not_heard_nor_waited_for(setup):
+    """remove-device.sh took it out (coordinator/runtime/removed_devices.py): its connection may
+    stay open, but its registration is refused, its status and update are not heard, and a round it
+    was asked in closes without waiting out the rejoin grace."""
+    strategy, fleet, peer = setup
+    removed: list[str] = []
+    fleet.on_removed = removed.append
+    fleet.remove(DEVICE)
+    assert removed == [DEVICE] and fleet.online() == [] and fleet.devices[DEVICE].state == "removed"
+    peer.send(Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), rnd=-1)
+    fleet.pump(1.0)
+    refused = peer.reply()
+    assert refused.body.code == "unknown_device" and "removed" in refused.body.message
+    peer.send(Status("online", "back"), rnd=-1)
+    fleet.pump(0.5)
+    assert fleet.online() == []
+    started = time.monotonic()
+    peer.send(Update("global", _good_tensors(strategy), 10, {}), rnd=0)
+    collected = fleet.collect(0, [DEVICE], 30.0, strategy.check_update)
+    assert collected.updates == {} and time.monotonic() - started < 5.0  # the rejoin grace is 15 s
 
 
 def test_the_rejection_log_is_bounded_but_counts_everything(setup):

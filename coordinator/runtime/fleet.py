@@ -311,6 +311,8 @@ class Fleet:
         record = self.devices[device]
         if record.online:
             return True
+        if device in self.removed:
+            return False
         since = max(record.offline_since, self._reconnected_at)
         return (not self.link.transport.connected) or time.monotonic() - since < self.rejoin_grace_s
 
@@ -344,10 +346,11 @@ class Fleet:
         """Take ``device`` out of the job (its credentials were revoked): offline from now on, never
         sampled again, and refused if it registers again."""
         self.removed.add(device)
-        if (record := self.devices.get(device)) is not None and record.online:
-            record.online, record.offline_since = False, time.monotonic()
+        if (record := self.devices.get(device)) is not None:
             record.state, record.reason = "removed", "removed from the job"
-            self.link.discard_topic(self.topics.uplink(device))
+            if record.online:
+                record.online, record.offline_since = False, time.monotonic()
+                self.link.discard_topic(self.topics.uplink(device))
         log.warning("device %s removed from the job", device)
         if self.on_removed is not None:
             self.on_removed(device)
@@ -425,6 +428,10 @@ class Fleet:
             return
         env = item.envelope
         self._count_up(device, item.nbytes)
+        if device in self.removed:  # taken out of the job: not heard any more (a registration is told why)
+            if isinstance(env.body, Register):
+                self._reject(device, ErrorCode.UNKNOWN_DEVICE, "this device was removed from the job", env.msg_id)
+            return
         if env.sender != device:
             self._reject(device, ErrorCode.SENDER_MISMATCH,
                          f"sender {env.sender!r} does not match topic device {device!r}", env.msg_id)
@@ -458,9 +465,6 @@ class Fleet:
 
     def _on_register(self, device: str, env: Envelope) -> None:
         body: Register = env.body
-        if device in self.removed:
-            self._reject(device, ErrorCode.UNKNOWN_DEVICE, "this device was removed from the job", env.msg_id)
-            return
         try:
             profile = DeviceProfile.from_dict(body.profile)
         except (ValueError, TypeError, KeyError) as exc:
@@ -565,7 +569,7 @@ class Fleet:
         record.num_samples = claimed
 
     def _on_status(self, device: str, env: Envelope) -> None:
-        if not isinstance(env.body, Status) or device in self.removed:
+        if not isinstance(env.body, Status):
             return
         record = self.devices.get(device)
         if record is None:

@@ -1,12 +1,18 @@
 """Home Assistant's discovery payloads and the coordinator's bridge without a broker (issue 41):
 payloads follow Home Assistant's rules (tests/homeassistant_rules.py, transcribed from its source),
-ids map to Home Assistant's uniquely and stably, device strings are bounded, and the command topic
-takes only its two words."""
+ids map to Home Assistant's uniquely and stably, device strings are bounded; and, over a real broker,
+the bridge publishes retained, answers a birth message (at most every REPUBLISH_EVERY_S), takes only
+two words on its command topic and clears a removed device."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.homeassistant.discovery import HaTopics, coordinator_config, device_config
@@ -15,38 +21,63 @@ from coordinator.runtime.fleet import DeviceRecord, Fleet
 from edge_sdk.link import MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
+from edge_sdk.transport import MqttTransport, TransportConfig
 from tests.homeassistant_rules import VALID_ID_RE, validate_device_discovery
 
 
-class RecordingTransport:
-    """What the bridge publishes and subscribes, without a broker."""
+class Observer:
+    """Home Assistant's side of a real broker: every message under the discovery prefix and the
+    job's ha/ topics, retained ones included."""
 
-    connect_count = 1
-    connected = True
+    def __init__(self, url: str, prefix: str, job: str) -> None:
+        self.transport = MqttTransport(TransportConfig(url=url, client_id=f"observer-{uuid.uuid4().hex[:8]}"))
+        self.transport.connect()
+        self.transport.subscribe(f"{prefix}/#")
+        self.transport.subscribe(f"edgefl/{job}/ha/#")
+        self.messages: list[tuple[str, bytes, bool]] = []
 
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes, bool]] = []
-        self.subscribed: list[str] = []
-
-    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
-        self.published.append((topic, payload, retain))
-
-    def subscribe(self, topic: str, qos: int = 1) -> None:
-        self.subscribed.append(topic)
+    def drain(self, seconds: float = 0.5) -> list[tuple[str, bytes, bool]]:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if (msg := self.transport.receive(timeout=left)) is not None:
+                self.messages.append((msg.topic, msg.payload, msg.retained))
+        return self.messages
 
     def last(self, topic: str) -> bytes | None:
-        return next((p for t, p, _ in reversed(self.published) if t == topic), None)
+        return next((p for t, p, _ in reversed(self.messages) if t == topic), None)
 
 
-def _bridge(tmp_path=None, devices=("pi-a",)) -> tuple[HomeAssistantBridge, Fleet, RecordingTransport]:
-    transport = RecordingTransport()
-    fleet = Fleet(MessageLink(transport), Topics(job="home"))  # type: ignore[arg-type]
-    for name in devices:
-        fleet.devices[name] = DeviceRecord(name, load_profile("raspberry-pi-4b"), 100, label="p0.5")
-    bridge = HomeAssistantBridge(HomeAssistantConfig(enabled=True), "home", "flanc", rounds=5,
-                                 checkpoint_dir=str(tmp_path) if tmp_path else None)
-    bridge.attach(fleet)
-    return bridge, fleet, transport
+@pytest.fixture
+def bridged(broker) -> Iterator[Callable[..., tuple[HomeAssistantBridge, Fleet, Observer]]]:
+    """``make(devices, checkpoint_dir)``: a bridge attached to a fleet on a real broker (the devices
+    registered already), and Home Assistant's view of it, subscribed after the bridge published."""
+    opened: list[MqttTransport] = []
+    job, prefix = f"ha-{uuid.uuid4().hex[:8]}", f"ha{uuid.uuid4().hex[:8]}"
+
+    def make(devices=("pi-a",), checkpoint_dir=None) -> tuple[HomeAssistantBridge, Fleet, Observer]:
+        transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator-{len(opened)}"))
+        transport.connect()
+        opened.append(transport)
+        fleet = Fleet(MessageLink(transport), Topics(job=job))
+        for name in devices:
+            fleet.devices[name] = DeviceRecord(name, load_profile("raspberry-pi-4b"), 100, label="p0.5")
+        bridge = HomeAssistantBridge(HomeAssistantConfig(enabled=True, prefix=prefix, birth_topic=f"{prefix}/status"),
+                                     job, "flanc", rounds=5, checkpoint_dir=checkpoint_dir)
+        bridge.attach(fleet)
+        assert transport.wait_published(5)
+        observer = Observer(broker.url, prefix, job)
+        opened.append(observer.transport)
+        observer.drain()
+        return bridge, fleet, observer
+    yield make
+    for transport in opened:
+        transport.close()
+
+
+def _send(fleet: Fleet, observer: Observer, topic: str, payload: bytes) -> None:
+    """Home Assistant publishes ``payload`` on ``topic``; the coordinator handles it."""
+    observer.transport.publish(topic, payload, qos=1, retain=False)
+    fleet.pump(0.5)
 
 
 def test_every_payload_follows_home_assistants_rules():
@@ -92,50 +123,65 @@ def test_device_strings_are_cut_and_logged_once(caplog):
     assert clean_text("0.4.0", "SDK version", "pi-y") == "0.4.0"
 
 
-def test_the_job_and_its_devices_are_published_retained_on_attach():
-    bridge, fleet, transport = _bridge(devices=("pi-a", "pi-b"))
+def test_the_job_and_its_devices_are_published_retained_on_attach(bridged, monkeypatch):
+    bridge, fleet, observer = bridged(devices=("pi-a", "pi-b"))
     topics = bridge.topics
-    assert {"homeassistant/status", topics.command} <= set(transport.subscribed)
-    assert all(retain for _, _, retain in transport.published)
+    assert observer.messages and all(retain for _, _, retain in observer.messages)  # all kept by the broker
     for device in ("pi-a", "pi-b"):
-        assert validate_device_discovery(topics.discovery(topics.device_node(device)),
-                                         json.loads(transport.last(topics.discovery(topics.device_node(device))))) == []
-        state = json.loads(transport.last(topics.device_state(device)))
+        config = topics.discovery(topics.device_node(device))
+        assert validate_device_discovery(config, json.loads(observer.last(config)), prefix=topics.prefix) == []
+        state = json.loads(observer.last(topics.device_state(device)))
         assert state["online"] is True and state["label"] == "p0.5" and state["last_round"] is None
-    assert json.loads(transport.last(topics.coordinator_state))["state"] == "idle"
-    # Home Assistant restarts: everything again; another payload on the birth topic: nothing
-    count = len(transport.published)
-    fleet.link.plain_topics["homeassistant/status"]("homeassistant/status", b"offline")
-    assert len(transport.published) == count
-    fleet.link.plain_topics["homeassistant/status"]("homeassistant/status", b"online")
-    assert transport.last(topics.discovery(topics.device_node("pi-b"))) is not None
-    assert len(transport.published) > count + 4
+    assert json.loads(observer.last(topics.coordinator_state))["state"] == "idle"
+    # Home Assistant restarts: everything again (another payload on the birth topic: nothing); a flood
+    # of birth messages is answered at most every REPUBLISH_EVERY_S
+    birth = bridge.config.birth_topic
+    monkeypatch.setattr("coordinator.homeassistant.bridge.REPUBLISH_EVERY_S", 3.0)
+    time.sleep(3.0)  # since attach published
+
+    def published() -> int:  # what the coordinator published (the observer hears its own birth messages too)
+        return sum(1 for topic, _, _ in observer.drain() if topic != birth)
+    count = published()
+    _send(fleet, observer, birth, b"offline")
+    assert published() == count
+    _send(fleet, observer, birth, b"online")
+    once = published() - count
+    assert once >= 1 + 2 * 3  # the job's config, and each device's config, availability and state
+    for _ in range(20):
+        observer.transport.publish(birth, b"online")
+    fleet.pump(0.5)
+    assert published() - count == once  # not yet
+    time.sleep(2.0)
+    fleet.pump(0.5)  # the flood's one re-publish, when its time has come
+    assert published() - count == 2 * once
 
 
-def test_only_pause_and_resume_are_taken_and_a_pause_is_kept(tmp_path, caplog):
-    bridge, fleet, transport = _bridge(tmp_path)
-    command = fleet.link.plain_topics[bridge.topics.command]
+def test_only_pause_and_resume_are_taken_and_a_pause_is_kept(bridged, tmp_path, caplog):
+    bridge, fleet, observer = bridged(checkpoint_dir=str(tmp_path))
+    command = bridge.topics.command
     for junk in (b"reboot", b"\xff\xfe", b"pause; rm -rf /", b""):
-        command(bridge.topics.command, junk)
+        _send(fleet, observer, command, junk)
     assert not bridge.paused
     assert sum("ignored" in r.getMessage() for r in caplog.records) == 1  # logged once
-    command(bridge.topics.command, b"pause")
+    _send(fleet, observer, command, b"pause")
     assert bridge.paused and (tmp_path / "paused").exists()
-    assert json.loads(transport.last(bridge.topics.coordinator_state))["paused"] is True
-    restarted, _, _ = _bridge(tmp_path)
+    observer.drain()
+    assert json.loads(observer.last(bridge.topics.coordinator_state))["paused"] is True
+    restarted, _, _ = bridged(checkpoint_dir=str(tmp_path))
     assert restarted.paused and restarted.job_state == "paused"  # a restarted coordinator stays paused
-    command(bridge.topics.command, b"RESUME\n")
+    _send(fleet, observer, command, b"RESUME\n")
     assert not bridge.paused and not (tmp_path / "paused").exists()
 
 
-def test_a_removed_device_is_cleared_and_refused(tmp_path):
-    bridge, fleet, transport = _bridge(devices=("pi-a", "pi-b"))
+def test_a_removed_device_is_cleared_and_not_published_again(bridged):
+    bridge, fleet, observer = bridged(devices=("pi-a", "pi-b"))
     fleet.remove("pi-b")
+    observer.drain()
     topics = bridge.topics
     for topic in (topics.discovery(topics.device_node("pi-b")), topics.device_state("pi-b"),
                   topics.device_availability("pi-b")):
-        assert transport.last(topic) == b""
+        assert observer.last(topic) == b""
     assert fleet.online() == ["pi-a"]
-    count = len(transport.published)
+    count = len(observer.messages)
     bridge.device_changed(fleet.devices["pi-b"])  # e.g. a status from it: nothing more about it
-    assert len(transport.published) == count
+    assert len(observer.drain()) == count

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 PAUSE_FILE = "paused"
 #: How long a paused job waits for messages between two looks at the switch.
 PAUSED_PUMP_S = 0.5
+#: Discovery is published again at most this often: a birth message sooner waits for the time (the
+#: birth topic's writer may be hostile, and each re-publish is three messages per device).
+REPUBLISH_EVERY_S = 10.0
 
 
 class HomeAssistantBridge:
@@ -53,6 +57,8 @@ class HomeAssistantBridge:
         self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0
+        self._published_at = float("-inf")  # time.monotonic() of the last whole discovery
+        self._republish_due = False  # a birth message came sooner than REPUBLISH_EVERY_S after it
 
     # -- the connection ---------------------------------------------------
     def will(self) -> Will:
@@ -72,6 +78,7 @@ class HomeAssistantBridge:
         self.transport.subscribe(self.topics.command, qos=1)
         fleet.on_device_change = self.device_changed
         fleet.on_removed = self.device_removed
+        fleet.tickers.append(self._republish_if_due)
         self.set_job_state("paused" if self.paused else "idle")
         self.publish_discovery()
 
@@ -86,6 +93,7 @@ class HomeAssistantBridge:
     # -- discovery --------------------------------------------------------
     def publish_discovery(self) -> None:
         """The job's and every known device's discovery, availability and state (again)."""
+        self._published_at, self._republish_due = time.monotonic(), False
         self._publish_coordinator_config()
         self._publish(self.topics.coordinator_availability, b"online")
         self._publish_job_state()
@@ -102,6 +110,12 @@ class HomeAssistantBridge:
 
     def _on_birth(self, _topic: str, payload: bytes) -> None:
         if payload.decode("utf-8", "replace").strip() == self.config.birth_payload:
+            self._republish_due = True
+            self._republish_if_due()
+
+    def _republish_if_due(self) -> None:
+        """Discovery again after a birth message, at most every `REPUBLISH_EVERY_S` (a fleet ticker)."""
+        if self._republish_due and time.monotonic() - self._published_at >= REPUBLISH_EVERY_S:
             log.info("Home Assistant (re)started: publishing the fleet's discovery again")
             self.publish_discovery()
 

@@ -21,8 +21,9 @@ MAX_BYTES = 1 << 20
 
 
 class RemovedDevicesFile:
-    """One device id per line in ``path``; ``remove(id)`` is called once for each new valid id
-    (others are skipped with one log line). A missing file is no removal."""
+    """One device id per line in ``path`` (each ended by a newline; ``#`` starts a comment line);
+    ``remove(id)`` is called once for each new valid id (others are skipped with one log line). A
+    missing file is no removal; past `MAX_BYTES` the file is not read."""
 
     def __init__(self, path: str | Path, remove: Callable[[str], None]) -> None:
         self.path = Path(path)
@@ -43,12 +44,14 @@ class RemovedDevicesFile:
                 return
             self._stamp = (stat.st_mtime, stat.st_size)
             with open(self.path, "rb") as file:
-                text = file.read(MAX_BYTES).decode("utf-8", "replace")
+                data = file.read(MAX_BYTES)
         except FileNotFoundError:
             return
         except OSError as exc:
             log.warning("removed devices file %s unreadable: %s", self.path, exc)
             return
+        # whole lines only: a line still being written (or cut by the bound) is taken once it is whole
+        text = data[:data.rfind(b"\n") + 1].decode("utf-8", "replace")
         for line in text.splitlines():
             device = line.strip()
             if not device or device.startswith("#") or device in self.seen:

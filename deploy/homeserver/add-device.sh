@@ -8,6 +8,8 @@
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=acl-users.sh
+. "$SCRIPT_DIR/acl-users.sh"
 TEMPLATE=$SCRIPT_DIR/../raspberrypi/client.toml
 PASSWD=${EDGEFL_PASSWD_FILE:-/etc/mosquitto/edgefl.passwd}
 CA=${EDGEFL_CA_FILE:-/etc/mosquitto/certs/ca.crt}
@@ -108,14 +110,6 @@ bundle_signing_pub() {
     grep -q '^trusted_keys = ' "$OUT/client.toml" || die "$TEMPLATE has no '# trusted_keys = ' line"
 }
 
-# user_role NAME: the role of the ACL's `user NAME` block: coordinator (it reads every uplink),
-# homeassistant (it writes the command topic) or device
-user_role() {
-    awk -v u="user $1" '$0 == u { on = 1; next } /^user / { on = 0 }
-        on && $0 == "topic read edgefl/+/up/+" { role = "coordinator" }
-        on && $0 == "topic write edgefl/+/ha/command" { role = "homeassistant" }
-        END { print (role ? role : "device") }' "$ACL"
-}
 # block_lines NAME: the topic lines of `user NAME` in the template ACL
 block_lines() {
     [ -f "$SCRIPT_DIR/edgefl.acl" ] || die "template $SCRIPT_DIR/edgefl.acl is missing"
@@ -128,7 +122,7 @@ if [ "$ROLE" = device ] && [ -f "$SIGNING_PUB" ]; then
 fi
 # A name keeps its role: a device never gets a coordinator's or Home Assistant's ACL block, nor the reverse.
 if [ -f "$ACL" ] && grep -qxF "user $NAME" "$ACL"; then
-    HAS=$(user_role "$NAME")
+    HAS=$(user_role "$ACL" "$NAME")
     [ "$HAS" = "$ROLE" ] || die "'$NAME' is a $HAS user in $ACL, not a $ROLE"
 fi
 
@@ -204,11 +198,4 @@ else
     echo "    copy it to the device, then: sudo deploy/raspberrypi/install.sh --bundle DIR"
 fi
 
-if [ "$RELOAD" = 1 ]; then
-    if command -v systemctl >/dev/null && systemctl is-active --quiet mosquitto 2>/dev/null; then
-        systemctl reload mosquitto
-        echo "==> reloaded mosquitto"
-    else
-        echo "==> reload mosquitto to apply (systemctl reload mosquitto)"
-    fi
-fi
+if [ "$RELOAD" = 1 ]; then reload_mosquitto ""; fi

@@ -5,6 +5,10 @@
 # and its entities are cleared from Home Assistant). The opposite of add-device.sh NAME.
 set -euo pipefail
 
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=acl-users.sh
+. "$SCRIPT_DIR/acl-users.sh"
+
 PASSWD=${EDGEFL_PASSWD_FILE:-/etc/mosquitto/edgefl.passwd}
 ACL=""
 REMOVED=${EDGEFL_REMOVED_DEVICES:-/var/lib/edgefl-coordinator/removed-devices}
@@ -42,11 +46,8 @@ done
 ACL=${ACL:-$(dirname "$PASSWD")/edgefl.acl}
 [ -f "$PASSWD" ] || die "no password file $PASSWD"
 command -v mosquitto_passwd >/dev/null || die "mosquitto_passwd not found (apt install mosquitto)"
-if [ -f "$ACL" ] && grep -qxF "user $NAME" "$ACL"; then
-    # a coordinator's or Home Assistant's user is not a device
-    awk -v u="user $NAME" '$0 == u { on = 1; next } /^user / { on = 0 }
-        on && ($0 == "topic read edgefl/+/up/+" || $0 == "topic write edgefl/+/ha/command") { bad = 1 }
-        END { exit bad }' "$ACL" || die "'$NAME' is not a device in $ACL (a coordinator's or Home Assistant's user)"
+if [ -f "$ACL" ] && [ "$(user_role "$ACL" "$NAME")" != device ]; then
+    die "'$NAME' is not a device in $ACL (a coordinator's or Home Assistant's user)"
 fi
 grep -q "^$NAME:" "$PASSWD" || die "no user '$NAME' in $PASSWD"
 
@@ -73,10 +74,5 @@ chmod 0644 "$REMOVED"
 echo "==> $NAME appended to $REMOVED: the coordinator takes it out of the job and out of Home Assistant"
 
 if [ "$RELOAD" = 1 ]; then
-    if command -v systemctl >/dev/null && systemctl is-active --quiet mosquitto 2>/dev/null; then
-        systemctl reload mosquitto
-        echo "==> reloaded mosquitto (a connection open now stays open until it drops: passwords are checked at connect)"
-    else
-        echo "==> reload mosquitto to apply (systemctl reload mosquitto)"
-    fi
+    reload_mosquitto " (a connection open now stays open until it drops: passwords are checked at connect)"
 fi

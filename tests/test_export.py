@@ -61,3 +61,14 @@ def test_a_1d_model_with_series_norm_exports_and_matches_on_quiet_series(tmp_pat
     with torch.no_grad():
         top = float(model(torch.from_numpy(normalised)).abs().max())
     assert diff <= 1e-5 * top  # in float32, the quiet series put torch and onnxruntime 1e-3 apart
+
+
+def test_exporting_with_preprocessing_leaves_the_model_in_its_mode(tmp_path):
+    from edge_sdk.preprocessing import Preprocessing
+
+    model = build_model(resnet_small(in_channels=1, num_classes=3, image_size=8))
+    x = np.random.default_rng(0).normal(size=(4, 1, 8, 8)).astype(np.float32)
+    for training in (False, True):
+        model.train(training)
+        export_onnx(model, tmp_path / "m.onnx", x, preprocessing=Preprocessing((0.5,), (2.0,), (), (1, 8, 8)))
+        assert all(m.training == training for m in model.modules())  # BatchNorm's statistics untouched by eval

@@ -78,7 +78,8 @@ def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.T
         x = _inputs(inputs)
         raw = x * np.asarray(preprocessing.std, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2)) \
             + np.asarray(preprocessing.mean, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2))
-        wrapped = Normalised(model, preprocessing)
+        wrapped = Normalised(model, preprocessing).train(model.training)  # a new module is in training mode:
+        # the export restores the mode it found, which must be the model's own
         diff = export_onnx(wrapped, path, raw, opset)
         _add_metadata(Path(path), {ONNX_METADATA_KEY: preprocessing.to_json()})
         return diff

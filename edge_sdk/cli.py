@@ -153,7 +153,8 @@ def _predict(args: argparse.Namespace) -> int:
         batch = load_batch(sys.stdin.buffer.read() if args.input == "-" else Path(args.input), key=args.key)
     prep = classifier.preprocessing
     if args.show:
-        sys.stdout.write(json.dumps({"model": str(model), "input_shape": list(classifier.sample_shape or ()),
+        shape = classifier.sample_shape or (prep.input_shape if prep else ())  # a resampling model: any length
+        sys.stdout.write(json.dumps({"model": str(model), "input_shape": list(shape),
                                      "dtype": "float32", "inputs": "raw" if prep else "normalised",
                                      "preprocessing": prep.to_dict() if prep else None}) + "\n")
         return 0

@@ -56,6 +56,8 @@ class ImageDataset:
     classes: tuple[str, ...] = ()
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
+    #: series that came in varying lengths and were resampled to one (`Preprocessing.resample`)
+    resample: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
@@ -79,7 +81,7 @@ class ImageDataset:
     @property
     def preprocessing(self) -> Preprocessing:
         """How raw samples become this dataset's inputs (its train statistics), and its class names."""
-        return Preprocessing(self.mean, self.std, self.classes, self.input_shape)
+        return Preprocessing(self.mean, self.std, self.classes, self.input_shape, self.resample)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -127,14 +129,14 @@ def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 
 def _build(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
-           num_classes: int, classes: tuple[str, ...] = ()) -> ImageDataset:
+           num_classes: int, classes: tuple[str, ...] = (), resample: bool = False) -> ImageDataset:
     """Normalise raw N x C x ... samples with train statistics and wrap them."""
     mean, std = _channel_stats(xtr)
     return ImageDataset(
         name=name, x_train=_normalise(xtr, mean, std), y_train=ytr.astype(np.int64),
         x_test=_normalise(xte, mean, std), y_test=yte.astype(np.int64),
         num_classes=num_classes, classes=classes,
-        mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std),
+        mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std), resample=resample,
     )
 
 
@@ -376,9 +378,10 @@ def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,
         return _split_build(name, digits.images[:, None], digits.target, test_fraction, seed,
                             10, _DIGITS)
     if name in ("plaid", "acsf1", "basicmotions"):
-        from edge_sdk.sensor_datasets import load_sensor_arrays
+        from edge_sdk.sensor_datasets import SENSOR_DATASETS, load_sensor_arrays
         xtr, ytr, xte, yte, classes = load_sensor_arrays(name)
-        return _build(name, xtr, ytr, xte, yte, len(classes), classes)
+        resampled = SENSOR_DATASETS[name][2] is not None  # a fixed length: its series vary (PLAID)
+        return _build(name, xtr, ytr, xte, yte, len(classes), classes, resample=resampled)
     folder = Path(root).expanduser() if root is not None else _default_root(name)
     if name == "cifar10":
         return _load_cifar10(folder)

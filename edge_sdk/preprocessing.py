@@ -6,6 +6,10 @@ training statistics) and sends in every plan; the published model carries the sa
 its ONNX graph and metadata, so `edgefl predict` takes raw inputs. A device whose loader
 normalised with its own data's statistics converts once (`LocalData.normalised_as`): the two
 normalisations differ by an affine map per channel, so no raw copy is kept.
+
+A job on series of varying length (``resample``; e.g. the ``plaid`` dataset) has every series
+resampled to the model's length, linearly over its whole span (`edge_sdk.sensor_datasets.resample`);
+the published model does the same in its graph, so `edgefl predict` takes a series of any length.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ class Preprocessing:
     std: tuple[float, ...]
     classes: tuple[str, ...] = ()
     input_shape: tuple[int, ...] = field(default=())
+    #: series of any length are resampled to ``input_shape``'s length (linear interpolation over the
+    #: whole span) before the normalisation: a (C, L) input shape only
+    resample: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", _floats("mean", self.mean))
@@ -70,6 +77,11 @@ class Preprocessing:
                 type(n) is int and 1 <= n <= 65536 for n in shape):
             raise ValueError(f"preprocessing input_shape must be up to 3 ints in [1, 65536], got {shape!r}")
         object.__setattr__(self, "input_shape", tuple(shape))
+        if type(self.resample) is not bool:
+            raise ValueError(f"preprocessing resample must be true or false, got {str(self.resample)[:20]!r}")
+        if self.resample and len(shape) not in (0, 2):
+            raise ValueError(f"preprocessing resample needs a series input_shape (channels, length), "
+                             f"got {tuple(shape)}")
         if shape and shape[0] != len(self.mean):
             raise ValueError(f"preprocessing names {len(self.mean)} channels but input_shape {tuple(shape)} "
                              f"has {shape[0]}")
@@ -125,6 +137,8 @@ class Preprocessing:
             out["classes"] = list(self.classes)
         if self.input_shape:
             out["input_shape"] = list(self.input_shape)
+        if self.resample:
+            out["resample"] = True
         return out
 
     @classmethod
@@ -132,14 +146,15 @@ class Preprocessing:
         """From untrusted plain data: unknown keys and bad values raise a one-line ValueError."""
         if not isinstance(data, Mapping):
             raise ValueError(f"preprocessing must be a table/mapping, got {type(data).__name__}")
-        unknown = sorted(repr(k)[:40] for k in data if k not in ("mean", "std", "classes", "input_shape"))
+        unknown = sorted(repr(k)[:40] for k in data if k not in ("mean", "std", "classes", "input_shape", "resample"))
         if unknown:
             raise ValueError(f"preprocessing: unknown key(s) {', '.join(unknown)} (known: mean, std, classes, "
-                             "input_shape)")
+                             "input_shape, resample)")
         for key in ("mean", "std"):
             if key not in data:
                 raise ValueError(f"preprocessing needs {key!r} (a list with one number per channel)")
-        return cls(data["mean"], data["std"], data.get("classes", ()), data.get("input_shape", ()))
+        return cls(data["mean"], data["std"], data.get("classes", ()), data.get("input_shape", ()),
+                   data.get("resample", False))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -63,6 +63,36 @@ def test_a_1d_model_with_series_norm_exports_and_matches_on_quiet_series(tmp_pat
     assert diff <= 1e-5 * top  # in float32, the quiet series put torch and onnxruntime 1e-3 apart
 
 
+def test_a_resampling_series_model_takes_any_length_and_resamples_as_the_loader_did(tmp_path):
+    """PLAID's series vary in length: the loader resampled each to the model's (sensor_datasets.resample);
+    the published model does the same in its graph, so `edgefl predict` takes a series of any length."""
+    from edge_sdk.inference import OnnxClassifier
+    from edge_sdk.models.zoo import cnn1d
+    from edge_sdk.preprocessing import Preprocessing
+    from edge_sdk.sensor_datasets import resample
+
+    torch.manual_seed(0)
+    model = build_model(cnn1d(in_channels=1, num_classes=3, length=60)).eval()
+    preprocessing = Preprocessing((2.0,), (3.0,), ("fan", "fridge", "heater"), (1, 60), resample=True)
+    rng = np.random.default_rng(0)
+    train = preprocessing.apply(rng.normal(2, 3, (8, 1, 60)).astype(np.float32))
+    export_onnx(model, tmp_path / "m.onnx", train, preprocessing=preprocessing)
+    classifier = OnnxClassifier(tmp_path / "m.onnx")
+    assert classifier.preprocessing == preprocessing  # carried in the metadata, resample included
+    for length in (2, 17, 60, 123, 1344):  # (a 1-value series is constant: series_norm divides by its eps)
+        raw = (2 + 3 * np.sin(np.linspace(0, 9, length)) + rng.normal(0, 0.5, length)).astype(np.float32)
+        as_loaded = preprocessing.apply(resample(raw[None], 60)[None])  # what the model trained on
+        with torch.no_grad():
+            expected = model(torch.from_numpy(as_loaded)).numpy()
+        got = classifier.logits(raw[None])  # one raw series of this length, (N, L) for one channel
+        assert np.allclose(got, expected, atol=1e-4 * max(1.0, float(np.abs(expected).max()))), length
+        assert np.allclose(classifier.logits(raw[None, None]), got)  # (N, C, L) alike
+    with pytest.raises(ValueError, match="series of 1 channel"):
+        classifier.logits(np.zeros((1, 2, 50), np.float32))
+    with pytest.raises(ValueError, match="resample needs a series input_shape"):
+        Preprocessing((0.0,), (1.0,), (), (1, 28, 28), resample=True)
+
+
 def test_exporting_with_preprocessing_leaves_the_model_in_its_mode(tmp_path):
     from edge_sdk.preprocessing import Preprocessing
 

@@ -51,17 +51,22 @@ def onnx_max_abs_diff(model: nn.Module, path: str | Path, inputs: np.ndarray | t
 
 
 class Normalised(nn.Module):
-    """``model`` after the job's per-channel normalisation: the exported graph takes raw inputs."""
+    """``model`` after the job's per-channel normalisation: the exported graph takes raw inputs
+    (with ``preprocessing.resample``, series of any length: each is first resampled to the model's
+    length, linearly over its whole span, as `edge_sdk.sensor_datasets.resample` does)."""
 
     def __init__(self, model: nn.Module, preprocessing: Preprocessing) -> None:
         super().__init__()
         self.model = model
+        self.length = preprocessing.input_shape[-1] if preprocessing.resample else None
         shape = (1, preprocessing.channels) + (1,) * (len(preprocessing.input_shape) - 1 if preprocessing.input_shape
                                                        else 2)
         self.register_buffer("mean", torch.tensor(preprocessing.mean, dtype=torch.float32).reshape(shape))
         self.register_buffer("std", torch.tensor(preprocessing.std, dtype=torch.float32).reshape(shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.length is not None:
+            x = nn.functional.interpolate(x, size=self.length, mode="linear", align_corners=True)
         return self.model((x - self.mean) / self.std)
 
 
@@ -73,18 +78,24 @@ def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.T
 
     With ``preprocessing`` the graph starts with its normalisation, so it takes *raw* inputs, and
     carries it (mean, std, class names, input shape) as metadata (`ONNX_METADATA_KEY`, JSON);
-    ``inputs`` are still given normalised (as the model trained on them) and checked raw."""
+    ``inputs`` are still given normalised (as the model trained on them) and checked raw. With
+    ``preprocessing.resample`` the series axis is dynamic too (any length is resampled)."""
     if preprocessing is not None:
         x = _inputs(inputs)
         raw = x * np.asarray(preprocessing.std, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2)) \
             + np.asarray(preprocessing.mean, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2))
         wrapped = Normalised(model, preprocessing).train(model.training)  # a new module is in training mode:
-        # the export restores the mode it found, which must be the model's own
-        diff = export_onnx(wrapped, path, raw, opset)
+        # `_export` restores the mode it found, which must be the model's own
+        diff = _export(wrapped, Path(path), raw, opset, dynamic_length=preprocessing.resample)
         _add_metadata(Path(path), {ONNX_METADATA_KEY: preprocessing.to_json()})
         return diff
-    x = _inputs(inputs)
-    path = Path(path)
+    return _export(model, Path(path), _inputs(inputs), opset)
+
+
+def _export(model: nn.Module, path: Path, x: np.ndarray, opset: int, dynamic_length: bool = False) -> float:
+    """`export_onnx` of ``model`` on the batch ``x`` (the batch axis dynamic; with
+    ``dynamic_length``, the series axis too)."""
+    axes = {0: "batch", 2: "length"} if dynamic_length else {0: "batch"}
     path.parent.mkdir(parents=True, exist_ok=True)
     was_training = model.training
     model.eval()
@@ -93,7 +104,7 @@ def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.T
             warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
             torch.onnx.export(model, (torch.from_numpy(x[:1]),), str(path), dynamo=False,
                               input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                              dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                              dynamic_axes={INPUT_NAME: axes, OUTPUT_NAME: {0: "batch"}},
                               opset_version=opset)
     finally:
         model.train(was_training)

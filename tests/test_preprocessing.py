@@ -40,7 +40,10 @@ def test_bad_preprocessing_is_one_line_naming_what_is_wrong():
                         ({"mean": "12", "std": [1.0]}, "list of 1..1024 numbers"),
                         ({"mean": [1.0], "std": [1.0], "scale": 2}, "unknown key(s) 'scale'"),
                         ({"mean": [1.0], "std": [1.0], "classes": ["x" * 65]}, "names of 1..64"),
-                        ({"mean": [1.0], "std": [1.0], "input_shape": [3, 8, 8]}, "has 3")]:
+                        ({"mean": [1.0], "std": [1.0], "input_shape": [3, 8, 8]}, "has 3"),
+                        ({"mean": [1.0], "std": [1.0], "resample": 1}, "resample must be true or false"),
+                        ({"mean": [1.0], "std": [1.0], "input_shape": [1, 8, 8], "resample": True},
+                         "resample needs a series input_shape")]:
         with pytest.raises(ValueError, match="preprocessing") as info:
             Preprocessing.from_dict(data)
         assert words in str(info.value) and "\n" not in str(info.value)

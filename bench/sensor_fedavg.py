@@ -6,9 +6,11 @@ ceiling) beside FedAvg on 10 devices, IID and ``dirichlet:0.5``, over several se
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets basicmotions --seeds 5
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --rounds 3 --seeds 1   # a quick look
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --seeds 3 --lr-decay 50:0.3,80:0.3
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --partitions iid --seeds 3 \
+        --option server_opt=fedavgm --option server_lr=1      # FedAvg's options (not the central run's)
 
 The same training everywhere: cnn1d (series_norm, batch norm), SGD lr 0.05 momentum 0.9, batch
-32, one torch thread. Central: ``train_local`` on the whole training split for ``rounds`` epochs,
+32 (``--batch-size``), one torch thread. Central: ``train_local`` on the whole training split for ``rounds`` epochs,
 as many passes over the training data as the federated run makes in all (10 of 10 devices a
 round, one local epoch each). Federated: ``run_simulation`` (embedded broker, every message over
 MQTT), the final global model's accuracy on the archive's test split. ``--lr-decay R:F,...``
@@ -46,8 +48,12 @@ from simulation.simulate import run_simulation  # noqa: E402
 CLIENTS = 10
 
 
+#: the batch size of every run, central and federated (--batch-size)
+BATCH = 32
+
+
 def train_config(epochs: int, lr: float = 0.05) -> TrainConfig:
-    return TrainConfig(epochs=epochs, batch_size=32, lr=lr, momentum=0.9, threads=1)
+    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=lr, momentum=0.9, threads=1)
 
 
 def central(name: str, epochs: int, seed: int, decay: LrDecay = ()) -> float:
@@ -64,10 +70,12 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = ()) -> float:
     return float((predicted == dataset.y_test).mean())
 
 
-def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = ()) -> dict:
+def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = (),
+              options: dict[str, str] | None = None) -> dict:
     out = work / f"{name}-{partition.replace(':', '-')}-{seed}"
     config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model="cnn1d", partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
+                              options=dict(options or {}),
                               federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
                                                         eval_every=rounds, lr_decay=decay, train=train_config(1)))
     report = run_simulation(config).to_dict()
@@ -81,6 +89,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
+    global BATCH
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -88,11 +97,16 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--lr-decay", type=parse_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="the lr times FACTOR from ROUND (round and epoch) on, centrally and federated alike")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a FedAvg option for the federated runs (repeatable), e.g. server_opt=fedavgm")
+    p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
     p.add_argument("--json", type=Path, help="also write every run here")
     args = p.parse_args()
+    options = dict(option.split("=", 1) for option in args.option)
+    BATCH = args.batch_size
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.rounds} rounds/epochs, "
-          f"lr decay {args.lr_decay or 'none'}")
+          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
@@ -101,7 +115,7 @@ def main() -> None:
                 started = time.monotonic()
                 row["central"].append(central(name, args.rounds, seed, args.lr_decay))
                 for part in args.partitions.split(","):
-                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay))
+                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay, options))
                 print(f"  {name} seed {seed}: central {row['central'][-1]:.3f}, "
                       + ", ".join(f"{part} {row[part][-1]['accuracy']:.3f}" for part in args.partitions.split(","))
                       + f" ({time.monotonic() - started:.0f} s)", flush=True)

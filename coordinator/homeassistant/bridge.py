@@ -70,7 +70,7 @@ class HomeAssistantBridge:
 
     def attach(self, fleet: Fleet) -> None:
         """Start publishing ``fleet``: the birth and command topics are read as plain text, device
-        changes and the removed-devices file are followed, and the job's discovery goes out."""
+        changes and removals are followed, and the job's discovery goes out."""
         self.fleet, self.transport = fleet, fleet.link.transport
         fleet.link.plain_topics[self.config.birth_topic] = self._on_birth
         fleet.link.plain_topics[self.topics.command] = self._on_command
@@ -79,8 +79,8 @@ class HomeAssistantBridge:
         fleet.on_device_change = self.device_changed
         fleet.on_removed = self.device_removed
         fleet.tickers.append(self._republish_if_due)
-        self.set_job_state("paused" if self.paused else "idle")
-        self.publish_discovery()
+        self.job_state = "paused" if self.paused else "idle"
+        self.publish_discovery()  # the job's state with it
 
     def _publish(self, topic: str, payload: dict[str, Any] | bytes, retain: bool = True) -> None:
         assert self.transport is not None

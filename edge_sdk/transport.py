@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import ssl
 import struct
@@ -204,6 +205,13 @@ class MqttTransport:
         #: called (on the network thread; it must not block) when a message was queued or `wake`
         #: was called: how a host that drives many devices learns which one has work (None: nobody)
         self.on_ready: Callable[[], None] | None = None
+        #: takes every incoming message instead of the receive queue (on the network thread; it
+        #: must not block): a simulation's connection shared by many devices hands each its own
+        #: (simulation/shared_connection.py). None: messages queue for `receive`
+        self.route: Callable[[IncomingMessage], None] | None = None
+        #: called (on the network thread; it must not block) after every successful CONNACK with
+        #: the number of them so far (None: nobody)
+        self.on_connected: Callable[[int], None] | None = None
 
     def _next_stamp(self) -> None:
         """A new connection stamp: wall-clock ns, strictly above the previous one."""
@@ -428,6 +436,8 @@ class MqttTransport:
             client.subscribe(subs)
         if (birth := _resolve(self.config.birth, self._stamp)) is not None and client is not self._probe:
             client.publish(birth.topic, bytes(birth.payload), birth.qos, birth.retain)
+        if self.on_connected is not None and client is not self._probe:
+            self.on_connected(self._connect_count)
         self._first.set()
 
     def _on_disconnect(self, client: mqtt.Client, _ud: object, _flags: object,
@@ -451,6 +461,9 @@ class MqttTransport:
             log.warning("dropping a message with an undecodable topic: %r", exc)
             return
         payload = bytes(msg.payload)
+        if self.route is not None:
+            self.route(IncomingMessage(topic, payload, bool(msg.retain)))
+            return
         if self._inbox.put(topic, IncomingMessage(topic, payload, bool(msg.retain)), len(payload)) and self.on_ready:
             self.on_ready()
 
@@ -467,13 +480,22 @@ class MqttTransport:
 
     def subscribe(self, topic: str, qos: int = 1) -> None:
         """Subscribe now if connected; always re-subscribed after reconnects."""
-        if qos not in (0, 1, 2) or not topic:
-            raise ValueError(f"invalid subscription {topic!r} with qos {qos!r}")
+        self.subscribe_many([(topic, qos)])
+
+    def subscribe_many(self, topics: list[tuple[str, int]]) -> None:
+        """Subscribe to several (topic, qos) at once (one SUBSCRIBE) if connected; always
+        re-subscribed after reconnects."""
+        for topic, qos in topics:
+            if qos not in (0, 1, 2) or not topic:
+                raise ValueError(f"invalid subscription {topic!r} with qos {qos!r}")
+        if not topics:
+            return
         with self._lock:
-            self._subs[topic] = qos
+            self._subs.update(topics)
             client = self._client if self._connected else None
-        if client is not None and (rc := client.subscribe(topic, qos)[0]) not in _QUEUED:
-            raise TransportError(f"subscribe to {topic!r} failed: {mqtt.error_string(rc)}")
+        if client is not None and (rc := client.subscribe(list(topics))[0]) not in _QUEUED:
+            names = ", ".join(repr(t) for t, _ in topics)
+            raise TransportError(f"subscribe to {names} failed: {mqtt.error_string(rc)}")
 
     def _limit(self) -> int | None:
         return min((x for x in (self._max_packet, self.config.max_packet_size) if x), default=None)
@@ -519,12 +541,15 @@ class MqttTransport:
     def wait_published(self, timeout: float) -> bool:
         """True once every publish so far is acknowledged (qos 0: written)."""
         deadline = time.monotonic() + timeout
+        swept = -math.inf
         with self._pub_cond:
             while True:
-                for mid, info in list(self._pending.items()):
-                    if info.rc == MQTTErrorCode.MQTT_ERR_CONN_LOST:  # qos 0 lost with the socket
-                        del self._pending[mid]
-                        self._failed += 1
+                if time.monotonic() - swept >= 0.5:  # not on every PUBACK: thousands pending made it quadratic
+                    swept = time.monotonic()
+                    for mid, info in list(self._pending.items()):
+                        if info.rc == MQTTErrorCode.MQTT_ERR_CONN_LOST:  # qos 0 lost with the socket
+                            del self._pending[mid]
+                            self._failed += 1
                 if not self._pending:
                     return True
                 if (remaining := deadline - time.monotonic()) <= 0:

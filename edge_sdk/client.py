@@ -127,7 +127,8 @@ class DeviceClient:
                  on_round: Callable[[RoundTrained], None] | None = None,
                  run_compute: Callable[[Callable[[], object]], object] | None = None,
                  source: "DataSource | None" = None, test: LocalData | None = None,
-                 network: NetworkLoop | None = None) -> None:
+                 network: NetworkLoop | None = None,
+                 connect_via: Callable[[TransportConfig], MqttTransport] | None = None) -> None:
         self.config = config
         for key in config.trusted_keys:
             key_id(key)  # a raw 32-byte Ed25519 public key, or a ValueError now rather than at the first model
@@ -142,6 +143,9 @@ class DeviceClient:
         #: the loop that drives this device's MQTT connection with others' (a simulation's); None:
         #: a network thread of its own (edge_sdk/network_loop.py)
         self.network = network
+        #: builds this device's connection from its settings (a simulation's host carries many
+        #: devices over one: simulation/shared_connection.py); None: an `MqttTransport` of its own
+        self.connect_via = connect_via
         #: where the data comes from, read again at the start of every round the device trains
         #: (edge_sdk/sources); None: ``data`` as given, for good
         self.source = source
@@ -264,7 +268,8 @@ class DeviceClient:
         )
         for cap in apply_caps(self.config.schedule):
             log.info("%s: %s", self.config.device_id, cap)
-        transport = MqttTransport(transport_config, network=self.network)
+        transport = (MqttTransport(transport_config, network=self.network) if self.connect_via is None
+                     else self.connect_via(transport_config))
         transport.on_ready = self.on_ready
         # subscribed on connect, before the birth message: what answers it reaches us
         transport.subscribe(self.topics.downlink(self.config.device_id))
@@ -432,8 +437,8 @@ class DeviceClient:
             self._on_model(env)
         elif isinstance(body, Stop):
             return body.reason or "stopped by coordinator"
-        elif isinstance(body, Status):  # the coordinator (re)connected: a roll call, answered at once
-            self._heartbeat()
+        elif isinstance(body, Status) and self._registered:  # the coordinator (re)connected: a roll call,
+            self._heartbeat()  # answered at once (an unregistered device's registration is its answer)
         return None
 
     def _on_model(self, env: Envelope) -> None:

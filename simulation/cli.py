@@ -39,7 +39,7 @@ def _simulate(args: argparse.Namespace) -> int:
         profiles=tuple(args.profiles.split(",")) if args.profiles else DEFAULT_FLEET,
         throttle=args.throttle, link=LinkConfig(transfer_dtype="float16" if args.fp16 else None),
         options=option_pairs(args.option), sim_device=args.sim_device,
-        backend=args.backend, ray_address=args.ray_address, ray_workers=args.ray_workers,
+        backend=args.backend, connections=args.connections, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
         threads=args.threads or default_threads(), federation=federation, holdout=args.holdout,
     )
@@ -72,12 +72,13 @@ def _simulate(args: argparse.Namespace) -> int:
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
     from edge_sdk.methods.settings import METHODS
+    from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
     p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)",
                        formatter_class=HelpFormatter,
                        description="A whole federated job on this machine: a broker, a coordinator and N "
-                                   "simulated devices, each with its own MQTT connection, device profile "
-                                   "and private shard of a real dataset.")
+                                   "simulated devices, each with its own MQTT topics (and connection: "
+                                   "--connections), device profile and private shard of a real dataset.")
     verbosity(p)
     p.add_argument("--method", default="fedavg", choices=sorted(METHODS), help="federated method")
     p.add_argument("--clients", type=at_least(1), default=4, help="number of simulated devices")
@@ -114,6 +115,10 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="local", choices=["local", "ray"],
                    help="local: every simulated device in this process; ray: spread over Ray actors "
                         "(pip install 'edgefl[ray]'), each a process hosting many devices")
+    p.add_argument("--connections", default="auto", choices=list(CONNECTIONS),
+                   help=f"own: every simulated device has an MQTT connection of its own; shared: the devices of a "
+                        f"process share one (the same messages on the same topics; presence kept by the host, "
+                        f"docs/simulation.md); auto: own up to {OWN_CONNECTIONS_UP_TO:,} devices, shared past that")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="join this running Ray cluster (default: start one on this machine); devices on "
                         "other machines need a --broker they can reach")

@@ -17,13 +17,16 @@ from edge_sdk.training import TrainConfig, default_threads
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
+from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
+
 __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DEFAULT_FLEET", "BACKENDS",
            "MAX_DEVICES_PER_PROCESS", "split_public"]
 
-#: The simulated devices one process hosts at most. Their connections share one network thread on an
-#: epoll selector (edge_sdk/network_loop.py; paho's own threads polled with select(), which stopped
-#: at file descriptor 1024: about 200 devices); each device keeps a thread of its own for its logic.
-#: `--backend ray` spreads larger fleets over processes.
+#: The simulated devices with connections of their own (`--connections own`) one process hosts at
+#: most: one file descriptor each, here and in the broker. Their connections share one network
+#: thread on an epoll selector (edge_sdk/network_loop.py; paho's own threads polled with select(),
+#: which stopped at file descriptor 1024: about 200 devices). `--backend ray` spreads larger fleets
+#: over processes; devices on shared connections have no such limit.
 MAX_DEVICES_PER_PROCESS = 10_000
 
 #: Where the simulated devices run (`--backend`).
@@ -58,6 +61,7 @@ class SimulationConfig:
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
     backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
+    connections: str = "auto"  # own | shared | auto (`CONNECTIONS`)
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
     ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
@@ -74,6 +78,11 @@ class SimulationConfig:
     #: (``min_devices`` is theirs) and evaluates where its devices train (``eval_device``: ``sim_device``)
     federation: FederationConfig = field(default_factory=lambda: sim_federation())
 
+    @property
+    def shared_connections(self) -> bool:
+        """Whether the devices of a process share one MQTT connection (`connections`)."""
+        return self.connections == "shared" or (self.connections == "auto" and self.clients > OWN_CONNECTIONS_UP_TO)
+
     def __post_init__(self) -> None:
         if type(self.clients) is not int or self.clients < 1:
             raise ValueError(f"clients must be an integer >= 1, got {self.clients!r}")
@@ -87,7 +96,9 @@ class SimulationConfig:
         check_device_name(self.sim_device)  # syntax only: the run resolves it (torch, the GPU) where it is used
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS:
+        if self.connections not in CONNECTIONS:
+            raise ValueError(f"connections must be one of {', '.join(CONNECTIONS)}, got {self.connections!r}")
+        if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS and not self.shared_connections:
             raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices; for "
                              f"{self.clients}, use --backend ray, which spreads them over processes")
         if self.backend != "ray" and (self.ray_address is not None or self.ray_workers is not None):

@@ -120,7 +120,8 @@ class DeviceActor:
         from simulation.sim_devices import DeviceHost
         from simulation.training_queue import TrainingQueue
 
-        ensure_open_files(len(self.indices))
+        if not self.config.shared_connections:
+            ensure_open_files(len(self.indices))
 
         queue = TrainingQueue(None if slots is None else node_slot(slots))
         self.host = DeviceHost.create(self.config, self.url, self.shards, self.indices, queue,
@@ -174,7 +175,7 @@ class RayDevices:
         self._check_reachable(ray)
         cpus = float(ray.cluster_resources().get("CPU", 1))
         gpus = float(ray.cluster_resources().get("GPU", 0))
-        needed = math.ceil(config.clients / MAX_DEVICES_PER_PROCESS)
+        needed = 1 if config.shared_connections else math.ceil(config.clients / MAX_DEVICES_PER_PROCESS)
         workers = config.ray_workers or max(1, min(config.clients, int(cpus // config.ray_cpus_per_worker)))
         share = min(config.ray_cpus_per_worker, cpus / workers)  # each training's CPUs (its torch threads)
         count = min(config.clients, max(needed, workers * config.ray_actors_per_worker))

@@ -30,6 +30,7 @@ from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
 from simulation.device_shards import DeviceShards
+from simulation.shared_connection import SharedConnection
 from simulation.training_queue import TrainingQueue
 
 if TYPE_CHECKING:
@@ -83,11 +84,12 @@ def device_id(index: int) -> str:
 
 def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
                   indices: Sequence[int], queue: TrainingQueue | None,
-                  trusted_keys: tuple[bytes, ...] = (), network: NetworkLoop | None = None) -> list[DeviceClient]:
+                  trusted_keys: tuple[bytes, ...] = (), network: NetworkLoop | None = None,
+                  shared: SharedConnection | None = None) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job, each with its shard of ``shards`` (a view: the
     images are not copied), its profile and seed. They train on ``queue``'s thread (None: each on
-    its own) and install only models signed by one of ``trusted_keys`` (raw Ed25519 public keys;
-    none: any model)."""
+    its own), install only models signed by one of ``trusted_keys`` (raw Ed25519 public keys;
+    none: any model) and talk over ``shared`` (None: each over a connection of its own)."""
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     keepalive = sim_keepalive_s(config.clients)
     clients = []
@@ -107,6 +109,7 @@ def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
             Throttle(profile, mode=config.throttle),
             run_compute=None if queue is None else queue.run,
             network=network,
+            connect_via=None if shared is None else shared.channel,
         ))
     return clients
 
@@ -130,10 +133,11 @@ class DeviceHost:
 
     def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None,
                  network: NetworkLoop | None = None, workers: int = 4, connectors: int = 2,
-                 stepping: int | None = STEPPING) -> None:
+                 stepping: int | None = STEPPING, shared: SharedConnection | None = None) -> None:
         self.clients = clients
         self.queue = queue
         self.network = network  # drives the devices' connections (stopped with them)
+        self.shared = shared  # the one connection of all the devices (None: each has its own)
         self.reasons: dict[str, str] = {}  # why each device that ended did
         #: guards the devices' states, the counts and the start/stop flags (never taken by the
         #: network thread: it only puts into ``_ready``)
@@ -175,9 +179,13 @@ class DeviceHost:
         network = NetworkLoop(name="edgefl-sim-network", misc_every_s=max(1.0, sim_keepalive_s(config.clients) / 10))
         federation = config.federation
         busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
-        return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network), queue,
+        shared = None
+        if config.shared_connections and indices:
+            shared = SharedConnection(TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[0]}"), network)
+        return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network, shared), queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
-                   stepping=None if config.throttle == "sleep" else STEPPING)  # a device sleeps inside its step
+                   stepping=None if config.throttle == "sleep" else STEPPING,  # a device sleeps inside its step
+                   connectors=1 if shared is not None else 2, shared=shared)
 
     @property
     def device_ids(self) -> list[str]:
@@ -187,6 +195,8 @@ class DeviceHost:
         """Open the devices' connections (``connectors`` at a time; each device registers as
         soon as it is connected) and start serving them."""
         self._started = time.monotonic()
+        if self.shared is not None:  # the devices join it as they open
+            self.shared.connect()
         for thread in [*self._workers, self._timer, *self._connectors]:
             thread.start()
 
@@ -309,6 +319,7 @@ class DeviceHost:
         publishes their wills, so their presence reads "offline"); a device inside a step gets
         up to ``wait_s`` to leave it (training stops after its current step; rounds still queued
         are dropped). Returns those that did not leave their step in time."""
+        started = time.monotonic()
         if self.queue is not None:
             self.queue.close()
         with self._cond:
@@ -333,6 +344,11 @@ class DeviceHost:
         stuck = [c.config.device_id for i, c in enumerate(self.clients) if self._state[i] != _DONE]
         for name in stuck:
             log.warning("device %s did not stop in time", name)
+        if self.shared is not None:  # the devices' wills (their aborts published them) reach the broker first
+            if not self.shared.transport.wait_published(max(1.0, deadline - time.monotonic())):
+                log.warning("the simulated devices' last statuses were not all acknowledged")
+            self.shared.close()
         if self.network is not None:  # resets the connections it has not closed yet (aborted: no waiting for paho)
             self.network.stop()
+        log.info("%d devices stopped in %.1f s", len(self.clients), time.monotonic() - started)
         return stuck

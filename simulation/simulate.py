@@ -30,7 +30,7 @@ from edge_sdk.training import torch_threads
 from edge_sdk.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig
-from coordinator.runtime.broker import EmbeddedBroker
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from coordinator.runtime.federation import EvalData
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
@@ -95,9 +95,9 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                       y_train=np.empty(0, np.int64))
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
-    if config.backend == "local":  # room for the devices' sockets, here and in the broker started from here
+    if config.backend == "local" and not config.shared_connections:  # room for the devices' sockets (and the broker's)
         ensure_open_files(config.clients)
-    broker = None if config.broker_url else EmbeddedBroker()
+    broker = None if config.broker_url else EmbeddedBroker(sim_broker_config(config.clients))
     shards_dir: Path | None = None
     try:
         if config.backend == "ray":  # the actors of this machine map one saved copy
@@ -148,6 +148,18 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
             broker.stop()
         if shards_dir is not None:
             shutil.rmtree(shards_dir, ignore_errors=True)
+
+
+#: Messages the embedded broker queues for one client beyond those in flight, per simulated device.
+QUEUED_PER_DEVICE = 4
+
+
+def sim_broker_config(clients: int) -> BrokerConfig:
+    """The embedded broker of a simulation: room in each client's queue for a message or a few from
+    every device at once (mosquitto drops QoS 1 messages past ``max_queued_messages``, 1,000 by
+    default: a coordinator slower than 10,000 registrations a moment, or a shared connection
+    slower than their acks, lost some and the devices waited out a retry)."""
+    return BrokerConfig(extra_config=(f"max_queued_messages {max(1000, QUEUED_PER_DEVICE * clients)}",))
 
 
 def _homeassistant(config: SimulationConfig) -> HomeAssistantConfig:

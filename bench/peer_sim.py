@@ -706,10 +706,12 @@ def run_edgefl(job: JobSpec, rep: int, args: argparse.Namespace, work: Path) -> 
            "--threads", str(job.threads), "--seed", str(job.seed), "--out", str(out),
            "--eval-every", str(job.rounds), "--option", "clip=none", "--option", "max_share=1",
            "--backend", backend]
+    if args.edgefl_connections is not None:  # an older tree has no such option
+        cmd += ["--connections", args.edgefl_connections]
     tree = args.edgefl_tree.resolve()
     run = run_tree(cmd, child_env({"PYTHONPATH": str(tree)}), work / f"edgefl-{job.fleet}-{rep}.log", args.timeout,
                    cwd=tree)
-    note = f"--backend {backend}"
+    note = f"--backend {backend}" + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else "")
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError):
@@ -871,6 +873,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write every run and the summary here")
     p.add_argument("--edgefl-backend", choices=("auto", "local", "ray"), default="auto",
                    help=f"auto: local up to {EDGEFL_LOCAL_MAX} devices, else ray (default: %(default)s)")
+    p.add_argument("--edgefl-connections", choices=("auto", "own", "shared"),
+                   help="edgefl's --connections (default: not given: its own default, auto)")
     p.add_argument("--edgefl-tree", type=Path, default=REPO,
                    help="the edgefl source tree to measure (e.g. a `git archive` of a commit, with its sha in "
                         "EDGEFL_COMMIT), imported before the installed one (default: this checkout)")

@@ -99,8 +99,9 @@ class SimulationConfig:
         if self.connections not in CONNECTIONS:
             raise ValueError(f"connections must be one of {', '.join(CONNECTIONS)}, got {self.connections!r}")
         if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS and not self.shared_connections:
-            raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices; for "
-                             f"{self.clients}, use --backend ray, which spreads them over processes")
+            raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices with connections "
+                             f"of their own; for {self.clients}, use --connections shared (or auto), or --backend ray, "
+                             f"which spreads them over processes")
         if self.backend != "ray" and (self.ray_address is not None or self.ray_workers is not None):
             raise ValueError("ray_address and ray_workers need backend 'ray'")
         if self.ray_workers is not None and (type(self.ray_workers) is not int or self.ray_workers < 1):

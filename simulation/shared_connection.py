@@ -6,8 +6,9 @@ way; only the TCP connection, its CONNECT and its keep-alives are shared.
 A device's presence is kept by the host instead of the broker: its birth message ("online") is
 published when it joins, and its will ("offline", "connection lost") when it is aborted — what
 the broker does for a device with a connection of its own. A host that dies without a word leaves
-its devices "online" (retained) until the coordinator's own checks find them gone; docs/simulation.md
-says what this mimics and what it does not.
+its devices "online" (retained) until the coordinator's own checks find them gone; at the end of
+a job whose embedded broker stops with it, nobody is left to read the wills and they are not
+published. docs/simulation.md says what this mimics and what it does not.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ class SharedConnection:
     """The connection of one host's devices: routes every incoming message to the channels
     subscribed to its topic (a device's own topics go to it, the fleet's broadcast to all)."""
 
-    def __init__(self, config: TransportConfig, network: NetworkLoop | None = None) -> None:
+    def __init__(self, config: TransportConfig, network: NetworkLoop | None = None, wills: bool = True) -> None:
+        #: whether an aborted device's will is published (False: the broker stops with the job, and
+        #: nobody is left to read them)
+        self.wills = wills
         # room for every device's unacknowledged messages (a device's birth, registration, will)
         self.transport = MqttTransport(replace(config, will=None, birth=None, max_outgoing=60_000), network=network)
         self.transport.route = self._route
@@ -232,7 +236,7 @@ class DeviceChannel:
         self._closed = True
         if self._joined:
             self._shared.leave(self)
-            if not _clean:
+            if not _clean and self._shared.wills:
                 try:
                     self._publish_will(self.config.will)
                 except TransportError as exc:  # the shared connection is gone too: nothing to say it on

@@ -181,7 +181,8 @@ class DeviceHost:
         busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
         shared = None
         if config.shared_connections and indices:
-            shared = SharedConnection(TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[0]}"), network)
+            shared = SharedConnection(TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[0]}"), network,
+                                      wills=config.broker_url is not None)  # an embedded broker stops with the job
         return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network, shared), queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
                    stepping=None if config.throttle == "sleep" else STEPPING,  # a device sleeps inside its step

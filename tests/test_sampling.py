@@ -45,9 +45,11 @@ def test_the_coordinator_config_takes_eval_every() -> None:
 
 
 def test_a_fleet_too_big_for_one_process_is_sent_to_the_ray_backend() -> None:
-    with pytest.raises(ValueError, match="at most 10000 simulated devices; .* use --backend ray"):
-        SimulationConfig(clients=10_001)
-    assert SimulationConfig(clients=10_001, backend="ray").clients == 10_001
+    with pytest.raises(ValueError, match="at most 10000 simulated devices with connections of their own; "
+                                         ".* use --connections shared .* or --backend ray"):
+        SimulationConfig(clients=10_001, connections="own")
+    assert SimulationConfig(clients=10_001, backend="ray", connections="own").clients == 10_001
+    assert SimulationConfig(clients=10_001).shared_connections  # one process holds them on a shared connection
     assert SimulationConfig(clients=1000).clients == 1000  # one process holds a thousand now
 
 

@@ -5,6 +5,7 @@ their statuses (no device logic, no coordinator), for the floor.
 
     OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000            # a whole job, 1 round
     OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --idle 30  # ...and 30 s idle after it
+    OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --backend process --connections own
     OMP_NUM_THREADS=1 python bench/sim_startup.py --clients 10000 --bare --threads 8
 
 Prints one line per 1,000 devices registered (seconds since start), then the open times' median,
@@ -71,7 +72,7 @@ def idle_between_rounds(seconds: float) -> Callable[[Any], None]:
     return hold
 
 
-def whole_job(clients: int, idle_s: float = 0.0) -> None:
+def whole_job(clients: int, idle_s: float = 0.0, backend: str = "local", connections: str = "auto") -> None:
     from coordinator.runtime.fleet import FleetProgress
     from simulation.config import SimulationConfig
     from simulation.simulate import run_simulation
@@ -87,12 +88,14 @@ def whole_job(clients: int, idle_s: float = 0.0) -> None:
 
     with tempfile.TemporaryDirectory() as out:
         config = SimulationConfig(method="fedavg", dataset="fashion-mnist", clients=clients, out=out, threads=1,
-                                  plots=False)
+                                  plots=False, backend=backend, connections=connections)
         config = replace(config, federation=replace(config.federation, rounds=2 if idle_s > 0 else 1,
                                                     devices_per_round=10, eval_every=100))
         run_simulation(config, on_progress=progress, on_round=idle_between_rounds(idle_s))
     print(f"{time.monotonic() - started:6.1f} s  done")
     opens = np.array(took)
+    if not len(opens):  # the devices opened in another process (--backend process)
+        return
     print(f"DeviceClient.open: n={len(opens)} median {1e3 * np.median(opens):.1f} ms, "
           f"p90 {1e3 * np.percentile(opens, 90):.1f} ms, sum {opens.sum():.1f} s")
 
@@ -149,13 +152,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=3000)
     parser.add_argument("--bare", action="store_true", help="the bare NetworkLoop only")
     parser.add_argument("--threads", type=int, default=8, help="connecting threads with --bare")
+    parser.add_argument("--backend", default="local", help="the whole job's --backend (local, process)")
+    parser.add_argument("--connections", default="auto", help="the whole job's --connections (auto, own, shared)")
     parser.add_argument("--idle", type=float, default=0.0, help="seconds to hold the job idle after round 1")
     args = parser.parse_args()
     print(f"TIME_WAIT sockets before: {time_wait_sockets()}")
     if args.bare:
         bare_loop(args.clients, args.threads)
     else:
-        whole_job(args.clients, args.idle)
+        whole_job(args.clients, args.idle, args.backend, args.connections)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(f"CPU: user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s; "
           f"TIME_WAIT sockets after: {time_wait_sockets()}")

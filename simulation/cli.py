@@ -112,8 +112,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         f"other programs kept the cores busy; with OMP_WAIT_POLICY=PASSIVE in the environment "
                         f"all of them stayed fast (BENCHMARKS.md). A seeded job repeats itself with the same "
                         f"--threads only")
-    p.add_argument("--backend", default="local", choices=["local", "ray"],
-                   help="local: every simulated device in this process; ray: spread over Ray actors "
+    p.add_argument("--backend", default="local", choices=["local", "process", "ray"],
+                   help="local: every simulated device in this process; process: all of them in one child "
+                        "process beside the coordinator's (two cores); ray: spread over Ray actors "
                         "(pip install 'edgefl[ray]'), each a process hosting many devices")
     p.add_argument("--connections", default="auto", choices=list(CONNECTIONS),
                    help=f"own: every simulated device has an MQTT connection of its own; shared: the devices of a "

@@ -30,7 +30,7 @@ __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DE
 MAX_DEVICES_PER_PROCESS = 10_000
 
 #: Where the simulated devices run (`--backend`).
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "process", "ray")
 
 #: A mixed home fleet; devices take these profiles in turn.
 DEFAULT_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "jetson-nano",
@@ -60,7 +60,8 @@ class SimulationConfig:
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
-    backend: str = "local"  # local: every device in this process; ray: spread over Ray actors
+    #: local: every device in this process; process: in one child process; ray: spread over Ray actors
+    backend: str = "local"
     connections: str = "auto"  # own | shared | auto (`CONNECTIONS`)
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
@@ -98,7 +99,8 @@ class SimulationConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.connections not in CONNECTIONS:
             raise ValueError(f"connections must be one of {', '.join(CONNECTIONS)}, got {self.connections!r}")
-        if self.backend == "local" and self.clients > MAX_DEVICES_PER_PROCESS and not self.shared_connections:
+        one_process = self.backend in ("local", "process")
+        if one_process and self.clients > MAX_DEVICES_PER_PROCESS and not self.shared_connections:
             raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices with connections "
                              f"of their own; for {self.clients}, use --connections shared (or auto), or --backend ray, "
                              f"which spreads them over processes")

@@ -42,6 +42,7 @@ from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.device_shards import DeviceShards
+from simulation.process_devices import ProcessDevices
 from simulation.ray_devices import RayDevices
 from simulation.open_files import ensure_open_files
 from simulation.sim_devices import DeviceHost
@@ -74,6 +75,19 @@ def run_simulation(config: SimulationConfig,
 
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
+    if config.backend != "process":
+        return _run(config, on_round, on_progress, None)
+    child = ProcessDevices(config)
+    child.prepare()  # it imports while this process loads the data
+    try:
+        return _run(config, on_round, on_progress, child)
+    finally:
+        child.close()
+
+
+def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
+         on_progress: Callable[[FleetProgress], None] | None, child: ProcessDevices | None) -> RunReport:
+    """The job, its devices in ``child`` (`--backend process`) or where `config.backend` says."""
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
     homeassistant = _homeassistant(config)
     checkpoint_dir = config.federation.checkpoint_dir
@@ -95,12 +109,12 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
                       y_train=np.empty(0, np.int64))
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
-    if config.backend == "local" and not config.shared_connections:  # room for the devices' sockets (and the broker's)
+    if config.backend != "ray" and not config.shared_connections:  # room for the devices' sockets (and the broker's)
         ensure_open_files(config.clients)
     broker = None if config.broker_url else EmbeddedBroker(sim_broker_config(config.clients))
     shards_dir: Path | None = None
     try:
-        if config.backend == "ray":  # the actors of this machine map one saved copy
+        if config.backend in ("ray", "process"):  # the processes of this machine map one saved copy
             shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
             shards.save(shards_dir)
             shards = None  # not held here too
@@ -114,8 +128,12 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
         def simulated_devices(fleet: Fleet) -> Iterator[None]:
             """The devices run while the rounds do, and end when the job does (a device in the middle
             of a step gets 10 s to leave it when the job finished)."""
-            devices: DeviceHost | RayDevices
-            if shards_dir is not None:
+            devices: DeviceHost | RayDevices | ProcessDevices
+            if child is not None:
+                assert shards_dir is not None
+                devices = child
+                report.config["process"] = child.start(url, (signer.public_key,), str(shards_dir))
+            elif shards_dir is not None:
                 devices = RayDevices(config, url, trusted_keys=(signer.public_key,), shards_dir=str(shards_dir))
                 report.config["ray"] = {"hosts": devices.start()}
             else:

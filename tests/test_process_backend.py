@@ -1,0 +1,50 @@
+"""`--backend process`: the simulated devices in one child process beside the coordinator's. The
+job is the same job as with every device in this process (same participants, same accuracy, same
+bytes), the child maps the devices' data from the folder saved for it, and nothing of it is left
+behind: not the process, not the folder."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import psutil
+import pytest
+
+from simulation.config import SimulationConfig
+from simulation.process_devices import ProcessDevices
+from simulation.simulate import run_simulation
+
+
+def _job(tmp_path, backend: str, connections: str = "auto") -> SimulationConfig:
+    config = SimulationConfig(method="fedavg", dataset="mnist-sample", clients=12, model="mlp", threads=1,
+                              out=str(tmp_path / f"{backend}-{connections}"), plots=False, backend=backend,
+                              connections=connections)
+    return replace(config, federation=replace(config.federation, rounds=2, devices_per_round=4, eval_every=2))
+
+
+@pytest.mark.parametrize("connections", ["own", "shared"])
+def test_devices_in_a_child_process_run_the_same_job(tmp_path, connections) -> None:
+    outcomes = []
+    for backend in ("local", "process"):
+        report = run_simulation(_job(tmp_path, backend, connections))
+        assert report.status == "finished" and len(report.rounds) == 2
+        outcomes.append(([r.participants for r in report.rounds], report.rounds[-1].accuracy,
+                         report.rounds[-1].bytes_up))
+        if backend == "process":
+            placed = json.loads((tmp_path / f"process-{connections}" / "report.json").read_text())["config"]["process"]
+            assert placed["data"] == "mapped" and placed["torch_threads"] == 1
+            assert not psutil.pid_exists(placed["pid"]) or psutil.Process(placed["pid"]).status() == "zombie"
+            assert not list((tmp_path / f"process-{connections}").glob(".device-shards-*"))  # the saved data went
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_child_that_cannot_start_is_one_line(tmp_path) -> None:
+    devices = ProcessDevices(_job(tmp_path, "process"))
+    devices.prepare()
+    with pytest.raises(RuntimeError, match="the simulated devices' process did not start: FileNotFoundError: "
+                                           "the devices' data folder .*no-such-folder is missing") as raised:
+        devices.start("mqtt://127.0.0.1:1", (), str(tmp_path / "no-such-folder"))
+    assert "\n" not in str(raised.value)
+    devices.stop(0.0)  # nothing left to stop: no error
+    devices.close()

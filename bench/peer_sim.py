@@ -871,7 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--which", default=",".join(WHICH), help="any of edgefl,flower,bare (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write every run and the summary here")
-    p.add_argument("--edgefl-backend", choices=("auto", "local", "ray"), default="auto",
+    p.add_argument("--edgefl-backend", choices=("auto", "local", "process", "ray"), default="auto",
                    help=f"auto: local up to {EDGEFL_LOCAL_MAX} devices, else ray (default: %(default)s)")
     p.add_argument("--edgefl-connections", choices=("auto", "own", "shared"),
                    help="edgefl's --connections (default: not given: its own default, auto)")

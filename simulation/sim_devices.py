@@ -157,6 +157,7 @@ class DeviceHost:
         #: devices inside a step at once, not counting those waiting for their training (None: any
         #: number): more than a couple only contend for the interpreter (and load the machine)
         self._stepping = None if stepping is None else threading.Semaphore(stepping)
+        self._taking = None if stepping is None else threading.Semaphore(stepping)  # workers waiting for work
         for index, client in enumerate(clients):
             client.on_ready = functools.partial(self._notify, index)
             if self._stepping is not None and client.run_compute is not None:
@@ -265,8 +266,15 @@ class DeviceHost:
                 stepping.acquire()
         return run
 
+    def _next_ready(self) -> int | None:
+        """The next device with work (None: the worker ends); at most ``stepping`` workers wait
+        for one at once, so that a burst of messages (10,000 registrations' acks) wakes no more
+        than that many threads, whatever the number of workers."""
+        with self._taking if self._taking is not None else contextlib.nullcontext():
+            return self._ready.get()
+
     def _work(self) -> None:
-        while (index := self._ready.get()) is not None:
+        while (index := self._next_ready()) is not None:
             with self._cond:
                 state = self._state[index]
                 if state in (_RUNNING, _AGAIN):  # another worker steps it: once more after that

@@ -16,6 +16,8 @@ import gzip
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,9 @@ class ImageDataset:
     std: tuple[float, ...] = ()
     #: series that came in varying lengths and were resampled to one (`Preprocessing.resample`)
     resample: bool = False
+    #: each training sample's row in the training split as published, when `load_dataset`'s
+    #: ``train_order`` stored them in another order (None: in that order)
+    train_rows: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
@@ -70,6 +75,9 @@ class ImageDataset:
                 raise ValueError(f"y_{split} must be an int64 array of length {len(x)}")
             if len(y) and (y.min() < 0 or y.max() >= self.num_classes):
                 raise ValueError(f"y_{split} labels must lie in [0, {self.num_classes})")
+        if self.train_rows is not None and (not isinstance(self.train_rows, np.ndarray)
+                                            or self.train_rows.shape != (len(self.y_train),)):
+            raise ValueError(f"train_rows must be an array of length {len(self.y_train)}")
         if self.x_train.shape[1:] != self.x_test.shape[1:]:
             raise ValueError(f"train/test image shapes differ: {self.x_train.shape[1:]} "
                              f"vs {self.x_test.shape[1:]}")
@@ -116,27 +124,50 @@ def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(std > 1e-8, std, 1.0)
 
 
-def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """``(x - mean) / std`` per channel as float32; a result over `SPILL_BYTES` is spilled to a
-    temporary file and memory-mapped (e.g. 600,000 Fashion-MNIST images are 1.9 GB normalised)."""
+def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """``(x[order] - mean) / std`` per channel as float32 (``order`` None: ``x`` in its order); a
+    result over `SPILL_BYTES` is spilled to a temporary file and memory-mapped (e.g. 600,000
+    Fashion-MNIST images are 1.9 GB normalised)."""
     m, s = _per_channel(mean, x.ndim), _per_channel(std, x.ndim)
+
+    def rows(i: int) -> np.ndarray:
+        return x[i:i + _CHUNK] if order is None else x[order[i:i + _CHUNK]]
     if x.size * 4 > SPILL_BYTES:
-        return spill(x.shape, np.float32, ((x[i:i + _CHUNK] - m) / s for i in range(0, len(x), _CHUNK)))
+        return spill(x.shape, np.float32, ((rows(i) - m) / s for i in range(0, len(x), _CHUNK)))
     out = np.empty(x.shape, dtype=np.float32)
     for i in range(0, len(x), _CHUNK):
-        out[i:i + _CHUNK] = (x[i:i + _CHUNK] - m) / s
+        out[i:i + _CHUNK] = (rows(i) - m) / s
     return out
+
+
+#: `load_dataset`'s ``train_order`` while it runs (the loaders all end in `_build`, which applies it)
+_TRAIN_ORDER: ContextVar[Callable[[np.ndarray, int], np.ndarray] | None] = ContextVar("train_order", default=None)
+
+
+def _train_order(y: np.ndarray, num_classes: int) -> np.ndarray | None:
+    """The order ``train_order`` asks for the training split with labels ``y`` (a permutation of
+    its rows; ValueError otherwise), or None."""
+    if (order_of := _TRAIN_ORDER.get()) is None:
+        return None
+    order = np.asarray(order_of(y, num_classes), dtype=np.int64)
+    if order.shape != (len(y),) or (len(y) and np.bincount(order, minlength=len(y)).max(initial=0) != 1):
+        raise ValueError(f"train_order must give a permutation of the {len(y)} training rows")
+    return order
 
 
 def _build(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
            num_classes: int, classes: tuple[str, ...] = (), resample: bool = False) -> ImageDataset:
-    """Normalise raw N x C x ... samples with train statistics and wrap them."""
+    """Normalise raw N x C x ... samples with train statistics and wrap them (the training split in
+    the order `load_dataset`'s ``train_order`` asks, if it does)."""
     mean, std = _channel_stats(xtr)
+    ytr = ytr.astype(np.int64)
+    order = _train_order(ytr, num_classes)
     return ImageDataset(
-        name=name, x_train=_normalise(xtr, mean, std), y_train=ytr.astype(np.int64),
+        name=name, x_train=_normalise(xtr, mean, std, order), y_train=ytr if order is None else ytr[order],
         x_test=_normalise(xte, mean, std), y_test=yte.astype(np.int64),
         num_classes=num_classes, classes=classes,
         mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std), resample=resample,
+        train_rows=order,
     )
 
 
@@ -354,8 +385,14 @@ def _load_npz(path: Path) -> ImageDataset:
 
 
 def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,
-                 test_fraction: float = 0.2, seed: int = 0) -> ImageDataset:
+                 test_fraction: float = 0.2, seed: int = 0,
+                 train_order: Callable[[np.ndarray, int], np.ndarray] | None = None) -> ImageDataset:
     """Load a dataset by name (see :data:`DATASETS`) or ``"npz:/path/file.npz"``.
+
+    ``train_order(y_train, num_classes)``, when given, returns the order (a permutation of the
+    rows) in which the training split is stored, normalised in that order in one pass — e.g. the
+    simulated devices' order, so that each device's images are contiguous without a second copy of
+    a spilled split; ``train_rows`` then says where each row came from.
 
     ``test_fraction``/``seed`` drive the stratified split of ``mnist-sample`` and
     ``digits``; the others use their official test split. ``root`` (default
@@ -364,6 +401,14 @@ def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,
     ``apt-get install dataset-fashion-mnist``) holds the files of ``mnist``,
     ``fashion-mnist`` and ``cifar10``.
     """
+    token = _TRAIN_ORDER.set(train_order)
+    try:
+        return _load(name, root, test_fraction, seed)
+    finally:
+        _TRAIN_ORDER.reset(token)
+
+
+def _load(name: str, root: str | Path | None, test_fraction: float, seed: int) -> ImageDataset:
     if not isinstance(name, str):
         raise ValueError(f"dataset name must be a str, got {type(name).__name__}")
     if name.startswith("npz:"):

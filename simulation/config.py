@@ -20,7 +20,7 @@ from coordinator.strategies import strategy_class
 from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
 __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DEFAULT_FLEET", "BACKENDS",
-           "MAX_DEVICES_PER_PROCESS", "split_public"]
+           "MAX_DEVICES_PER_PROCESS", "split_public", "public_rows"]
 
 #: The simulated devices with connections of their own (`--connections own`) one process hosts at
 #: most: one file descriptor each, here and in the broker. Their connections share one network
@@ -172,13 +172,20 @@ def split_public(config: SimulationConfig, dataset: ImageDataset) -> tuple[np.nd
     Its labels are dropped.
     """
     everything = np.arange(len(dataset.y_train))
-    if not strategy_class(config.method).needs_public_data:
+    public = public_rows(config, dataset.y_train, dataset.num_classes)
+    if public is None:
         return everything, None
+    return np.setdiff1d(everything, public), dataset.x_train[public]
+
+
+def public_rows(config: SimulationConfig, y_train: np.ndarray, num_classes: int) -> np.ndarray | None:
+    """The rows of the training split (labels ``y_train``) held back as the public set, sorted;
+    None for a method that does not distil."""
+    if not strategy_class(config.method).needs_public_data:
+        return None
     rng = np.random.default_rng(config.federation.seed + 7919)
     public = np.concatenate([
-        rng.permutation(np.flatnonzero(dataset.y_train == c))[
-            : int(round(config.public_fraction * np.sum(dataset.y_train == c)))]
-        for c in range(dataset.num_classes)
+        rng.permutation(np.flatnonzero(y_train == c))[: int(round(config.public_fraction * np.sum(y_train == c)))]
+        for c in range(num_classes)
     ])
-    private = np.setdiff1d(everything, public)
-    return private, dataset.x_train[np.sort(public)]
+    return np.sort(public)

@@ -41,7 +41,7 @@ from coordinator.strategies import create_strategy
 from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
-from simulation.device_shards import DeviceShards
+from simulation.device_shards import DeviceOrder, DeviceShards
 from simulation.process_devices import ProcessDevices
 from simulation.ray_devices import RayDevices
 from simulation.open_files import ensure_open_files
@@ -95,18 +95,19 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
         writable_dir(checkpoint_dir, "--checkpoint-dir")
     if config.data_root is not None and not Path(config.data_root).expanduser().is_dir():
         raise ValueError(f"--data-root {config.data_root} is not a folder")
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
+    order = DeviceOrder(config)  # the training split stored device by device: each shard a slice of it
+    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order)
     for name in set(config.profiles):
         load_profile(name)  # a bad profile is an error now, not in a device thread
     resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
-    private, public = split_public(config, dataset)
+    shards: DeviceShards | None
+    shards, public = order.split(dataset)  # every device's data, in one array
     if checkpoint_dir is not None:
         check_same_job(config)
     strategy = build_strategy(config, dataset, public)
-    shards: DeviceShards | None = DeviceShards.build(config, dataset, private)  # every device's data, in one array
     # the devices' images live in the shards from here on: the training split is not held twice
     dataset = replace(dataset, x_train=np.empty((0, *dataset.x_train.shape[1:]), np.float32),
-                      y_train=np.empty(0, np.int64))
+                      y_train=np.empty(0, np.int64), train_rows=None)
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
     if config.backend != "ray" and not config.shared_connections:  # room for the devices' sockets (and the broker's)

@@ -55,3 +55,38 @@ def test_a_folder_whose_arrays_do_not_fit_is_refused(job, tmp_path) -> None:
     np.save(folder / "y.npy", np.zeros(5, np.int64))
     with pytest.raises(ValueError, match="do not fit together"):
         DeviceShards.open(folder)
+
+
+@pytest.mark.parametrize("method, partition_name", [("fedavg", "iid"), ("fedavg", "dirichlet:0.5"), ("reft", "iid")])
+def test_a_split_loaded_in_the_devices_order_gives_the_same_shards_without_a_gather(method, partition_name,
+                                                                                     monkeypatch) -> None:
+    from edge_sdk import data as data_module
+    from edge_sdk.spilled_arrays import is_spilled
+    from simulation.device_shards import DeviceOrder
+
+    config = SimulationConfig(method=method, dataset="mnist-sample", clients=9, partition=partition_name)
+    published = load_dataset(config.dataset, seed=config.federation.seed)
+    private, public = split_public(config, published)
+    gathered = DeviceShards.build(config, published, private)
+    monkeypatch.setattr(data_module, "SPILL_BYTES", published.x_train.nbytes - 1)  # spilled, as a large split is
+    order = DeviceOrder(config)
+    ordered = load_dataset(config.dataset, seed=config.federation.seed, train_order=order)
+    shards, ordered_public = order.split(ordered)
+    for name in ("y", "keys", "offsets"):
+        np.testing.assert_array_equal(getattr(shards, name), getattr(gathered, name))
+    np.testing.assert_array_equal(shards.x, gathered.x)  # the same images, bit for bit
+    assert is_spilled(shards.x) == (public is None)  # the split itself, not a copy, when no public set follows it
+    if public is None:
+        assert ordered_public is None
+    else:
+        np.testing.assert_array_equal(ordered_public, public)
+    np.testing.assert_array_equal(ordered.x_test, published.x_test)
+    np.testing.assert_array_equal(ordered.y_train[ordered.train_rows.argsort()], published.y_train)
+
+
+def test_a_train_order_that_is_no_permutation_is_refused() -> None:
+    with pytest.raises(ValueError, match="train_order must give a permutation of the 4000 training rows"):
+        load_dataset("mnist-sample", seed=0, train_order=lambda y, _classes: np.zeros(len(y), np.int64))
+    with pytest.raises(ValueError, match="not loaded in the devices. order"):
+        from simulation.device_shards import DeviceOrder
+        DeviceOrder(SimulationConfig(clients=3)).split(load_dataset("mnist-sample", seed=0))

@@ -85,15 +85,16 @@ def device_id(index: int) -> str:
 def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
                   indices: Sequence[int], queue: TrainingQueue | None,
                   trusted_keys: tuple[bytes, ...] = (), network: NetworkLoop | None = None,
-                  shared: SharedConnection | None = None) -> list[DeviceClient]:
+                  shared: Sequence[SharedConnection] = ()) -> list[DeviceClient]:
     """The simulated devices ``indices`` of the job, each with its shard of ``shards`` (a view: the
     images are not copied), its profile and seed. They train on ``queue``'s thread (None: each on
     its own), install only models signed by one of ``trusted_keys`` (raw Ed25519 public keys;
-    none: any model) and talk over ``shared`` (None: each over a connection of its own)."""
+    none: any model) and talk over ``shared`` — the k-th `DEVICES_PER_CONNECTION` of them over the
+    k-th connection (none: each over a connection of its own)."""
     profiles = {name: load_profile(name) for name in set(config.profiles)}  # frozen: shared by devices
     keepalive = sim_keepalive_s(config.clients)
     clients = []
-    for i in indices:
+    for position, i in enumerate(indices):
         profile = profiles[config.profiles[i % len(config.profiles)]]
         name = device_id(i)
         clients.append(DeviceClient(
@@ -109,10 +110,15 @@ def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
             Throttle(profile, mode=config.throttle),
             run_compute=None if queue is None else queue.run,
             network=network,
-            connect_via=None if shared is None else shared.channel,
+            connect_via=shared[position // DEVICES_PER_CONNECTION].channel if shared else None,
         ))
     return clients
 
+
+#: Simulated devices per shared MQTT connection (`--connections shared`): mosquitto keeps one queue
+#: per client, and one connection for 100,000 devices stalled it (the coordinator's acks waited
+#: 30 s for the broker); each connection also has its own window of messages in flight.
+DEVICES_PER_CONNECTION = 1_000
 
 #: A host's worker threads at most (a round's participants each hold one while they train).
 MAX_WORKERS = 256
@@ -133,11 +139,11 @@ class DeviceHost:
 
     def __init__(self, clients: list[DeviceClient], queue: TrainingQueue | None = None,
                  network: NetworkLoop | None = None, workers: int = 4, connectors: int = 2,
-                 stepping: int | None = STEPPING, shared: SharedConnection | None = None) -> None:
+                 stepping: int | None = STEPPING, shared: Sequence[SharedConnection] = ()) -> None:
         self.clients = clients
         self.queue = queue
         self.network = network  # drives the devices' connections (stopped with them)
-        self.shared = shared  # the one connection of all the devices (None: each has its own)
+        self.shared = list(shared)  # the connections the devices share (none: each has its own)
         self.reasons: dict[str, str] = {}  # why each device that ended did
         #: guards the devices' states, the counts and the start/stop flags (never taken by the
         #: network thread: it only puts into ``_ready``)
@@ -180,14 +186,16 @@ class DeviceHost:
         network = NetworkLoop(name="edgefl-sim-network", misc_every_s=max(1.0, sim_keepalive_s(config.clients) / 10))
         federation = config.federation
         busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
-        shared = None
-        if config.shared_connections and indices:
-            shared = SharedConnection(TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[0]}"), network,
-                                      wills=config.broker_url is not None)  # an embedded broker stops with the job
+        shared = []
+        if config.shared_connections:
+            for first in range(0, len(indices), DEVICES_PER_CONNECTION):
+                shared.append(SharedConnection(
+                    TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[first]}"), network,
+                    wills=config.broker_url is not None))  # an embedded broker stops with the job
         return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network, shared), queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
                    stepping=None if config.throttle == "sleep" else STEPPING,  # a device sleeps inside its step
-                   connectors=1 if shared is not None else 2, shared=shared)
+                   connectors=1 if shared else 2, shared=shared)
 
     @property
     def device_ids(self) -> list[str]:
@@ -197,8 +205,8 @@ class DeviceHost:
         """Open the devices' connections (``connectors`` at a time; each device registers as
         soon as it is connected) and start serving them."""
         self._started = time.monotonic()
-        if self.shared is not None:  # the devices join it as they open
-            self.shared.connect()
+        for connection in self.shared:  # the devices join them as they open
+            connection.connect()
         for thread in [*self._workers, self._timer, *self._connectors]:
             thread.start()
 
@@ -353,10 +361,10 @@ class DeviceHost:
         stuck = [c.config.device_id for i, c in enumerate(self.clients) if self._state[i] != _DONE]
         for name in stuck:
             log.warning("device %s did not stop in time", name)
-        if self.shared is not None:  # the devices' wills (their aborts published them) reach the broker first
-            if not self.shared.transport.wait_published(max(1.0, deadline - time.monotonic())):
+        for connection in self.shared:  # the devices' wills (their aborts published them) reach the broker first
+            if not connection.transport.wait_published(max(1.0, deadline - time.monotonic())):
                 log.warning("the simulated devices' last statuses were not all acknowledged")
-            self.shared.close()
+            connection.close()
         if self.network is not None:  # resets the connections it has not closed yet (aborted: no waiting for paho)
             self.network.stop()
         log.info("%d devices stopped in %.1f s", len(self.clients), time.monotonic() - started)

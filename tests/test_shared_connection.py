@@ -60,7 +60,7 @@ def test_devices_on_one_connection_talk_on_their_own_topics() -> None:
         network = NetworkLoop()
         shared = SharedConnection(TransportConfig(url=broker.url, client_id="host-0", connect_timeout=5), network)
         clients = [_device(shared, f"sh{i:03d}", network) for i in range(60)]
-        host = DeviceHost(clients, network=network, workers=4, connectors=1, shared=shared)
+        host = DeviceHost(clients, network=network, workers=4, connectors=1, shared=[shared])
         before = _open_fds()
         host.start()
         seen = _collect(coordinator, 2 * len(clients), lambda env: isinstance(env.body, (Register, Status)),

@@ -6,9 +6,10 @@ way; only the TCP connection, its CONNECT and its keep-alives are shared.
 A device's presence is kept by the host instead of the broker: its birth message ("online") is
 published when it joins, and its will ("offline", "connection lost") when it is aborted — what
 the broker does for a device with a connection of its own. A host that dies without a word leaves
-its devices "online" (retained) until the coordinator's own checks find them gone; at the end of
-a job whose embedded broker stops with it, nobody is left to read the wills and they are not
-published. docs/simulation.md says what this mimics and what it does not.
+its devices "online" (retained) until the coordinator's own checks find them gone. On a job's own
+embedded broker, which stops with it, neither is published: the coordinator learns of a device from
+its registration (it ignores a birth that comes before it) and nobody reads a will after the job.
+docs/simulation.md says what this mimics and what it does not.
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ class SharedConnection:
     """The connection of one host's devices: routes every incoming message to the channels
     subscribed to its topic (a device's own topics go to it, the fleet's broadcast to all)."""
 
-    def __init__(self, config: TransportConfig, network: NetworkLoop | None = None, wills: bool = True) -> None:
-        #: whether an aborted device's will is published (False: the broker stops with the job, and
-        #: nobody is left to read them)
-        self.wills = wills
+    def __init__(self, config: TransportConfig, network: NetworkLoop | None = None, presence: bool = True) -> None:
+        #: whether the devices' births and wills are published. False: the broker is the job's own
+        #: and stops with it — nobody reads a will after the job, and the coordinator learns of a
+        #: device from its registration (a birth before it is ignored; half the start-up's messages)
+        self.presence = presence
         # room for every device's unacknowledged messages (a device's birth, registration, will)
         self.transport = MqttTransport(replace(config, will=None, birth=None, max_outgoing=60_000), network=network)
         self.transport.route = self._route
@@ -186,7 +188,8 @@ class DeviceChannel:
             return
         self._shared.join(self, list(self._subs.items()))
         self._joined = True
-        self._publish_will(self.config.birth)
+        if self._shared.presence:
+            self._publish_will(self.config.birth)
 
     def subscribe(self, topic: str, qos: int = 1) -> None:
         if qos not in (0, 1, 2) or not topic:
@@ -199,7 +202,8 @@ class DeviceChannel:
         """The shared connection reconnected: a new stamp and the birth message again."""
         if self._joined and not self._closed:
             self._stamp = self._shared.next_stamp()
-            self._publish_will(self.config.birth)
+            if self._shared.presence:
+                self._publish_will(self.config.birth)
 
     # -- messages --------------------------------------------------------------------------
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
@@ -236,7 +240,7 @@ class DeviceChannel:
         self._closed = True
         if self._joined:
             self._shared.leave(self)
-            if not _clean and self._shared.wills:
+            if not _clean and self._shared.presence:
                 try:
                     self._publish_will(self.config.will)
                 except TransportError as exc:  # the shared connection is gone too: nothing to say it on

@@ -191,7 +191,7 @@ class DeviceHost:
             for first in range(0, len(indices), DEVICES_PER_CONNECTION):
                 shared.append(SharedConnection(
                     TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[first]}"), network,
-                    wills=config.broker_url is not None))  # an embedded broker stops with the job
+                    presence=config.broker_url is not None))  # an embedded broker stops with the job
         return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network, shared), queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
                    stepping=None if config.throttle == "sleep" else STEPPING,  # a device sleeps inside its step

@@ -2,7 +2,8 @@
 subscribes on its own topics as over a connection of its own — the coordinator sees the same
 messages —, a message for one device reaches that device only, the fleet's broadcast reaches all,
 and the host says what the broker would have said for them (their births, and their wills when they
-are aborted). A job learns the same on shared connections as on connections of their own."""
+are aborted; on the job's own broker, neither). A job learns the same on shared connections as on
+connections of their own."""
 
 from __future__ import annotations
 
@@ -95,6 +96,25 @@ def test_devices_on_one_connection_talk_on_their_own_topics() -> None:
                    for name, env in wills.items())
         with pytest.raises(TransportError):
             clients[0].link.transport.publish(topics.uplink("sh000"), b"x")
+
+
+def test_on_the_jobs_own_broker_devices_register_without_births_or_wills() -> None:
+    topics = Topics(job=JOB)
+    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
+        coordinator.subscribe(topics.all_uplinks())
+        coordinator.subscribe(f"{topics.prefix}/status/+")
+        network = NetworkLoop()
+        shared = SharedConnection(TransportConfig(url=broker.url, client_id="host-1", connect_timeout=5), network,
+                                  presence=False)
+        clients = [_device(shared, f"np{i:03d}", network) for i in range(20)]
+        host = DeviceHost(clients, network=network, workers=4, connectors=1, shared=[shared])
+        host.start()
+        seen = _collect(coordinator, 2 * len(clients), lambda env: isinstance(env.body, (Register, Status)),
+                        key=lambda env: (env.sender, type(env.body).__name__), timeout=5.0)
+        assert {name for name, kind in seen if kind == "Register"} == {c.config.device_id for c in clients}
+        assert not [key for key in seen if key[1] == "Status"]  # no birth
+        assert host.stop(wait_s=5.0) == []
+        assert not _collect(coordinator, 1, lambda env: isinstance(env.body, Status), timeout=2.0)  # no will
 
 
 def test_a_job_learns_the_same_on_shared_connections(tmp_path) -> None:

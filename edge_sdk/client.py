@@ -289,7 +289,8 @@ class DeviceClient:
         message comes first (`on_ready` says when one does; 0: more are waiting)."""
         if self._stop.is_set():
             return "stopped"
-        assert self.link is not None
+        if self.link is None:  # a message came while `open` was still connecting: the host steps it after
+            return 1.0
         self._duties(time.monotonic())
         for _ in range(max_messages):
             item = self.link.poll(0)

@@ -296,8 +296,8 @@ class DeviceHost:
                 try:
                     result = client.step()
                 except Exception as exc:  # one line, not a thread's traceback; the coordinator sees it offline
-                    log.error("device %s stopped: %s", client.config.device_id, exc)
-                    result = f"failed: {exc}"
+                    log.error("device %s stopped: %s: %s", client.config.device_id, type(exc).__name__, exc)
+                    result = f"failed: {type(exc).__name__}: {exc}"
                 if isinstance(result, str):
                     self._end(index, result)
                     continue

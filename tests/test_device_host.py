@@ -127,3 +127,12 @@ def test_a_simulated_fleet_holds_no_thread_per_device(tmp_path) -> None:
     assert report.status == "finished" and len(report.rounds) == 2
     assert all(len(r.participants) == 5 for r in report.rounds)
     assert max(threads) < 60  # 150 devices, and a few dozen threads at most
+
+
+def test_a_device_stepped_before_its_connection_is_open_waits_for_it() -> None:
+    """On a shared connection a message (a roll call) can reach a device between joining and the
+    end of its `open`: the host steps it then, and the step waits instead of failing (an
+    AssertionError without a message stopped one device of 10,000 and the job waited for it)."""
+    device = _device("mqtt://127.0.0.1:1", "early")
+    assert device.link is None
+    assert device.step() == 1.0

@@ -21,7 +21,7 @@ from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["AUGMENTATIONS", "EvalCounts", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped",
            "train_local", "evaluate", "evaluate_counts", "on_device", "proximal_term", "torch_threads",
-           "default_threads"]
+           "default_threads", "warm_up_optimizer"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -115,6 +115,13 @@ def proximal_term(params: list[torch.Tensor], mu: float) -> Callable[[], torch.T
         return 0.5 * mu * torch.stack([(p - a).pow(2).sum() for p, a in zip(params, anchor, strict=True)]).sum()
 
     return term
+
+
+def warm_up_optimizer() -> None:
+    """Create and drop one SGD optimizer: a process's first one imports ``torch._dynamo`` (1.3 s
+    here), which a simulation would otherwise pay inside its first round, with every device of it
+    waiting. Safe on any thread (the import system locks the modules)."""
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,

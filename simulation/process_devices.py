@@ -48,7 +48,10 @@ def _serve(conn: multiprocessing.connection.Connection, log_level: int) -> None:
     the child to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
+    from edge_sdk.training import warm_up_optimizer
     from simulation.ray_devices import DeviceActor
+
+    warm_up_optimizer()  # before the first round, while the parent loads the data
 
     try:
         message = _read(conn)

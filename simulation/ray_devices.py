@@ -87,10 +87,12 @@ class DeviceActor:
                  trusted_keys: tuple[str, ...] = (), shards_dir: str | None = None) -> None:
         import torch
 
+        from edge_sdk.training import warm_up_optimizer
         from simulation.config import SimulationConfig
         from simulation.device_shards import DeviceShards
 
         torch.set_num_threads(max(1, threads))
+        warm_up_optimizer()  # the first round's optimizer, without its imports
         self.config = SimulationConfig.from_plain(json.loads(config_json))
         self.url = url
         self.indices = indices

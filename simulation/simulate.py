@@ -14,6 +14,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +27,7 @@ from edge_sdk.data import ImageDataset, load_dataset
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import load_profile
 from edge_sdk.signing import ModelSigner
-from edge_sdk.training import torch_threads
+from edge_sdk.training import torch_threads, warm_up_optimizer
 from edge_sdk.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig
@@ -88,6 +89,8 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
 def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
          on_progress: Callable[[FleetProgress], None] | None, child: ProcessDevices | None) -> RunReport:
     """The job, its devices in ``child`` (`--backend process`) or where `config.backend` says."""
+    if child is None:  # the devices train in this process: their first optimizer's imports meanwhile
+        threading.Thread(target=warm_up_optimizer, name="edgefl-warm-up", daemon=True).start()
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
     homeassistant = _homeassistant(config)
     checkpoint_dir = config.federation.checkpoint_dir

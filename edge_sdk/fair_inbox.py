@@ -122,6 +122,15 @@ class FairInbox(Generic[T]):
             else:
                 self._byte_limits[source] = max_bytes
 
+    def set_budget(self, source: str | None, max_bytes: int | None) -> None:
+        """The queued-bytes budget of ``source`` (None: the default of every source without its
+        own), never above the whole queue's; ``max_bytes`` None: back to the default (for the
+        default itself: the configured ``per_source_bytes``)."""
+        if source is None:
+            self.set_default_source_bytes(min(int(max_bytes or self.limits.per_source_bytes), self.limits.max_bytes))
+        else:
+            self.set_source_bytes(source, None if max_bytes is None else min(max_bytes, self.limits.max_bytes))
+
     def put(self, source: str, item: T, nbytes: int) -> bool:
         """Queue ``item`` (``nbytes`` long) from ``source``; False when a budget dropped it."""
         limits = self.limits

@@ -255,12 +255,7 @@ class MqttTransport:
     def set_topic_budget(self, topic: str | None, max_bytes: int | None) -> None:
         """Bytes that messages of ``topic`` may take in the receive queue (None: the default);
         ``topic`` None sets the default of every topic without its own."""
-        if topic is None:
-            self._inbox.set_default_source_bytes(min(int(max_bytes or self.config.inbox.per_source_bytes),
-                                                     self.config.inbox.max_bytes))
-        else:
-            self._inbox.set_source_bytes(topic,
-                                         None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
+        self._inbox.set_budget(topic, max_bytes)
 
     def set_topic_rate(self, rate: float | None, burst: int) -> None:
         """Messages per second (up to ``burst``) each topic may queue; the rest are dropped and

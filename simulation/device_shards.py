@@ -27,10 +27,21 @@ from edge_sdk.spilled_arrays import copy_spilled, spill_rows
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
 
-__all__ = ["DeviceShards", "DeviceOrder"]
+__all__ = ["DeviceShards", "DeviceOrder", "device_layout"]
 
 #: the arrays a saved `DeviceShards` folder holds, each a ``.npy`` file
 _ARRAYS = ("x", "y", "keys", "offsets", "num_classes")
+
+
+def device_layout(config: "SimulationConfig", y: np.ndarray, private: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``private`` (rows of a training split with labels ``y``) in the devices' order — the
+    partition among ``config.clients`` devices by ``config.partition`` — and where each device's
+    rows start and end in it (``offsets``, one more than the devices)."""
+    shards = partition(y[private], config.clients, config.partition, seed=config.federation.seed)
+    order = np.concatenate([private[s] for s in shards]) if shards else np.empty(0, np.int64)
+    offsets = np.zeros(len(shards) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in shards])
+    return order, offsets
 
 
 @dataclass(frozen=True)
@@ -48,10 +59,7 @@ class DeviceShards:
     def build(cls, config: "SimulationConfig", dataset: ImageDataset, private: np.ndarray) -> "DeviceShards":
         """The partition of ``private`` (rows of the training split) among ``config.clients``
         devices by ``config.partition`` — the same split in whichever process builds it."""
-        shards = partition(dataset.y_train[private], config.clients, config.partition, seed=config.federation.seed)
-        order = np.concatenate([private[s] for s in shards]) if shards else np.empty(0, np.int64)
-        offsets = np.zeros(len(shards) + 1, np.int64)
-        offsets[1:] = np.cumsum([len(s) for s in shards])
+        order, offsets = device_layout(config, dataset.y_train, private)
         # a spilled training split gives spilled shards: gathered a chunk at a time, never held
         return cls(spill_rows(dataset.x_train, order), dataset.y_train[order], order.astype(np.uint64), offsets,
                    dataset.num_classes)
@@ -106,11 +114,9 @@ class DeviceOrder:
         public = public_rows(self.config, y, num_classes)
         everything = np.arange(len(y))
         private = everything if public is None else np.setdiff1d(everything, public)
-        shards = partition(y[private], self.config.clients, self.config.partition, seed=self.config.federation.seed)
-        self.offsets = np.zeros(len(shards) + 1, np.int64)
-        self.offsets[1:] = np.cumsum([len(s) for s in shards])
+        order, self.offsets = device_layout(self.config, y, private)
         self.public = None if public is None else len(public)
-        return np.concatenate([*(private[s] for s in shards), public if public is not None else np.empty(0, np.int64)])
+        return order if public is None else np.concatenate([order, public])
 
     def split(self, dataset: ImageDataset) -> tuple[DeviceShards, np.ndarray | None]:
         """The devices' shards and the public inputs (None: no public set) of ``dataset``, which

@@ -168,12 +168,7 @@ class DeviceChannel:
 
     def set_topic_budget(self, topic: str | None, max_bytes: int | None) -> None:
         """As `MqttTransport.set_topic_budget`, for this device's receive queue."""
-        if topic is None:
-            self._inbox.set_default_source_bytes(min(int(max_bytes or self.config.inbox.per_source_bytes),
-                                                     self.config.inbox.max_bytes))
-        else:
-            self._inbox.set_source_bytes(topic,
-                                         None if max_bytes is None else min(max_bytes, self.config.inbox.max_bytes))
+        self._inbox.set_budget(topic, max_bytes)
 
     def set_topic_rate(self, rate: float | None, burst: int) -> None:
         self._inbox.set_rate(rate, burst)

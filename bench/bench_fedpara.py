@@ -158,7 +158,7 @@ def part_accuracy(args: argparse.Namespace, url: str, tmp: str, split: str) -> d
         ok, beats = ratio >= 3 and gap <= 1.5, fp["acc"] > nv["acc"]
         summary.append({"gamma": g, "ratio": ratio, "gap_points": gap, "target_met": ok, "beats_naive": beats,
                         "fedpara": fp["acc"], "naive": nv["acc"], "fedpara_lr": fp["lr"], "naive_lr": nv["lr"]})
-        print(f"{g:6.1f} {fp['acc']:12.4f} {nv['acc']:10.4f} {ratio:12.2f} {gap:10.2f} {str(ok):>13} {str(beats):>12}"
+        print(f"{g:6g} {fp['acc']:12.4f} {nv['acc']:10.4f} {ratio:12.2f} {gap:10.2f} {str(ok):>13} {str(beats):>12}"
               f"   (lr: fedpara {fp['lr']}, naive {nv['lr']})")
     return {"runs": rows, "baseline": dense["tag"], "summary": summary}
 

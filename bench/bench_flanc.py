@@ -50,7 +50,8 @@ def accuracy_runs(args: argparse.Namespace, out: Path) -> dict[str, dict]:
     common = dict(clients=args.clients, dataset=args.dataset, partition=args.partition,
                   model=args.model, profiles=DEFAULT_FLEET, throttle="off", plots=False,
                   federation=sim_federation(rounds=args.rounds, seed=args.seed,
-                                            train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr)))
+                                            train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr,
+                                                                            optimizer=args.optimizer, momentum=args.momentum)))
     norm = {"norm": args.norm}
     runs = {
         "flanc": {**norm, "export": str(out / "onnx"), **option_pairs(args.flanc_option)},
@@ -174,6 +175,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"], help="the devices' optimizer")
+    ap.add_argument("--momentum", type=float, default=TrainConfig.momentum, help="SGD's momentum")
     ap.add_argument("--norm", default="none", choices=["none", "batchnorm", "groupnorm"])
     ap.add_argument("--flanc-option", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--heterofl-option", action="append", default=[], metavar="KEY=VALUE")
@@ -185,7 +188,7 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     print(f"bench_flanc: {args.clients} devices ({', '.join(DEFAULT_FLEET)} in turn), {args.dataset}, "
-          f"{args.partition}, {args.rounds} rounds x {args.epochs} local epoch(s), lr {args.lr}, batch 32, "
+          f"{args.partition}, {args.rounds} rounds x {args.epochs} local epoch(s), {args.optimizer} lr {args.lr}, batch 32, "
           f"norm {args.norm}, seed {args.seed}, torch {torch.__version__}", flush=True)
     reports, acc_ok = None, True
     if not args.skip_accuracy:

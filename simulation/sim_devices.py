@@ -29,6 +29,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
+from simulation.long_lived import building_long_lived
 from simulation.device_shards import DeviceShards
 from simulation.shared_connection import SharedConnection
 from simulation.training_queue import TrainingQueue
@@ -192,7 +193,9 @@ class DeviceHost:
                 shared.append(SharedConnection(
                     TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[first]}"), network,
                     presence=config.broker_url is not None))  # an embedded broker stops with the job
-        return cls(build_clients(config, url, shards, indices, queue, trusted_keys, network, shared), queue,
+        with building_long_lived():  # the devices live for the job
+            clients = build_clients(config, url, shards, indices, queue, trusted_keys, network, shared)
+        return cls(clients, queue,
                    network, workers=max(8, min(busy, MAX_WORKERS)),
                    stepping=None if config.throttle == "sleep" else STEPPING,  # a device sleeps inside its step
                    connectors=1 if shared else 2, shared=shared)

@@ -43,6 +43,7 @@ from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.device_shards import DeviceOrder, DeviceShards
+from simulation.long_lived import building_long_lived, job_lifetime
 from simulation.process_devices import ProcessDevices
 from simulation.ray_devices import RayDevices
 from simulation.open_files import ensure_open_files
@@ -70,7 +71,7 @@ def run_simulation(config: SimulationConfig,
     Ctrl-C (KeyboardInterrupt) stops the devices (training stops after its current step) and
     the broker, writes the report of the rounds finished so far, then propagates.
     """
-    with torch_threads(config.threads):
+    with torch_threads(config.threads), job_lifetime():
         return _run_simulation(config, on_round, on_progress)
 
 
@@ -98,16 +99,17 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
         writable_dir(checkpoint_dir, "--checkpoint-dir")
     if config.data_root is not None and not Path(config.data_root).expanduser().is_dir():
         raise ValueError(f"--data-root {config.data_root} is not a folder")
-    order = DeviceOrder(config)  # the training split stored device by device: each shard a slice of it
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order)
-    for name in set(config.profiles):
-        load_profile(name)  # a bad profile is an error now, not in a device thread
-    resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
     shards: DeviceShards | None
-    shards, public = order.split(dataset)  # every device's data, in one array
-    if checkpoint_dir is not None:
-        check_same_job(config)
-    strategy = build_strategy(config, dataset, public)
+    with building_long_lived():  # the data, the model and the imports meanwhile live for the job
+        order = DeviceOrder(config)  # the training split stored device by device: each shard a slice of it
+        dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order)
+        for name in set(config.profiles):
+            load_profile(name)  # a bad profile is an error now, not in a device thread
+        resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
+        shards, public = order.split(dataset)  # every device's data, in one array
+        if checkpoint_dir is not None:
+            check_same_job(config)
+        strategy = build_strategy(config, dataset, public)
     # the devices' images live in the shards from here on: the training split is not held twice
     dataset = replace(dataset, x_train=np.empty((0, *dataset.x_train.shape[1:]), np.float32),
                       y_train=np.empty(0, np.int64), train_rows=None)

@@ -52,7 +52,8 @@ def _simulate(args: argparse.Namespace) -> int:
                           f"{plural(config.federation.rounds, 'round')}, {config.dataset} ({config.partition})")
     try:
         with display.console.status("starting the broker and the devices...") as display.status:
-            report = run_simulation(config, on_round=display.round, on_progress=display.progress)
+            report = run_simulation(config, on_round=display.round, on_progress=display.progress,
+                                    release_memory=False)  # the process ends with the job
     except KeyboardInterrupt:
         rounds = config.federation.rounds
         display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {rounds} rounds; "

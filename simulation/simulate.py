@@ -64,14 +64,19 @@ def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data:
 
 def run_simulation(config: SimulationConfig,
                    on_round: Callable[[RoundRecord], None] | None = None,
-                   on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport:
+                   on_progress: Callable[[FleetProgress], None] | None = None,
+                   release_memory: bool = True) -> RunReport:
     """Run the job, write its report into `config.out`, and return the report; torch uses
     `config.threads` threads meanwhile.
 
     Ctrl-C (KeyboardInterrupt) stops the devices (training stops after its current step) and
     the broker, writes the report of the rounds finished so far, then propagates.
+
+    ``release_memory``: give the job's objects back to the garbage collector at the end (a process
+    that goes on, e.g. to run another job); False for a process that exits right after, which then
+    ends without the collector walking every one of them (1.5 s at 10,000 devices).
     """
-    with torch_threads(config.threads), job_lifetime():
+    with torch_threads(config.threads), job_lifetime(release_memory):
         return _run_simulation(config, on_round, on_progress)
 
 

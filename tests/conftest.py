@@ -66,3 +66,13 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_a_job_froze() -> Iterator[None]:
+    """A simulation run the way ``edgefl simulate`` runs it leaves its objects frozen (its process
+    exits after it); in this long-lived process each test gives them back to the collector."""
+    yield
+    import gc
+
+    gc.unfreeze()

@@ -50,3 +50,12 @@ def test_a_disabled_collector_stays_disabled():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_job_that_ends_its_process_leaves_its_objects_frozen():
+    with job_lifetime(release=False), building_long_lived():
+        kept = _cycle()
+    try:
+        assert gc.get_freeze_count() > 0 and kept.peer.peer is kept
+    finally:
+        gc.unfreeze()

@@ -123,9 +123,6 @@ FLOWER_PYTHON = "/work/flower-venv/bin/python"
 #: Fashion-MNIST's training images: a fleet of N x M images takes the first N*M (N*M < this) or a
 #: tiled copy (a multiple of it).
 BASE_IMAGES = 60_000
-#: edgefl's simulated devices per process (simulation/config.py MAX_DEVICES_PER_PROCESS; 180 before the
-#: shared NetworkLoop of issue 39): above it ``--edgefl-backend auto`` runs edgefl with ``--backend ray``.
-EDGEFL_LOCAL_MAX = 10_000
 EVAL_BATCH = 128  # edge_sdk.training.EVAL_BATCH
 SAMPLE_EVERY_S = 0.5
 WHICH = ("edgefl", "flower", "bare")
@@ -693,10 +690,8 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_edgefl(job: JobSpec, rep: int, args: argparse.Namespace, work: Path) -> Measured:
-    """`edgefl simulate` on the job (``--backend ray`` above 180 devices with ``auto``)."""
+    """`edgefl simulate` on the job (``--edgefl-backend auto``: edgefl's own default backend)."""
     backend = args.edgefl_backend
-    if backend == "auto":
-        backend = "local" if job.clients <= EDGEFL_LOCAL_MAX else "ray"
     out = work / f"edgefl-{job.fleet}-{rep}"
     cmd = [sys.executable, "-m", "edge_sdk.cli", "simulate", "--method", "fedavg",
            "--dataset", edgefl_dataset(job.total_images, args.cache), "--clients", str(job.clients),
@@ -705,13 +700,13 @@ def run_edgefl(job: JobSpec, rep: int, args: argparse.Namespace, work: Path) -> 
            "--batch-size", str(job.batch_size), "--local-epochs", str(job.local_epochs),
            "--threads", str(job.threads), "--seed", str(job.seed), "--out", str(out),
            "--eval-every", str(job.rounds), "--option", "clip=none", "--option", "max_share=1",
-           "--backend", backend]
+           *(["--backend", backend] if backend != "auto" else [])]
     if args.edgefl_connections is not None:  # an older tree has no such option
         cmd += ["--connections", args.edgefl_connections]
     tree = args.edgefl_tree.resolve()
     run = run_tree(cmd, child_env({"PYTHONPATH": str(tree)}), work / f"edgefl-{job.fleet}-{rep}.log", args.timeout,
                    cwd=tree)
-    note = f"--backend {backend}" + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else "")
+    note = (f"--backend {backend}" if backend != "auto" else "its default --backend") + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else "")
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError):
@@ -872,7 +867,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write every run and the summary here")
     p.add_argument("--edgefl-backend", choices=("auto", "local", "process", "ray"), default="auto",
-                   help=f"auto: local up to {EDGEFL_LOCAL_MAX} devices, else ray (default: %(default)s)")
+                   help="auto: edgefl's own default (the tree's --backend auto: local up to 1,000 devices, "
+                        "process past that; local on trees before it) (default: %(default)s)")
     p.add_argument("--edgefl-connections", choices=("auto", "own", "shared"),
                    help="edgefl's --connections (default: not given: its own default, auto)")
     p.add_argument("--edgefl-tree", type=Path, default=REPO,

@@ -73,6 +73,7 @@ def _simulate(args: argparse.Namespace) -> int:
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
     from edge_sdk.methods.settings import METHODS
+    from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO
     from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
     p = sub.add_parser("simulate", help="run a whole federated job on this machine (embedded broker)",
@@ -113,10 +114,11 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         f"other programs kept the cores busy; with OMP_WAIT_POLICY=PASSIVE in the environment "
                         f"all of them stayed fast (BENCHMARKS.md). A seeded job repeats itself with the same "
                         f"--threads only")
-    p.add_argument("--backend", default="local", choices=["local", "process", "ray"],
-                   help="local: every simulated device in this process; process: all of them in one child "
-                        "process beside the coordinator's (two cores); ray: spread over Ray actors "
-                        "(pip install 'edgefl[ray]'), each a process hosting many devices")
+    p.add_argument("--backend", default="auto", choices=list(BACKENDS),
+                   help=f"local: every simulated device in this process; process: all of them in one child "
+                        f"process beside the coordinator's (two cores); ray: spread over Ray actors "
+                        f"(pip install 'edgefl[ray]'), each a process hosting many devices; auto: local up to "
+                        f"{LOCAL_BACKEND_UP_TO:,} devices, process past that")
     p.add_argument("--connections", default="auto", choices=list(CONNECTIONS),
                    help=f"own: every simulated device has an MQTT connection of its own; shared: the devices of a "
                         f"process share one (the same messages on the same topics; presence kept by the host, "

@@ -17,9 +17,11 @@ from edge_sdk.training import TrainConfig, default_threads
 from coordinator.runtime.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
+from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO, devices_backend
 from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
 __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DEFAULT_FLEET", "BACKENDS",
+           "LOCAL_BACKEND_UP_TO",
            "MAX_DEVICES_PER_PROCESS", "split_public", "public_rows"]
 
 #: The simulated devices with connections of their own (`--connections own`) one process hosts at
@@ -29,8 +31,6 @@ __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DE
 #: over processes; devices on shared connections have no such limit.
 MAX_DEVICES_PER_PROCESS = 10_000
 
-#: Where the simulated devices run (`--backend`).
-BACKENDS = ("local", "process", "ray")
 
 #: A mixed home fleet; devices take these profiles in turn.
 DEFAULT_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "jetson-nano",
@@ -60,8 +60,9 @@ class SimulationConfig:
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
     sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
-    #: local: every device in this process; process: in one child process; ray: spread over Ray actors
-    backend: str = "local"
+    #: local: every device in this process; process: in one child process; ray: spread over Ray actors;
+    #: auto: local up to `LOCAL_BACKEND_UP_TO` devices, process past that (`devices_backend`)
+    backend: str = "auto"
     connections: str = "auto"  # own | shared | auto (`CONNECTIONS`)
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
@@ -99,7 +100,7 @@ class SimulationConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.connections not in CONNECTIONS:
             raise ValueError(f"connections must be one of {', '.join(CONNECTIONS)}, got {self.connections!r}")
-        one_process = self.backend in ("local", "process")
+        one_process = self.devices_backend in ("local", "process")
         if one_process and self.clients > MAX_DEVICES_PER_PROCESS and not self.shared_connections:
             raise ValueError(f"one process hosts at most {MAX_DEVICES_PER_PROCESS} simulated devices with connections "
                              f"of their own; for {self.clients}, use --connections shared (or auto), or --backend ray, "
@@ -121,6 +122,11 @@ class SimulationConfig:
         if not 0 <= self.public_fraction < 1:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
+
+    @property
+    def devices_backend(self) -> str:
+        """Where the devices run: `backend`, with "auto" resolved by the fleet's size."""
+        return devices_backend(self.backend, self.clients)
 
     def job_federation(self) -> FederationConfig:
         """The round loop's settings of this simulated job: ``federation`` waiting for every

@@ -82,7 +82,7 @@ def run_simulation(config: SimulationConfig,
 
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
-    if config.backend != "process":
+    if config.devices_backend != "process":
         return _run(config, on_round, on_progress, None)
     child = ProcessDevices(config)
     child.prepare()  # it imports while this process loads the data
@@ -94,7 +94,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
 
 def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
          on_progress: Callable[[FleetProgress], None] | None, child: ProcessDevices | None) -> RunReport:
-    """The job, its devices in ``child`` (`--backend process`) or where `config.backend` says."""
+    """The job, its devices in ``child`` (`--backend process`) or where `config.devices_backend` says."""
     if child is None:  # the devices train in this process: their first optimizer's imports meanwhile
         threading.Thread(target=warm_up_optimizer, name="edgefl-warm-up", daemon=True).start()
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
@@ -120,12 +120,12 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
                       y_train=np.empty(0, np.int64), train_rows=None)
     if checkpoint_dir is None or not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
         keep_previous_report(out)
-    if config.backend != "ray" and not config.shared_connections:  # room for the devices' sockets (and the broker's)
+    if config.devices_backend != "ray" and not config.shared_connections:  # room for the devices' sockets, the broker's
         ensure_open_files(config.clients)
     broker = None if config.broker_url else EmbeddedBroker(sim_broker_config(config.clients))
     shards_dir: Path | None = None
     try:
-        if config.backend in ("ray", "process"):  # the processes of this machine map one saved copy
+        if config.devices_backend in ("ray", "process"):  # the processes of this machine map one saved copy
             shards_dir = Path(tempfile.mkdtemp(prefix=".device-shards-", dir=out))
             shards.save(shards_dir)
             shards = None  # not held here too
@@ -263,5 +263,6 @@ def keep_job_settings(config: SimulationConfig) -> None:
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:
     data = config.to_plain()
     data["broker_url"] = url
+    data["devices_backend"] = config.devices_backend  # where "auto" put the devices
     data["method_config"] = strategy.method_config()
     return data

@@ -32,7 +32,9 @@ def test_devices_in_a_child_process_run_the_same_job(tmp_path, connections) -> N
         outcomes.append(([r.participants for r in report.rounds], report.rounds[-1].accuracy,
                          report.rounds[-1].bytes_up))
         if backend == "process":
-            placed = json.loads((tmp_path / f"process-{connections}" / "report.json").read_text())["config"]["process"]
+            written = json.loads((tmp_path / f"process-{connections}" / "report.json").read_text())["config"]
+            assert written["devices_backend"] == "process"
+            placed = written["process"]
             assert placed["data"] == "mapped" and placed["torch_threads"] == 1
             assert not psutil.pid_exists(placed["pid"]) or psutil.Process(placed["pid"]).status() == "zombie"
             assert not list((tmp_path / f"process-{connections}").glob(".device-shards-*"))  # the saved data went
@@ -48,3 +50,14 @@ def test_a_child_that_cannot_start_is_one_line(tmp_path) -> None:
     assert "\n" not in str(raised.value)
     devices.stop(0.0)  # nothing left to stop: no error
     devices.close()
+
+
+def test_the_auto_backend_puts_a_fleet_past_a_thousand_devices_in_a_child_process():
+    assert SimulationConfig().backend == "auto"
+    assert SimulationConfig(clients=1_000).devices_backend == "local"
+    assert SimulationConfig(clients=1_001).devices_backend == "process"
+    assert SimulationConfig(clients=5_000, backend="local").devices_backend == "local"
+    assert SimulationConfig(clients=5, backend="process").devices_backend == "process"
+    assert SimulationConfig(clients=20_000, backend="ray", connections="own").devices_backend == "ray"
+    with pytest.raises(ValueError, match="use --connections shared"):  # own connections, one process: capped
+        SimulationConfig(clients=20_000, connections="own")

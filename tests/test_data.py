@@ -214,3 +214,19 @@ def test_image_dataset_validates() -> None:
         ImageDataset("t", x, np.array([0, 5]), x, np.array([0, 1]), num_classes=2)
     with pytest.raises(ValueError, match="float32"):
         ImageDataset("t", x.astype(np.float64), np.array([0, 1]), x, np.array([0, 1]), 2)
+
+
+@pytest.mark.parametrize("shape", [(700, 1, 28, 28), (300, 3, 8, 8), (200, 6, 100)])
+def test_bytes_are_normalised_by_table_to_the_very_floats_of_the_arithmetic(shape) -> None:
+    from edge_sdk.data import _channel_stats, _normalise, _per_channel
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    mean, std = _channel_stats(x)
+    arithmetic = ((x - _per_channel(mean, x.ndim)) / _per_channel(std, x.ndim)).astype(np.float32)
+    order = rng.permutation(len(x))
+    for got, want in ((_normalise(x, mean, std), arithmetic), (_normalise(x, mean, std, order), arithmetic[order])):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
+    floats = x.astype(np.float64)  # not bytes: the arithmetic itself
+    assert np.array_equal(_normalise(floats, mean, std), arithmetic)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import ProtocolError
+from .ids import new_id
 from .messages import Chunk, Envelope, encode_envelope
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "MIN_CHUNK_SIZE", "CHUNK_OVERHEAD", "split_envelope_payload", "Reassembler"]
@@ -49,7 +49,7 @@ def split_envelope_payload(payload: bytes, sender: str, round: int,
     step = chunk_size - CHUNK_OVERHEAD
     count = -(-total // step)
     sha = hashlib.sha256(mv).digest()
-    tid = uuid.uuid4().hex
+    tid = new_id()
     out = []
     for i in range(count):
         body = Chunk(tid, i, count, total, sha, mv[i * step:(i + 1) * step])  # type: ignore[arg-type]

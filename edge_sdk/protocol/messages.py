@@ -9,7 +9,6 @@ be absent; unknown extra fields are ignored (forward compatibility).
 from __future__ import annotations
 
 import math
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
@@ -20,6 +19,7 @@ from edge_sdk.preprocessing import Preprocessing
 
 from .codec import Blob, CodecLimits, DataRegion, decode_frame, encode_frame, pack_tensors, unpack_tensors
 from .errors import ErrorCode, ProtocolError
+from .ids import new_id
 from .topics import is_valid_id
 
 __all__ = [
@@ -543,7 +543,7 @@ class Envelope:
     sender: str
     body: AnyMessage
     round: int = -1
-    msg_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    msg_id: str = field(default_factory=new_id)
     reply_to: str | None = None
     version: int = SCHEMA_VERSION
 

@@ -118,7 +118,7 @@ def test_without_ray_the_backend_is_a_one_line_error(monkeypatch) -> None:
 def test_ray_options_need_the_ray_backend() -> None:
     with pytest.raises(ValueError, match="need backend 'ray'"):
         SimulationConfig(ray_workers=2)
-    with pytest.raises(ValueError, match="backend must be one of local, process, ray"):
+    with pytest.raises(ValueError, match="backend must be one of auto, local, process, ray"):
         SimulationConfig(backend="dask")
 
 

@@ -51,7 +51,7 @@ def accuracy_runs(args: argparse.Namespace, out: Path) -> dict[str, dict]:
                   model=args.model, profiles=DEFAULT_FLEET, throttle="off", plots=False,
                   federation=sim_federation(rounds=args.rounds, seed=args.seed,
                                             train=TrainConfig(epochs=args.epochs, batch_size=32, lr=args.lr,
-                                                                            optimizer=args.optimizer, momentum=args.momentum)))
+                                                              optimizer=args.optimizer, momentum=args.momentum)))
     norm = {"norm": args.norm}
     runs = {
         "flanc": {**norm, "export": str(out / "onnx"), **option_pairs(args.flanc_option)},
@@ -188,7 +188,8 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     print(f"bench_flanc: {args.clients} devices ({', '.join(DEFAULT_FLEET)} in turn), {args.dataset}, "
-          f"{args.partition}, {args.rounds} rounds x {args.epochs} local epoch(s), {args.optimizer} lr {args.lr}, batch 32, "
+          f"{args.partition}, {args.rounds} rounds x {args.epochs} local epoch(s), {args.optimizer} lr {args.lr}, "
+          f"batch 32, "
           f"norm {args.norm}, seed {args.seed}, torch {torch.__version__}", flush=True)
     reports, acc_ok = None, True
     if not args.skip_accuracy:

@@ -706,7 +706,8 @@ def run_edgefl(job: JobSpec, rep: int, args: argparse.Namespace, work: Path) -> 
     tree = args.edgefl_tree.resolve()
     run = run_tree(cmd, child_env({"PYTHONPATH": str(tree)}), work / f"edgefl-{job.fleet}-{rep}.log", args.timeout,
                    cwd=tree)
-    note = (f"--backend {backend}" if backend != "auto" else "its default --backend") + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else "")
+    note = ((f"--backend {backend}" if backend != "auto" else "its default --backend")
+            + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else ""))
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError):

@@ -133,10 +133,9 @@ def _normalise(x: np.ndarray, mean: np.ndarray, std: np.ndarray, order: np.ndarr
     def rows(i: int) -> np.ndarray:
         return x[i:i + _CHUNK] if order is None else x[order[i:i + _CHUNK]]
 
-    def normalised(chunk: np.ndarray) -> np.ndarray:
+    def arithmetic(chunk: np.ndarray) -> np.ndarray:
         return (chunk - m) / s
-    if x.dtype == np.uint8:
-        normalised = _uint8_table(mean, std)
+    normalised = _uint8_table(mean, std) if x.dtype == np.uint8 else arithmetic
     if x.size * 4 > SPILL_BYTES:
         return spill(x.shape, np.float32, (normalised(rows(i)) for i in range(0, len(x), _CHUNK)))
     out = np.empty(x.shape, dtype=np.float32)

@@ -122,7 +122,6 @@ class SimulationConfig:
         if not 0 <= self.public_fraction < 1:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
-
     @property
     def devices_backend(self) -> str:
         """Where the devices run: `backend`, with "auto" resolved by the fleet's size."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -41,6 +43,23 @@ def _device(shared: SharedConnection, name: str, network: NetworkLoop) -> Device
     return DeviceClient(config, data, load_profile("raspberry-pi-4b"), network=network, connect_via=shared.channel)
 
 
+@contextmanager
+def _devices_on_one_connection(prefix: str, count: int, presence: bool = True
+                               ) -> Iterator[tuple[Topics, MqttTransport, list[DeviceClient], DeviceHost]]:
+    """A real broker, a coordinator's connection watching every uplink and status, and ``count``
+    devices named ``prefix000``... on one shared connection, hosted (not started yet)."""
+    topics = Topics(job=JOB)
+    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
+        coordinator.subscribe(topics.all_uplinks())
+        coordinator.subscribe(f"{topics.prefix}/status/+")
+        network = NetworkLoop()
+        shared = SharedConnection(TransportConfig(url=broker.url, client_id=f"host-{prefix}", connect_timeout=5),
+                                  network, presence=presence)
+        clients = [_device(shared, f"{prefix}{i:03d}", network) for i in range(count)]
+        yield topics, coordinator, clients, DeviceHost(clients, network=network, workers=4, connectors=1,
+                                                       shared=[shared])
+
+
 def _collect(watcher: MqttTransport, want: int, accept, timeout: float = 20.0,
              key=lambda env: env.sender) -> dict:
     """Envelopes ``accept`` takes, by ``key`` (the sender), until ``want`` keys or the timeout."""
@@ -54,14 +73,7 @@ def _collect(watcher: MqttTransport, want: int, accept, timeout: float = 20.0,
 
 
 def test_devices_on_one_connection_talk_on_their_own_topics() -> None:
-    topics = Topics(job=JOB)
-    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
-        coordinator.subscribe(topics.all_uplinks())
-        coordinator.subscribe(f"{topics.prefix}/status/+")
-        network = NetworkLoop()
-        shared = SharedConnection(TransportConfig(url=broker.url, client_id="host-0", connect_timeout=5), network)
-        clients = [_device(shared, f"sh{i:03d}", network) for i in range(60)]
-        host = DeviceHost(clients, network=network, workers=4, connectors=1, shared=[shared])
+    with _devices_on_one_connection("sh", 60) as (topics, coordinator, clients, host):
         before = _open_fds()
         host.start()
         seen = _collect(coordinator, 2 * len(clients), lambda env: isinstance(env.body, (Register, Status)),
@@ -99,15 +111,7 @@ def test_devices_on_one_connection_talk_on_their_own_topics() -> None:
 
 
 def test_on_the_jobs_own_broker_devices_register_without_births_or_wills() -> None:
-    topics = Topics(job=JOB)
-    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
-        coordinator.subscribe(topics.all_uplinks())
-        coordinator.subscribe(f"{topics.prefix}/status/+")
-        network = NetworkLoop()
-        shared = SharedConnection(TransportConfig(url=broker.url, client_id="host-1", connect_timeout=5), network,
-                                  presence=False)
-        clients = [_device(shared, f"np{i:03d}", network) for i in range(20)]
-        host = DeviceHost(clients, network=network, workers=4, connectors=1, shared=[shared])
+    with _devices_on_one_connection("np", 20, presence=False) as (_topics, coordinator, clients, host):
         host.start()
         seen = _collect(coordinator, 2 * len(clients), lambda env: isinstance(env.body, (Register, Status)),
                         key=lambda env: (env.sender, type(env.body).__name__), timeout=5.0)

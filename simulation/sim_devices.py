@@ -29,8 +29,8 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
-from simulation.long_lived import building_long_lived
 from simulation.device_shards import DeviceShards
+from simulation.long_lived import building_long_lived
 from simulation.shared_connection import SharedConnection
 from simulation.training_queue import TrainingQueue
 

@@ -83,7 +83,8 @@ def run_simulation(config: SimulationConfig,
 def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
                     on_progress: Callable[[FleetProgress], None] | None) -> RunReport:
     if config.devices_backend != "process":
-        return _run(config, on_round, on_progress, None)
+        with _optimizer_warm_up():  # the devices train in this process: their first optimizer's imports meanwhile
+            return _run(config, on_round, on_progress, None)
     child = ProcessDevices(config)
     child.prepare()  # it imports while this process loads the data
     try:
@@ -92,11 +93,22 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
         child.close()
 
 
+@contextmanager
+def _optimizer_warm_up() -> Iterator[None]:
+    """`warm_up_optimizer` on a thread while the block runs; the block waits for it on the way out,
+    so that a job ending early (a bad --out, Ctrl-C) never exits while torch is halfway through an
+    import (that aborted the process: "terminate called without an active exception")."""
+    thread = threading.Thread(target=warm_up_optimizer, name="edgefl-warm-up", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
 def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | None,
          on_progress: Callable[[FleetProgress], None] | None, child: ProcessDevices | None) -> RunReport:
     """The job, its devices in ``child`` (`--backend process`) or where `config.devices_backend` says."""
-    if child is None:  # the devices train in this process: their first optimizer's imports meanwhile
-        threading.Thread(target=warm_up_optimizer, name="edgefl-warm-up", daemon=True).start()
     out = writable_dir(config.out, "--out")  # before any work: a job must not train and then fail to report
     homeassistant = _homeassistant(config)
     checkpoint_dir = config.federation.checkpoint_dir

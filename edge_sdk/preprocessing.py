@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MAX_CHANNELS", "MAX_CLASS_NAME", "Preprocessing", "ONNX_METADATA_KEY"]
+__all__ = ["MAX_CHANNELS", "MAX_CLASS_NAME", "Preprocessing", "ONNX_METADATA_KEY", "uint8_normaliser"]
 
 #: Most channels a normalisation may name (images have 1-4; sensor series a few dozen).
 MAX_CHANNELS = 1024
@@ -42,6 +42,26 @@ def _floats(name: str, values: Any, positive: bool = False) -> tuple[float, ...]
                              f"got {str(v)[:30]!r}")
         out.append(float(v))
     return tuple(out)
+
+
+def uint8_normaliser(mean: Sequence[float], std: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
+    """``(x - mean) / std`` per channel as float32 for uint8 N x C x ... samples, by looking each
+    byte up in a table of its 256 results per channel — computed in float64 and rounded to float32
+    as the arithmetic would be, so the very same floats, without float64 temporaries (600,000
+    Fashion-MNIST images: 5.8 s → about 1 s)."""
+    m, s = np.asarray(mean, np.float64).reshape(-1, 1), np.asarray(std, np.float64).reshape(-1, 1)
+    table = ((np.arange(256, dtype=np.float64)[None, :] - m) / s).astype(np.float32)
+
+    def look_up(x: np.ndarray) -> np.ndarray:
+        if x.dtype != np.uint8 or x.ndim < 2 or x.shape[1] != len(table):
+            raise ValueError(f"expected uint8 samples with {len(table)} channels (axis 1), got {x.dtype} {x.shape}")
+        if len(table) == 1:
+            return table[0][x]
+        out = np.empty(x.shape, dtype=np.float32)
+        for c in range(len(table)):
+            out[:, c] = table[c][x[:, c]]
+        return out
+    return look_up
 
 
 @dataclass(frozen=True)
@@ -86,6 +106,17 @@ class Preprocessing:
             raise ValueError(f"preprocessing names {len(self.mean)} channels but input_shape {tuple(shape)} "
                              f"has {shape[0]}")
 
+    @classmethod
+    def raw(cls, channels: int) -> "Preprocessing":
+        """The raw values themselves (mean 0, std 1): what samples that no one normalised carry,
+        e.g. a simulated device's shard of uint8 pixels (`LocalData.normalised_as` then normalises)."""
+        return cls((0.0,) * channels, (1.0,) * channels)
+
+    @property
+    def is_raw(self) -> bool:
+        """Whether this is `raw`: it leaves the values as they are."""
+        return all(m == 0.0 for m in self.mean) and all(s == 1.0 for s in self.std)
+
     @property
     def channels(self) -> int:
         return len(self.mean)
@@ -112,11 +143,14 @@ class Preprocessing:
 
     def convert_from(self, source: "Preprocessing", x: np.ndarray) -> np.ndarray:
         """Inputs normalised with ``source`` re-expressed in this normalisation (float32): the raw
-        value ``x * s_std + s_mean`` normalised with ours, done in chunks without a raw copy."""
+        value ``x * s_std + s_mean`` normalised with ours, done in chunks without a raw copy; raw
+        uint8 values (``source`` `raw`) by `uint8_normaliser`, the same floats a loader gives."""
         self._check_channels(x)
         if source.channels != self.channels:
             raise ValueError(f"cannot convert {source.channels}-channel inputs to a {self.channels}-channel "
                              "normalisation")
+        if x.dtype == np.uint8 and source.is_raw:
+            return uint8_normaliser(self.mean, self.std)(x)
         scale = np.asarray(source.std, np.float64) / np.asarray(self.std, np.float64)
         shift = (np.asarray(source.mean, np.float64) - np.asarray(self.mean, np.float64)) / np.asarray(self.std)
         a, b = self._shaped(tuple(scale), x.ndim), self._shaped(tuple(shift), x.ndim)

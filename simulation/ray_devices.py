@@ -75,7 +75,8 @@ def build_shards(config: "SimulationConfig") -> "DeviceShards":
     from simulation.config import split_public
     from simulation.device_shards import DeviceShards
 
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed)
+    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed,
+                           keep_raw_train=True)  # as the driver's: bytes, each device normalises its own
     private, _ = split_public(config, dataset)
     return DeviceShards.build(config, dataset, private)
 

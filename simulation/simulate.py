@@ -119,7 +119,8 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
     shards: DeviceShards | None
     with building_long_lived():  # the data, the model and the imports meanwhile live for the job
         order = DeviceOrder(config)  # the training split stored device by device: each shard a slice of it
-        dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order)
+        dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order,
+                               keep_raw_train=True)  # uint8 images stay bytes: each device normalises its own
         for name in set(config.profiles):
             load_profile(name)  # a bad profile is an error now, not in a device thread
         resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now

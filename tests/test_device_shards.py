@@ -84,6 +84,35 @@ def test_a_split_loaded_in_the_devices_order_gives_the_same_shards_without_a_gat
     np.testing.assert_array_equal(ordered.y_train[ordered.train_rows.argsort()], published.y_train)
 
 
+@pytest.mark.parametrize("method", ["fedavg", "reft"])
+def test_a_raw_split_gives_each_device_the_very_floats_of_the_normalised_one(method, monkeypatch) -> None:
+    """`keep_raw_train`: the shards hold the bytes (a quarter of the floats' size, spilled as they
+    would be); a device normalising its own with the job's statistics gets the same floats, bit for
+    bit, and the coordinator's public set is normalised as before."""
+    from edge_sdk import data as data_module
+    from edge_sdk.spilled_arrays import is_spilled
+    from simulation.device_shards import DeviceOrder
+
+    config = SimulationConfig(method=method, dataset="mnist-sample", clients=9, partition="dirichlet:0.5")
+    order = DeviceOrder(config)
+    normalised, want_public = order.split(load_dataset(config.dataset, seed=config.federation.seed, train_order=order))
+    monkeypatch.setattr(data_module, "SPILL_BYTES", 4000 * 784 - 1)  # the raw split is spilled too
+    order = DeviceOrder(config)
+    raw_dataset = load_dataset(config.dataset, seed=config.federation.seed, train_order=order, keep_raw_train=True)
+    assert raw_dataset.raw_train and raw_dataset.x_train.dtype == np.uint8 and is_spilled(raw_dataset.x_train)
+    raw, public = order.split(raw_dataset)
+    job = raw_dataset.preprocessing
+    for device in range(len(raw)):
+        data = raw.local_data(device)
+        assert data.x.dtype == np.uint8 and data.preprocessing.is_raw and np.shares_memory(data.x, raw.x)
+        got, want = data.normalised_as(job).x, normalised.local_data(device).x
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    if want_public is None:
+        assert public is None
+    else:
+        assert public.dtype == np.float32 and np.array_equal(public.view(np.uint32), want_public.view(np.uint32))
+
+
 def test_a_train_order_that_is_no_permutation_is_refused() -> None:
     with pytest.raises(ValueError, match="train_order must give a permutation of the 4000 training rows"):
         load_dataset("mnist-sample", seed=0, train_order=lambda y, _classes: np.zeros(len(y), np.int64))

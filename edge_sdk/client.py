@@ -599,7 +599,8 @@ class DeviceClient:
 
     def _job_data(self, plan: Plan) -> LocalData:
         """The device's data in the normalisation the plan names (converted once per job and
-        kept: `LocalData.normalised_as`); the data as loaded when the plan names none."""
+        kept: `LocalData.normalised_as`; raw uint8 bytes, a simulated device's shard, are converted
+        each time and not kept); the data as loaded when the plan names none."""
         if plan.preprocessing is None:
             return self.data
         job = Preprocessing.from_dict(plan.preprocessing)

@@ -161,7 +161,10 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
               torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])):
             xt, yt = xt.to(dev), yt.to(dev)  # a device's shard is small: copied once, not per batch
             proximal = proximal_term(params, config.prox_mu) if config.prox_mu > 0 else None
-            torch.manual_seed(seed)
+            if dev.type == "cpu":  # the CPU's generator alone: torch.manual_seed also queues every
+                torch.default_generator.manual_seed(seed)  # accelerator's, with a traceback (~0.1 ms)
+            else:
+                torch.manual_seed(seed)
             for epoch in range(config.epochs):
                 if config.max_steps is not None and steps >= config.max_steps:
                     break

@@ -156,6 +156,10 @@ class _Collection:
     resent: dict[str, int] = field(default_factory=dict)  # plan re-sends per device this round
     resent_at: dict[str, float] = field(default_factory=dict)  # time.monotonic() of the last one
 
+    def answered_all(self) -> bool:
+        """Every participant accepted or declined (cheap: asked after each message)."""
+        return len(self.accepted) + len(self.declined) >= len(self.participants)
+
 
 class Fleet:
     """Registration, status and update collection over a `MessageLink`."""
@@ -192,6 +196,10 @@ class Fleet:
         self._progress_at = 0.0
         self._progress_last: tuple[int, int, int] | None = None
         self.devices: dict[str, DeviceRecord] = {}
+        #: `online`'s last answer, valid while the count of devices and of presence changes is the same
+        #: (a record's ``online`` is set only here, each time with ``_presence_changes += 1``)
+        self._presence_changes = 0
+        self._online_cache: tuple[tuple[int, int], list[str]] | None = None
         #: (device, code, message) of the latest rejections; bounded, so a flood cannot exhaust memory.
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
@@ -256,11 +264,12 @@ class Fleet:
         return nbytes * len(online)
 
     # -- receiving --------------------------------------------------------
-    def pump(self, timeout: float) -> None:
+    def pump(self, timeout: float, until: Callable[[], bool] | None = None) -> None:
         """Handle every message that arrives within `timeout` seconds, then up to
-        `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller).
-        Messages the receive queue dropped over a device's budget, and its transfers that
-        stalled or were evicted, are counted as that device's rejections."""
+        `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller);
+        sooner once ``until()`` (asked after each message) is true. Messages the receive queue
+        dropped over a device's budget, and its transfers that stalled or were evicted, are
+        counted as that device's rejections."""
         self._roll_call_if_reconnected()
         for tick in self.tickers:
             tick()
@@ -270,6 +279,8 @@ class Fleet:
             item = self.link.poll(max(0.0, end - time.monotonic()))
             if item is not None:
                 self._dispatch(item)
+                if until is not None and until():
+                    break
             if time.monotonic() >= end:
                 late += 1
                 if item is None or late > MAX_DRAIN:
@@ -340,7 +351,10 @@ class Fleet:
 
     def online(self) -> list[str]:
         """Ids of registered devices that are online, sorted."""
-        return sorted(d.device_id for d in self.devices.values() if d.online)
+        key = (len(self.devices), self._presence_changes)
+        if self._online_cache is None or self._online_cache[0] != key:  # 10,000 devices: 3 ms to list
+            self._online_cache = (key, sorted(d.device_id for d in self.devices.values() if d.online))
+        return list(self._online_cache[1])
 
     def remove(self, device: str) -> None:
         """Take ``device`` out of the job (its credentials were revoked): offline from now on, never
@@ -350,6 +364,7 @@ class Fleet:
             record.state, record.reason = "removed", "removed from the job"
             if record.online:
                 record.online, record.offline_since = False, time.monotonic()
+                self._presence_changes += 1
                 self.link.discard_topic(self.topics.uplink(device))
         log.warning("device %s removed from the job", device)
         if self.on_removed is not None:
@@ -403,8 +418,8 @@ class Fleet:
                     for device in waiting:
                         self._resend_plan(device)
                 progress()
-                if self.while_waiting is None:
-                    self.pump(0.1)
+                if self.while_waiting is None:  # back as soon as the last answer is in
+                    self.pump(0.1, until=col.answered_all)
                 else:
                     self.while_waiting(0.02)
                     self.pump(0.0)
@@ -489,6 +504,7 @@ class Fleet:
             self.devices[device] = record
         else:
             record.profile, record.online = profile, True
+            self._presence_changes += 1
             self._accept_samples(record, body.num_samples)
         record.connection = max(record.connection, body.connection)
         record.sdk_version = body.sdk_version[:32]
@@ -587,6 +603,7 @@ class Fleet:
             record.state, record.reason, record.connection = "offline", env.body.reason, stamp
             if record.online:
                 record.online, record.offline_since = False, time.monotonic()
+                self._presence_changes += 1
                 dropped = self.link.discard_topic(self.topics.uplink(device))
                 log.warning("device %s went offline (%s); dropped %d partial transfers",
                             device, env.body.reason, dropped)
@@ -596,6 +613,7 @@ class Fleet:
         # any other status is the word of a connected device
         came_back = not record.online
         record.state, record.reason, record.online = env.body.state, env.body.reason[:200], True
+        self._presence_changes += int(came_back)
         record.connection = max(record.connection, stamp)
         if came_back and self.on_device_change is not None:
             self.on_device_change(record)

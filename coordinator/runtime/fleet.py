@@ -199,7 +199,7 @@ class Fleet:
         #: `online`'s last answer, valid while the count of devices and of presence changes is the same
         #: (a record's ``online`` is set only here, each time with ``_presence_changes += 1``)
         self._presence_changes = 0
-        self._online_cache: tuple[tuple[int, int], list[str]] | None = None
+        self._online_cache: tuple[tuple[int, int], tuple[list[str], list[DeviceRecord]]] | None = None
         #: (device, code, message) of the latest rejections; bounded, so a flood cannot exhaust memory.
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
@@ -351,10 +351,18 @@ class Fleet:
 
     def online(self) -> list[str]:
         """Ids of registered devices that are online, sorted."""
+        return list(self._online()[0])
+
+    def online_records(self) -> list[DeviceRecord]:
+        """The records of `online`'s devices, in its order."""
+        return list(self._online()[1])
+
+    def _online(self) -> tuple[list[str], list[DeviceRecord]]:
         key = (len(self.devices), self._presence_changes)
         if self._online_cache is None or self._online_cache[0] != key:  # 10,000 devices: 3 ms to list
-            self._online_cache = (key, sorted(d.device_id for d in self.devices.values() if d.online))
-        return list(self._online_cache[1])
+            ids = sorted(d.device_id for d in self.devices.values() if d.online)
+            self._online_cache = (key, (ids, [self.devices[d] for d in ids]))
+        return self._online_cache[1]
 
     def remove(self, device: str) -> None:
         """Take ``device`` out of the job (its credentials were revoked): offline from now on, never

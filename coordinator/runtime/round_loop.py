@@ -148,8 +148,7 @@ class RoundLoop:
             fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
         records = []
-        online = [fleet.devices[d] for d in fleet.online()]
-        for stage in self.strategy.round_stages(rnd, online):
+        for stage in self.strategy.round_stages(rnd, fleet.online_records()):
             self.strategy.begin_stage(rnd, stage)
             records.append(self._stage(rnd, rng))
         record = merge_stages(records)
@@ -162,7 +161,8 @@ class RoundLoop:
         k = self.config.devices_per_round if k == -1 else k
         if k is None or k >= len(candidates):
             return list(candidates)
-        return sorted(rng.choice(candidates, size=k, replace=False).tolist())
+        # the same draw as rng.choice(candidates, ...), without making an array of 10,000 strings
+        return sorted(candidates[i] for i in rng.choice(len(candidates), size=k, replace=False))
 
     def _stage(self, rnd: int, rng: np.random.Generator) -> RoundRecord:
         strategy, fleet, config = self.strategy, self.fleet, self.config

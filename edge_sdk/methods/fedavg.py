@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
+from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, reused_model, round_update
 from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.methods.settings.fedavg import FedAvgSettings
 from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.tensors import state_to_numpy
 
 __all__ = ["train_fedavg"]
 
@@ -23,8 +24,9 @@ __all__ = ["train_fedavg"]
 def train_fedavg(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One FedAvg local round (also serves any method whose update is the full model)."""
     config, settings = plan_settings(plan, FedAvgSettings)
-    model = planned_model(plan)
+    model = reused_model(plan)  # kept by this thread for its next round: the update is a copy
     result = ctx.train(model, data.x, data.y, config)
     measured = settings.static_bn and static_bn_stats(model, torch.tensor(data.x, dtype=torch.float32),
                                                       config.batch_size)
-    return round_update(plan, data, ctx, model, result, forward=len(data) if measured else 0)
+    return round_update(plan, data, ctx, model, result, forward=len(data) if measured else 0,
+                        tensors=state_to_numpy(model, copy=True))

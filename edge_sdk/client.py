@@ -140,6 +140,12 @@ class DeviceClient:
         #: called on the network thread when a message for this device arrived (or `stop` was
         #: called): a host driving many devices by `step` sets it before `open` (None: `run` polls)
         self.on_ready: Callable[[], None] | None = None
+        #: called with the round of every round announcement this device hears (a simulation's host
+        #: tells its other devices that the rounds before are over: `forget_updates_before`)
+        self.on_round_start: Callable[[int], None] | None = None
+        #: its last update (kept to answer a re-sent plan) is dropped at its next step once it is
+        #: older than this round: the coordinator re-sends only the open round's plans
+        self.forget_updates_before = -1
         #: the loop that drives this device's MQTT connection with others' (a simulation's); None:
         #: a network thread of its own (edge_sdk/network_loop.py)
         self.network = network
@@ -373,6 +379,8 @@ class DeviceClient:
             self._register()
         if self._pending is not None and now >= self._next_check:
             self._retry_pending()
+        if self._last_update is not None and self._last_update[0] < self.forget_updates_before:
+            self._last_update = None  # a later round began: no plan of its round comes again
         if now - self._last_heartbeat >= self.config.heartbeat_s:
             self._heartbeat()
         self._report_stalled_transfers()
@@ -434,6 +442,8 @@ class DeviceClient:
         elif isinstance(body, RoundStart):  # a plan follows for each participant: no re-measuring meanwhile
             if self.config.device_id in body.participants:
                 self._expect_plan_until = time.monotonic() + min(body.deadline_s, 3600.0)
+            if self.on_round_start is not None:
+                self.on_round_start(env.round)
         elif isinstance(body, Model):
             self._on_model(env)
         elif isinstance(body, Stop):
@@ -614,6 +624,11 @@ class DeviceClient:
             self._job_data_cache = self.data.normalised_as(job)
             self._job_preprocessing = job
         return self._job_data_cache
+
+    @property
+    def holds_update(self) -> bool:
+        """Whether it keeps its last update (to answer that round's plan if it comes again)."""
+        return self._last_update is not None
 
     # -- schedule (see edge_sdk/schedule.py) --------------------------------
     def _on_plan(self, env: Envelope) -> None:

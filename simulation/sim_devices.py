@@ -165,8 +165,11 @@ class DeviceHost:
         #: number): more than a couple only contend for the interpreter (and load the machine)
         self._stepping = None if stepping is None else threading.Semaphore(stepping)
         self._taking = None if stepping is None else threading.Semaphore(stepping)  # workers waiting for work
+        self._newest_round = -1  # the latest round a device of this host heard announced
+        self._holding: set[int] = set()  # devices that keep an update (each about the model's size)
         for index, client in enumerate(clients):
             client.on_ready = functools.partial(self._notify, index)
+            client.on_round_start = self._round_started
             if self._stepping is not None and client.run_compute is not None:
                 client.run_compute = self._waiting_out(client.run_compute)
         self._workers = [threading.Thread(target=self._work, name=f"edgefl-sim-worker-{n}", daemon=True)
@@ -263,6 +266,20 @@ class DeviceHost:
                         self._ready.put(index)
                 self._timer_cond.wait(min(self._timers[0][0] - now, 60.0) if self._timers else 60.0)
 
+    def _round_started(self, rnd: int) -> None:
+        """A device heard round ``rnd`` announced: the devices that keep an update of an earlier
+        round drop it (a real device keeps its last one; 10,000 simulated devices that each trained
+        once would keep the model 10,000 times). Each is stepped for it: an idle one is not otherwise."""
+        with self._cond:
+            if rnd <= self._newest_round:
+                return
+            self._newest_round = rnd
+            holders, self._holding = self._holding, set()
+        for index in holders:
+            client = self.clients[index]
+            client.forget_updates_before = max(client.forget_updates_before, rnd)
+            self._ready.put(index)
+
     def _waiting_out(self, run_compute: Callable[[Callable[[], object]], object]
                      ) -> Callable[[Callable[[], object]], object]:
         """``run_compute`` that lets another device step while this one waits for its training."""
@@ -305,6 +322,8 @@ class DeviceHost:
                     self._end(index, result)
                     continue
             with self._cond:
+                if client.holds_update:
+                    self._holding.add(index)
                 if self._closing and self._state[index] != _DONE:  # `stop` waits for it
                     self._mark_done(index, "the simulation ended")
                     continue

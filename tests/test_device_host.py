@@ -136,3 +136,47 @@ def test_a_device_stepped_before_its_connection_is_open_waits_for_it() -> None:
     device = _device("mqtt://127.0.0.1:1", "early")
     assert device.link is None
     assert device.step() == 1.0
+
+
+def test_a_device_of_a_host_drops_its_kept_update_once_a_later_round_is_announced() -> None:
+    """A device keeps its last update to answer that round's plan if it comes again; in a host,
+    the announcement of a later round (to any of its devices) makes the others drop theirs."""
+    from edge_sdk.models.spec import build_model
+    from edge_sdk.models.zoo import mlp
+    from edge_sdk.protocol.messages import Plan, RoundStart, Update
+    from edge_sdk.tensors import state_to_numpy
+
+    topics = Topics(job="host")
+    spec = mlp(in_features=64, num_classes=2, hidden=(8,), input_shape=(1, 8, 8))
+    plan = Plan(method="fedavg", label="global", model_spec=spec, tensors=state_to_numpy(build_model(spec), copy=True),
+                train={"epochs": 1, "batch_size": 4, "lr": 0.1})
+    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
+        coordinator.subscribe(topics.all_uplinks())
+        network = NetworkLoop()
+        clients = [_device(broker.url, f"keep{i}", network) for i in range(3)]
+        host = DeviceHost(clients, network=network, workers=4, connectors=1)
+        host.start()
+        try:
+            for _ in clients:
+                env = _next_envelope(coordinator, Register)
+                ack = Envelope.of(Ack("registered"), "coordinator", reply_to=env.msg_id)
+                coordinator.publish(topics.downlink(env.sender), encode_envelope(ack), qos=1)
+
+            def announce(rnd: int, device: str) -> None:
+                start = Envelope.of(RoundStart(60.0, (device,)), "coordinator", round=rnd)
+                work = Envelope.of(plan, "coordinator", round=rnd)
+                for env in (start, work):
+                    coordinator.publish(topics.downlink(device), encode_envelope(env), qos=1)
+                assert _next_envelope(coordinator, Update, timeout=20.0).sender == device
+
+            announce(0, "keep0")
+            assert clients[0].holds_update and not clients[1].holds_update
+            announce(1, "keep1")  # round 0 is over: keep0 need not keep its update any more
+            deadline = time.monotonic() + 5
+            while clients[0].holds_update and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not clients[0].holds_update
+            assert clients[1].holds_update  # round 1's own update stays until a later round begins
+            assert not clients[2].holds_update
+        finally:
+            host.stop(wait_s=5.0)

@@ -703,11 +703,14 @@ def run_edgefl(job: JobSpec, rep: int, args: argparse.Namespace, work: Path) -> 
            *(["--backend", backend] if backend != "auto" else [])]
     if args.edgefl_connections is not None:  # an older tree has no such option
         cmd += ["--connections", args.edgefl_connections]
+    if args.edgefl_device_processes is not None:  # an older tree has no such option
+        cmd += ["--device-processes", str(args.edgefl_device_processes)]
     tree = args.edgefl_tree.resolve()
     run = run_tree(cmd, child_env({"PYTHONPATH": str(tree)}), work / f"edgefl-{job.fleet}-{rep}.log", args.timeout,
                    cwd=tree)
     note = ((f"--backend {backend}" if backend != "auto" else "its default --backend")
-            + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else ""))
+            + (f" --connections {args.edgefl_connections}" if args.edgefl_connections else "")
+            + (f" --device-processes {args.edgefl_device_processes}" if args.edgefl_device_processes else ""))
     try:
         report = json.loads((out / "report.json").read_text())
     except (OSError, ValueError):
@@ -870,6 +873,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--edgefl-backend", choices=("auto", "local", "process", "ray"), default="auto",
                    help="auto: edgefl's own default (the tree's --backend auto: local up to 1,000 devices, "
                         "process past that; local on trees before it) (default: %(default)s)")
+    p.add_argument("--edgefl-device-processes", type=int, metavar="N",
+                   help="edgefl's --device-processes (default: not passed, edgefl's own default)")
     p.add_argument("--edgefl-connections", choices=("auto", "own", "shared"),
                    help="edgefl's --connections (default: not given: its own default, auto)")
     p.add_argument("--edgefl-tree", type=Path, default=REPO,

@@ -68,6 +68,9 @@ class SimulationConfig:
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
     ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
     ray_actors_per_worker: int = 2  # actor processes per worker: any free worker trains the next device
+    #: `--backend process`: child processes hosting the devices (device i in child i mod N), each
+    #: training one of its devices at a time: two train in parallel on two cores (issue 39)
+    device_processes: int = 1
     #: torch threads of this process while the job runs: the local backend's device training and the
     #: coordinator's evaluation (Ray actors take ray_cpus_per_worker); None: leave torch's setting.
     #: Default: half of this machine's CPUs (`edge_sdk.training.default_threads`)
@@ -109,6 +112,8 @@ class SimulationConfig:
             raise ValueError("ray_address and ray_workers need backend 'ray'")
         if self.ray_workers is not None and (type(self.ray_workers) is not int or self.ray_workers < 1):
             raise ValueError(f"ray_workers must be an integer >= 1, got {self.ray_workers!r}")
+        if type(self.device_processes) is not int or self.device_processes < 1:
+            raise ValueError(f"device_processes must be an integer >= 1, got {self.device_processes!r}")
         if type(self.ray_actors_per_worker) is not int or self.ray_actors_per_worker < 1:
             raise ValueError(f"ray_actors_per_worker must be an integer >= 1, got {self.ray_actors_per_worker!r}")
         if not (isinstance(self.ray_cpus_per_worker, (int, float)) and 0 < self.ray_cpus_per_worker <= 1024):

@@ -17,6 +17,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -57,11 +58,10 @@ def _serve(conn: multiprocessing.connection.Connection, log_level: int) -> None:
         message = _read(conn)
         if message[0] != "start":
             return
-        config_json, url, threads, trusted_keys, shards_dir = message[1:]
+        config_json, url, threads, trusted_keys, shards_dir, indices = message[1:]
         if not os.path.isdir(shards_dir):
             raise FileNotFoundError(f"the devices' data folder {shards_dir} is missing")
-        clients = int(json.loads(config_json)["clients"])
-        actor = DeviceActor(config_json, url, list(range(clients)), threads, tuple(trusted_keys), shards_dir)
+        actor = DeviceActor(config_json, url, [int(i) for i in indices], threads, tuple(trusted_keys), shards_dir)
         _send(conn, "started", actor.start(None))
     except Exception as exc:  # one line to the parent, which raises it
         with contextlib.suppress(OSError):
@@ -79,73 +79,96 @@ def _serve(conn: multiprocessing.connection.Connection, log_level: int) -> None:
         _send(conn, "stopped", stuck)
 
 
-class ProcessDevices:
-    """The simulated devices of a job in one child process: `prepare` starts the process (it
-    imports while this one loads the data), `start` starts the devices, `stop` ends them."""
+class _Child:
+    """One child process and our end of its pipe."""
 
-    def __init__(self, config: "SimulationConfig") -> None:
-        self.config = config
-        self._conn: multiprocessing.connection.Connection | None = None
-        self._process: Any = None
-
-    def prepare(self) -> None:
-        """Start the child process; it waits for `start`."""
-        context = multiprocessing.get_context("spawn")  # not fork: this process has threads
-        self._conn, theirs = context.Pipe()
-        self._process = context.Process(target=_serve, name="edgefl-devices", daemon=True,
-                                        args=(theirs, logging.getLogger().getEffectiveLevel()))
-        self._process.start()
+    def __init__(self, context: Any, number: int) -> None:
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, name=f"edgefl-devices-{number}", daemon=True,
+                                       args=(theirs, logging.getLogger().getEffectiveLevel()))
+        self.process.start()
         theirs.close()
 
-    def start(self, url: str, trusted_keys: tuple[bytes, ...], shards_dir: str) -> dict[str, Any]:
-        """Start the devices on the broker at ``url``, trusting models signed by ``trusted_keys``,
-        with their data in ``shards_dir`` (blocking until they are connecting); where they run."""
-        if self._conn is None:
-            self.prepare()
-        assert self._conn is not None
+    def receive(self, timeout: float) -> list[Any] | None:
         try:
-            _send(self._conn, "start", json.dumps(self.config.to_plain()), url, self.config.threads or 1,
-                  [k.hex() for k in trusted_keys], shards_dir)
-            reply = self._receive(START_TIMEOUT_S)
-        except OSError as exc:
-            reply = ["failed", f"it ended ({exc})"]
-        if reply is None or reply[0] != "started":
-            self.close()
-            why = reply[1] if reply is not None else f"no answer within {START_TIMEOUT_S:g} s"
-            raise RuntimeError(f"the simulated devices' process did not start: {why}")
-        placed: dict[str, Any] = reply[1]
-        placed.pop("devices", None)  # every device: the report need not list them
-        return placed
-
-    def stop(self, wait_s: float) -> None:
-        """Tell the child to end its devices (a device inside a step gets ``wait_s`` to leave it)
-        and wait for it to exit; killed if it does not."""
-        if self._conn is None:
-            return
-        try:
-            _send(self._conn, "stop", wait_s)
-            reply = self._receive(wait_s + 30.0)
-            for name in reply[1] if reply is not None and reply[0] == "stopped" else []:
-                log.warning("device %s did not stop in time", name)
-        except OSError as exc:  # the child died: nothing to stop
-            log.warning("the simulated devices' process ended early: %s", exc)
-        self._process.join(timeout=10.0)
-        self.close()
-
-    def _receive(self, timeout: float) -> list[Any] | None:
-        assert self._conn is not None
-        try:
-            if self._conn.poll(timeout):
-                return _read(self._conn)
+            if self.conn.poll(timeout):
+                return _read(self.conn)
         except (EOFError, OSError, ValueError):
             pass
         return None
 
     def close(self) -> None:
-        """End the child process if it is still there (killed) — after `stop`, or instead of it."""
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=10.0)
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=10.0)
+        self.conn.close()
+
+
+class ProcessDevices:
+    """The simulated devices of a job in ``processes`` child processes (device i in child
+    i mod ``processes``): `prepare` starts them (they import while this one loads the data),
+    `start` starts the devices, `stop` ends them."""
+
+    def __init__(self, config: "SimulationConfig", processes: int = 1) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, got {processes}")
+        self.config = config
+        self.processes = min(processes, max(1, config.clients))
+        self._children: list[_Child] = []
+
+    def prepare(self) -> None:
+        """Start the child processes; each waits for `start`."""
+        context = multiprocessing.get_context("spawn")  # not fork: this process has threads
+        self._children = [_Child(context, n) for n in range(self.processes)]
+
+    def start(self, url: str, trusted_keys: tuple[bytes, ...], shards_dir: str) -> dict[str, Any]:
+        """Start the devices on the broker at ``url``, trusting models signed by ``trusted_keys``,
+        with their data in ``shards_dir`` (blocking until they are connecting); where they run."""
+        if not self._children:
+            self.prepare()
+        config_json = json.dumps(self.config.to_plain())
+        replies: list[list[Any] | None] = []
+        for number, child in enumerate(self._children):
+            try:
+                _send(child.conn, "start", config_json, url, self.config.threads or 1, [k.hex() for k in trusted_keys],
+                      shards_dir, list(range(number, self.config.clients, self.processes)))
+            except OSError as exc:
+                replies.append(["failed", f"it ended ({exc})"])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for child in self._children[len(replies):]:
+            replies.append(child.receive(max(0.0, deadline - time.monotonic())))
+        for reply in replies:
+            if reply is None or reply[0] != "started":
+                self.close()
+                why = reply[1] if reply is not None else f"no answer within {START_TIMEOUT_S:g} s"
+                raise RuntimeError(f"the simulated devices' process did not start: {why}")
+        placed: dict[str, Any] = replies[0][1]  # type: ignore[index]
+        placed.pop("devices", None)  # every device: the report need not list them
+        if len(replies) > 1:
+            placed["pids"] = [reply[1]["pid"] for reply in replies]  # type: ignore[index]
+        return placed
+
+    def stop(self, wait_s: float) -> None:
+        """Tell the children to end their devices (a device inside a step gets ``wait_s`` to leave
+        it) and wait for them to exit; killed if they do not."""
+        live = []
+        for child in self._children:
+            try:
+                _send(child.conn, "stop", wait_s)
+                live.append(child)
+            except OSError as exc:  # the child died: nothing to stop
+                log.warning("a simulated devices' process ended early: %s", exc)
+        deadline = time.monotonic() + wait_s + 30.0
+        for child in live:
+            reply = child.receive(max(0.0, deadline - time.monotonic()))
+            for name in reply[1] if reply is not None and reply[0] == "stopped" else []:
+                log.warning("device %s did not stop in time", name)
+        for child in self._children:
+            child.process.join(timeout=10.0)
+        self.close()
+
+    def close(self) -> None:
+        """End the child processes still there (killed) — after `stop`, or instead of it."""
+        children, self._children = self._children, []
+        for child in children:
+            child.close()

@@ -85,7 +85,7 @@ def _run_simulation(config: SimulationConfig, on_round: Callable[[RoundRecord], 
     if config.devices_backend != "process":
         with _optimizer_warm_up():  # the devices train in this process: their first optimizer's imports meanwhile
             return _run(config, on_round, on_progress, None)
-    child = ProcessDevices(config)
+    child = ProcessDevices(config, config.device_processes)
     child.prepare()  # it imports while this process loads the data
     try:
         return _run(config, on_round, on_progress, child)
@@ -219,7 +219,7 @@ def _homeassistant(config: SimulationConfig) -> HomeAssistantConfig:
 #: Settings a resumed job may change: where it runs and reports, and how many rounds it has.
 RESUMABLE_CHANGES = ("rounds", "out", "broker_url", "plots", "homeassistant", "round_deadline_s", "sim_device",
                      "backend", "ray_address", "ray_workers", "ray_cpus_per_worker", "ray_actors_per_worker",
-                     "checkpoint_dir", "job", "threads")
+                     "device_processes", "checkpoint_dir", "job", "threads")
 #: ...and in its training settings, how many torch threads train (where, not what).
 RESUMABLE_TRAIN_CHANGES = ("threads",)
 #: The job's settings, kept beside its checkpoint.

@@ -61,3 +61,26 @@ def test_the_auto_backend_puts_a_fleet_past_a_thousand_devices_in_a_child_proces
     assert SimulationConfig(clients=20_000, backend="ray", connections="own").devices_backend == "ray"
     with pytest.raises(ValueError, match="use --connections shared"):  # own connections, one process: capped
         SimulationConfig(clients=20_000, connections="own")
+
+
+def test_devices_in_two_child_processes_run_the_same_job(tmp_path) -> None:
+    """`--device-processes 2`: device i lives in child i mod 2; the job is the one of a single child
+    (participants, accuracy, bytes), both children are gone afterwards."""
+    outcomes = []
+    for processes in (1, 2):
+        config = replace(_job(tmp_path, "process", "shared"), device_processes=processes,
+                         out=str(tmp_path / f"children-{processes}"))
+        report = run_simulation(config)
+        assert report.status == "finished" and len(report.rounds) == 2
+        outcomes.append(([r.participants for r in report.rounds], report.rounds[-1].accuracy,
+                         report.rounds[-1].bytes_up))
+        placed = json.loads((tmp_path / f"children-{processes}" / "report.json").read_text())["config"]["process"]
+        pids = placed.get("pids", [placed["pid"]])
+        assert len(set(pids)) == processes
+        assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == "zombie" for p in pids)
+    assert outcomes[0] == outcomes[1]
+
+
+def test_device_processes_must_be_a_positive_integer() -> None:
+    with pytest.raises(ValueError, match="device_processes must be an integer >= 1, got 0"):
+        SimulationConfig(device_processes=0)

@@ -126,8 +126,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         f"docs/simulation.md); auto: own up to {OWN_CONNECTIONS_UP_TO:,} devices, shared past that")
     p.add_argument("--device-processes", type=at_least(1), default=1, metavar="N",
                    help="with the process backend: N child processes host the devices, each training one at a "
-                        "time (two cores: 2 made a round of 10 devices x 6 images 22%% shorter, at about 120 MB "
-                        "more per process; docs/simulation.md)")
+                        "time (two cores: 2 made a round of 10 devices x 6 images 22%% shorter, at about 240 MB "
+                        "more memory at 10,000 devices; docs/simulation.md)")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="join this running Ray cluster (default: start one on this machine); devices on "
                         "other machines need a --broker they can reach")

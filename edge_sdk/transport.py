@@ -23,9 +23,11 @@ paho's network thread runs our callbacks, which never block. Observed paho 2.2:
 * Received messages wait in a `FairInbox` keyed by topic: a topic that floods
   fills (and loses) only its own share, and topics are served in turn.
 * paho keeps every unacknowledged qos >= 1 publish and fails once its 65,535
-  message ids are all in use ("Message queue full"). publish() waits (backs
-  off) while more than ``max_outgoing`` are unacknowledged, up to
-  ``outgoing_wait_s``, and then raises TransportError: it never lets paho fail.
+  message ids are all in use ("Message queue full"), and holds every message
+  not yet written in memory. publish() waits (backs off) while more than
+  ``max_outgoing`` messages or ``max_outgoing_bytes`` are unacknowledged, as
+  long as acknowledgements keep coming, and raises TransportError once none
+  came for ``outgoing_wait_s``: it never lets paho fail.
 """
 
 from __future__ import annotations
@@ -130,6 +132,10 @@ class TransportConfig:
     max_packet_size: int | None = None
     #: unacknowledged publishes above which publish() waits for acknowledgements (paho fails at 65,535)
     max_outgoing: int = 20_000
+    #: unacknowledged payload bytes above which publish() waits likewise: paho queues every message
+    #: it has not written yet in memory (10,000 plans of 0.5 MB: 5 GB); one message larger than this
+    #: is sent alone
+    max_outgoing_bytes: int = 256 << 20
     #: how long publish() waits for room before it raises TransportError
     outgoing_wait_s: float = 30.0
 
@@ -141,6 +147,8 @@ class TransportConfig:
             raise ValueError("need connect_timeout > 0 and keepalive >= 0")
         if type(self.max_outgoing) is not int or not 1 <= self.max_outgoing <= 60_000 or not self.outgoing_wait_s >= 0:
             raise ValueError("need max_outgoing in [1, 60000] and outgoing_wait_s >= 0")
+        if type(self.max_outgoing_bytes) is not int or self.max_outgoing_bytes < 1:
+            raise ValueError(f"max_outgoing_bytes must be an integer >= 1, got {self.max_outgoing_bytes!r}")
         if not 0 < self.reconnect_min_delay <= self.reconnect_max_delay:
             raise ValueError("need 0 < reconnect_min_delay <= reconnect_max_delay")
 
@@ -189,6 +197,9 @@ class MqttTransport:
         self._lock = threading.Lock()
         self._pub_cond = threading.Condition()
         self._pending: dict[int, mqtt.MQTTMessageInfo] = {}
+        self._pending_sizes: dict[int, int] = {}  # payload bytes of each pending publish
+        self._pending_bytes = 0
+        self._acks = 0  # acknowledgements so far: a wait for room lasts while they keep coming
         self._early_acks: set[int] = set()
         self._subs: dict[str, int] = {}
         self._client: mqtt.Client | None = None
@@ -469,8 +480,10 @@ class MqttTransport:
             if getattr(reason, "is_failure", False):
                 self._failed += 1
                 log.warning("broker refused publish mid %d: %s", mid, reason)
+            self._acks += 1
             if self._pending.pop(mid, None) is None:
                 self._early_acks.add(mid)
+            self._pending_bytes -= self._pending_sizes.pop(mid, 0)
             self._pub_cond.notify_all()
 
     def subscribe(self, topic: str, qos: int = 1) -> None:
@@ -509,9 +522,10 @@ class MqttTransport:
             who = "broker's" if limit == self._max_packet else "configured"
             raise TransportError(f"payload of {len(data)} bytes exceeds the {who} maximum packet "
                                  f"size {limit} (packet would be {size} bytes)")
-        if qos and not self._room_to_publish():
-            raise TransportError(f"publish to {topic!r} not sent: {len(self._pending)} earlier messages are still "
-                                 f"unacknowledged after {self.config.outgoing_wait_s:g} s")
+        if qos and not self._room_to_publish(len(data)):
+            raise TransportError(f"publish to {topic!r} not sent: {len(self._pending)} earlier messages "
+                                 f"({self._pending_bytes:,} bytes) are still unacknowledged, none for "
+                                 f"{self.config.outgoing_wait_s:g} s")
         info = client.publish(topic, data, qos=qos, retain=retain)
         if info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos == 0:
             raise TransportError("not connected: qos 0 message dropped")
@@ -522,12 +536,22 @@ class MqttTransport:
                 self._early_acks.discard(info.mid)
             else:
                 self._pending[info.mid] = info
+                if qos:  # what waits for its PUBACK counts against max_outgoing_bytes
+                    self._pending_sizes[info.mid] = len(data)
+                    self._pending_bytes += len(data)
 
-    def _room_to_publish(self) -> bool:
-        """Wait (up to ``outgoing_wait_s``) until fewer than ``max_outgoing`` publishes are unacknowledged."""
-        deadline = time.monotonic() + self.config.outgoing_wait_s
+    def _room_to_publish(self, size: int) -> bool:
+        """Wait until fewer than ``max_outgoing`` publishes, and with ``size`` more no more than
+        ``max_outgoing_bytes``, are unacknowledged (or none is: a larger message goes alone);
+        False once no acknowledgement came for ``outgoing_wait_s`` (the broker or the link stalled,
+        not merely slow)."""
+        config = self.config
         with self._pub_cond:
-            while len(self._pending) >= self.config.max_outgoing:
+            seen, deadline = self._acks, time.monotonic() + config.outgoing_wait_s
+            while len(self._pending) >= config.max_outgoing or (
+                    self._pending_bytes and self._pending_bytes + size > config.max_outgoing_bytes):
+                if self._acks != seen:  # progress: wait on
+                    seen, deadline = self._acks, time.monotonic() + config.outgoing_wait_s
                 if (remaining := deadline - time.monotonic()) <= 0:
                     return False
                 self._pub_cond.wait(min(remaining, 0.5))
@@ -544,6 +568,7 @@ class MqttTransport:
                     for mid, info in list(self._pending.items()):
                         if info.rc == MQTTErrorCode.MQTT_ERR_CONN_LOST:  # qos 0 lost with the socket
                             del self._pending[mid]
+                            self._pending_bytes -= self._pending_sizes.pop(mid, 0)
                             self._failed += 1
                 if not self._pending:
                     return True

@@ -287,12 +287,33 @@ def test_publish_backs_off_while_too_many_are_unacknowledged(broker: EmbeddedBro
                 t.publish(f"{topic_prefix}/held", bytes([i]))
             assert t.outgoing == 3
             started = time.monotonic()
-            with pytest.raises(TransportError, match="unacknowledged after 0.5 s"):
+            with pytest.raises(TransportError, match="unacknowledged, none for 0.5 s"):
                 t.publish(f"{topic_prefix}/held", b"one too many")
             assert time.monotonic() - started >= 0.45
             proxy.release()
             assert t.wait_published(5) and t.outgoing == 0
             t.publish(f"{topic_prefix}/held", b"room again")  # no wait now
+            assert t.wait_published(5)
+        finally:
+            t.close()
+
+
+def test_publish_waits_for_room_in_bytes(broker: EmbeddedBroker, topic_prefix: str) -> None:
+    """Above `max_outgoing_bytes` unacknowledged, publish() waits too (a larger message goes alone),
+    and gives up when no acknowledgement came for `outgoing_wait_s`."""
+    with FaultProxy(broker.port) as proxy:
+        t = _transport(proxy.url, max_outgoing_bytes=1_000, outgoing_wait_s=0.6)
+        try:
+            t.publish(f"{topic_prefix}/big", b"x" * 5_000)  # nothing pending: goes alone
+            assert t.wait_published(5)
+            proxy.hold()
+            t.publish(f"{topic_prefix}/b", b"a" * 600)
+            with pytest.raises(TransportError, match=r"1 earlier messages \(600 bytes\) are still unacknowledged, "
+                                                     r"none for 0.6 s"):
+                t.publish(f"{topic_prefix}/b", b"b" * 600)  # 1,200 bytes would be over the budget
+            proxy.release()
+            assert t.wait_published(5) and t.outgoing == 0
+            t.publish(f"{topic_prefix}/b", b"b" * 600)  # room again
             assert t.wait_published(5)
         finally:
             t.close()

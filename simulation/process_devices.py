@@ -1,9 +1,10 @@
-"""`edgefl simulate --backend process`: the simulated devices in one child process beside the
-coordinator's, so that the two use two cores (on one process they share one interpreter lock).
+"""`edgefl simulate --backend process`: the simulated devices in one child process (or
+``--device-processes N``) beside the coordinator's, so that they use more than one core (in one
+process they share one interpreter lock).
 
-The child is a `DeviceActor` without Ray: it maps the devices' data from the folder this process
-saved it to (`DeviceShards`), hosts every device (`sim_devices.DeviceHost`) and trains them one at
-a time with ``threads`` torch threads. What crosses the pipe is plain data: the job's settings as
+A child is a `DeviceActor` without Ray: it maps the devices' data from the folder this process
+saved it to (`DeviceShards`), hosts its devices (`sim_devices.DeviceHost`: device i in child
+i mod N) and trains them one at a time with ``threads`` torch threads. What crosses the pipe is plain data: the job's settings as
 JSON, the trusted public keys as hex, and back where the devices run and which did not stop —
 JSON bytes both ways, never pickles.
 """
@@ -127,16 +128,17 @@ class ProcessDevices:
         if not self._children:
             self.prepare()
         config_json = json.dumps(self.config.to_plain())
-        replies: list[list[Any] | None] = []
+        failed: list[list[Any] | None] = []  # per child: why it could not be told to start (None: told)
         for number, child in enumerate(self._children):
             try:
                 _send(child.conn, "start", config_json, url, self.config.threads or 1, [k.hex() for k in trusted_keys],
                       shards_dir, list(range(number, self.config.clients, self.processes)))
+                failed.append(None)
             except OSError as exc:
-                replies.append(["failed", f"it ended ({exc})"])
+                failed.append(["failed", f"it ended ({exc})"])
         deadline = time.monotonic() + START_TIMEOUT_S
-        for child in self._children[len(replies):]:
-            replies.append(child.receive(max(0.0, deadline - time.monotonic())))
+        replies = [why if why is not None else child.receive(max(0.0, deadline - time.monotonic()))
+                   for why, child in zip(failed, self._children, strict=True)]
         for reply in replies:
             if reply is None or reply[0] != "started":
                 self.close()

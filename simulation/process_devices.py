@@ -4,9 +4,9 @@ process they share one interpreter lock).
 
 A child is a `DeviceActor` without Ray: it maps the devices' data from the folder this process
 saved it to (`DeviceShards`), hosts its devices (`sim_devices.DeviceHost`: device i in child
-i mod N) and trains them one at a time with ``threads`` torch threads. What crosses the pipe is plain data: the job's settings as
-JSON, the trusted public keys as hex, and back where the devices run and which did not stop —
-JSON bytes both ways, never pickles.
+i mod N) and trains them one at a time with ``threads`` torch threads. What crosses the pipe is
+plain data: the job's settings as JSON, the trusted public keys as hex, its devices' indices, and
+back where the devices run and which did not stop — JSON bytes both ways, never pickles.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ process they share one interpreter lock).
 A child is a `DeviceActor` without Ray: it maps the devices' data from the folder this process
 saved it to (`DeviceShards`), hosts its devices (`sim_devices.DeviceHost`: device i in child
 i mod N) and trains them one at a time with ``threads`` torch threads. What crosses the pipe is
-plain data: the job's settings as JSON, the trusted public keys as hex, its devices' indices, and
+plain data: the job's settings as JSON, the trusted public keys as hex, which devices are its, and
 back where the devices run and which did not stop — JSON bytes both ways, never pickles.
 """
 
@@ -59,11 +59,14 @@ def _serve(conn: multiprocessing.connection.Connection, log_level: int) -> None:
         message = _read(conn)
         if message[0] != "start":
             return
-        config_json, url, threads, trusted_keys, shards_dir, indices = message[1:]
+        config_json, url, threads, trusted_keys, shards_dir, number, processes = message[1:]
         if not os.path.isdir(shards_dir):
             raise FileNotFoundError(f"the devices' data folder {shards_dir} is missing")
-        actor = DeviceActor(config_json, url, [int(i) for i in indices], threads, tuple(trusted_keys), shards_dir)
-        _send(conn, "started", actor.start(None))
+        indices = list(range(int(number), int(json.loads(config_json)["clients"]), int(processes)))
+        actor = DeviceActor(config_json, url, indices, threads, tuple(trusted_keys), shards_dir)
+        placed = actor.start(None)
+        placed.pop("devices", None)  # every device's id: 1.2 MB at 100,000 devices, and the parent knows them
+        _send(conn, "started", placed)
     except Exception as exc:  # one line to the parent, which raises it
         with contextlib.suppress(OSError):
             _send(conn, "failed", f"{type(exc).__name__}: {exc}")
@@ -91,11 +94,14 @@ class _Child:
         theirs.close()
 
     def receive(self, timeout: float) -> list[Any] | None:
+        """Its next message; None when none came within ``timeout`` s."""
         try:
             if self.conn.poll(timeout):
                 return _read(self.conn)
-        except (EOFError, OSError, ValueError):
-            pass
+        except EOFError:
+            return ["failed", "it ended"]
+        except (OSError, ValueError) as exc:
+            return ["failed", f"its answer could not be read ({exc})"]
         return None
 
     def close(self) -> None:
@@ -132,7 +138,7 @@ class ProcessDevices:
         for number, child in enumerate(self._children):
             try:
                 _send(child.conn, "start", config_json, url, self.config.threads or 1, [k.hex() for k in trusted_keys],
-                      shards_dir, list(range(number, self.config.clients, self.processes)))
+                      shards_dir, number, self.processes)  # its devices: number, number + processes, ...
                 failed.append(None)
             except OSError as exc:
                 failed.append(["failed", f"it ended ({exc})"])
@@ -143,9 +149,8 @@ class ProcessDevices:
             if reply is None or reply[0] != "started":
                 self.close()
                 why = reply[1] if reply is not None else f"no answer within {START_TIMEOUT_S:g} s"
-                raise RuntimeError(f"the simulated devices' process did not start: {why}")
+                raise ChildProcessError(f"the simulated devices' process did not start: {why}")
         placed: dict[str, Any] = replies[0][1]  # type: ignore[index]
-        placed.pop("devices", None)  # every device: the report need not list them
         if len(replies) > 1:
             placed["pids"] = [reply[1]["pid"] for reply in replies]  # type: ignore[index]
         return placed

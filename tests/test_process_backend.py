@@ -44,7 +44,7 @@ def test_devices_in_a_child_process_run_the_same_job(tmp_path, connections) -> N
 def test_a_child_that_cannot_start_is_one_line(tmp_path) -> None:
     devices = ProcessDevices(_job(tmp_path, "process"))
     devices.prepare()
-    with pytest.raises(RuntimeError, match="the simulated devices' process did not start: FileNotFoundError: "
+    with pytest.raises(ChildProcessError, match="the simulated devices' process did not start: FileNotFoundError: "
                                            "the devices' data folder .*no-such-folder is missing") as raised:
         devices.start("mqtt://127.0.0.1:1", (), str(tmp_path / "no-such-folder"))
     assert "\n" not in str(raised.value)

@@ -119,7 +119,10 @@ def test_a_flood_does_not_drown_an_honest_update_nor_earn_a_reply_each(job):
     assert list(result) == ["pi-a"]  # accepted in the middle of the flood
     assert isinstance(honest.replies(1.0)[0].body, Ack)
     evil.transport.wait_published(10)
-    fleet.pump(3.0)
+    fleet.pump(3.0)  # the rest of the flood (the collection ended with pi-a's update)
+    time.sleep(1.5 / fleet.limits.error_replies_per_s)  # its reply budget grows back...
+    evil.raw(b"\x00garbage\xff once more")
+    fleet.pump(1.0)  # ...and the next rejection's reply tells what went unanswered
     elapsed = time.monotonic() - started
     replies = evil.replies(1.0)
     limits = fleet.limits

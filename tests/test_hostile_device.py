@@ -129,7 +129,7 @@ def test_a_flood_does_not_drown_an_honest_update_nor_earn_a_reply_each(job):
     assert 1 <= len(replies) <= limits.error_reply_burst + limits.error_replies_per_s * elapsed + 1
     assert all(isinstance(r.body, Error) for r in replies)
     assert any("not answered" in r.body.message for r in replies[1:])
-    assert 1000 <= fleet.rejection_count <= 3000
+    assert 1000 <= fleet.rejection_count <= 3001  # the flood, and the one more
     assert {device for device, _, _ in fleet.rejections} == {"pi-evil"}
 
 

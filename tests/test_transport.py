@@ -54,6 +54,9 @@ def test_config_validation_and_url_parsing() -> None:
         TransportConfig(protocol="4")
     with pytest.raises(ValueError, match="max_outgoing"):
         TransportConfig(max_outgoing=0)
+    for bad in (0, 1.5e8, "256M"):
+        with pytest.raises(ValueError, match="max_outgoing_bytes must be an integer >= 1"):
+            TransportConfig(max_outgoing_bytes=bad)
     assert TransportConfig(url="mqtts://broker.local").endpoint()[:3] == ("broker.local", 8883, True)
     assert TransportConfig(url="mqtt://u%40x:p%3A1@h").endpoint() == ("h", 1883, False, "u@x", "p:1")
 

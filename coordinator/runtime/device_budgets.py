@@ -45,6 +45,9 @@ class FleetLimits:
     #: ``profile_update_interval_s`` on average, up to ``profile_update_burst`` at once (0 s: no limit)
     profile_update_interval_s: float = 60.0
     profile_update_burst: int = 2
+    #: the whole fleet's: bytes of a round's plans sent and not yet answered; the round's further
+    #: plans wait for answers (`coordinator.runtime.plan_pacer`; 256 MB: 500 plans of cnn4 at once)
+    plan_bytes_in_flight: int = 256 << 20
 
     def __post_init__(self) -> None:
         for name in ("messages_per_s", "error_replies_per_s", "plan_resend_interval_s", "upload_allowance",
@@ -53,13 +56,15 @@ class FleetLimits:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"fleet limit {name} must be a finite number >= 0, got {value!r}")
         for name in ("message_burst", "error_reply_burst", "plan_resends_per_round", "idle_upload_bytes",
-                     "sample_growth_min", "profile_update_burst"):
+                     "sample_growth_min", "profile_update_burst", "plan_bytes_in_flight"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"fleet limit {name} must be an integer >= 0, got {value!r}")
 
         if self.messages_per_s <= 0 or self.message_burst < 1:
             raise ValueError("fleet limits messages_per_s must be > 0 and message_burst >= 1")
+        if self.plan_bytes_in_flight < 1:
+            raise ValueError("fleet limit plan_bytes_in_flight must be >= 1")
         if self.profile_update_burst < 1:
             raise ValueError("fleet limit profile_update_burst must be >= 1")
 

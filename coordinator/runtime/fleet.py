@@ -31,6 +31,7 @@ from edge_sdk.token_bucket import TokenBucket
 
 from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
+from coordinator.runtime.plan_pacer import PlanPacer
 from coordinator.runtime.task import Task
 
 __all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "CollectedEvaluations", "Fleet", "FleetProgress",
@@ -158,7 +159,15 @@ class _Collection:
 
     def answered_all(self) -> bool:
         """Every participant accepted or declined (cheap: asked after each message)."""
-        return len(self.accepted) + len(self.declined) >= len(self.participants)
+        return self.answers() >= len(self.participants)
+
+    def answers(self) -> int:
+        """Participants that accepted or declined so far."""
+        return len(self.accepted) + len(self.declined)
+
+    def answered_since(self, answers: int) -> Callable[[], bool]:
+        """A test for `Fleet.pump`: true once more than ``answers`` participants answered."""
+        return lambda: self.answers() > answers
 
 
 class Fleet:
@@ -379,15 +388,19 @@ class Fleet:
             self.on_removed(device)
 
     def collect(self, rnd: int, participants: list[str], deadline_s: float,
-                check: Callable[[DeviceRecord, Update], None]) -> Collected:
+                check: Callable[[DeviceRecord, Update], None],
+                send_plan: Callable[[str], int] | None = None) -> Collected:
         """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline,
         and the participants' reported training failures.
 
         They come in the order of `participants`, not of arrival, so that floating-point sums over
-        them, and with them a seeded job, are the same from run to run.
+        them, and with them a seeded job, are the same from run to run. ``send_plan`` (given): sends
+        a participant its plan and returns its bytes; the plans go out in the participants' order
+        while those not yet answered total under `FleetLimits.plan_bytes_in_flight` (`PlanPacer`).
         """
         try:
-            col = self._wait_for(_Collection(rnd, set(participants), check), participants, deadline_s)
+            pacer = None if send_plan is None else PlanPacer(participants, send_plan, self.limits.plan_bytes_in_flight)
+            col = self._wait_for(_Collection(rnd, set(participants), check), participants, deadline_s, pacer)
             return Collected({d: col.accepted[d] for d in participants if d in col.accepted}, dict(col.failed))
         finally:
             self.rounds_collected += 1
@@ -403,8 +416,10 @@ class Fleet:
         return CollectedEvaluations({d: col.accepted[d] for d in devices if d in col.accepted},
                                     [d for d in devices if d not in col.accepted])
 
-    def _wait_for(self, col: _Collection, participants: list[str], deadline_s: float) -> _Collection:
-        """Handle messages until every participant still expected answered ``col``, or the deadline."""
+    def _wait_for(self, col: _Collection, participants: list[str], deadline_s: float,
+                  pacer: PlanPacer | None = None) -> _Collection:
+        """Handle messages until every participant still expected answered ``col``, or the deadline
+        (``pacer``: sends the plans as the answers come)."""
         self._collecting = col
         rnd = col.round
         start = time.monotonic()
@@ -420,14 +435,18 @@ class Fleet:
                            if d not in col.accepted and d not in col.declined and self._still_expected(d)]
                 if not waiting:
                     break
+                if pacer is not None and pacer.pending:
+                    pacer.send_more(set(waiting))
                 if self.link.transport.connected:
                     # after our own reconnect, what devices sent meanwhile is lost (clean sessions):
                     # ask again (a device that trained re-sends its update, it does not retrain)
                     for device in waiting:
                         self._resend_plan(device)
                 progress()
-                if self.while_waiting is None:  # back as soon as the last answer is in
-                    self.pump(0.1, until=col.answered_all)
+                if self.while_waiting is None:  # back as soon as the last answer is in (plans still
+                    # to send: as soon as any answer is in)
+                    self.pump(0.1, until=col.answered_all if pacer is None or not pacer.pending
+                              else col.answered_since(col.answers()))
                 else:
                     self.while_waiting(0.02)
                     self.pump(0.0)

@@ -20,7 +20,7 @@ import numpy as np
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.errors import ErrorCode
-from edge_sdk.protocol.messages import Evaluate, Evaluation, RoundStart, Stop
+from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan, RoundStart, Stop
 
 from coordinator.aggregate.validation import UpdateRejected
 
@@ -169,20 +169,26 @@ class RoundLoop:
         started = time.monotonic()
         participants = self._sample(strategy.candidates(fleet.online()), rng)
         strategy.begin_round_plans(rnd, participants)
-        # the round's announcement reaches only its participants: at 10,000 devices a broadcast cost every
-        # idle device a message, and the coordinator 10,000 times its bytes
-        announcement = RoundStart(config.round_deadline_s, tuple(participants))
-        down = sum(fleet.send(device_id, announcement, rnd) for device_id in participants)
+        # the round's announcement reaches only its participants, each named alone: at 10,000 devices a
+        # broadcast cost every idle device a message, and a list of all cost the round 10,000² names
+        down = sum(fleet.send(device_id, RoundStart(config.round_deadline_s, (device_id,)), rnd)
+                   for device_id in participants)
         factor = lr_factor(config.lr_decay, rnd)
         train = config.train if factor == 1.0 else replace(config.train, lr=config.train.lr * factor)
-        sent: dict[str, int] = {}
+        plans: dict[str, Plan] = {}
         for device_id in participants:
             plan = strategy.configure_train(rnd, fleet.devices[device_id], train)
             if self.preprocessing is not None:
                 plan = replace(plan, preprocessing=self.preprocessing.normalisation())
+            plans[device_id] = plan
+        sent: dict[str, int] = {}
+
+        def send_plan(device_id: str) -> int:  # sent as the round progresses (`Fleet.collect`)
+            plan = plans.pop(device_id)
             sent[device_id] = fleet.send(device_id, plan, rnd)
             self.payload_bytes.setdefault(plan.label, sent[device_id])
-        collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update)
+            return sent[device_id]
+        collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update, send_plan)
         updates, failures = collected.updates, collected.failures
         if participants and set(failures) >= set(participants):
             self._failed_in_a_row += 1
@@ -209,7 +215,7 @@ class RoundLoop:
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
             bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),
-            seconds=self._simulated_seconds(sent, updates),
+            seconds=self._simulated_seconds(participants, sent, updates),
             host_seconds=time.monotonic() - started,
             participants=sorted(updates), aggregated=len(updates) >= needed,
             metrics=metrics,
@@ -284,16 +290,17 @@ class RoundLoop:
             self._eval_subset = full.stratified(n, self.config.seed)
         return self._eval_subset
 
-    def _simulated_seconds(self, sent: dict[str, int], updates: dict[str, ReceivedUpdate]) -> float:
+    def _simulated_seconds(self, participants: list[str], sent: dict[str, int],
+                           updates: dict[str, ReceivedUpdate]) -> float:
         """Round wall-clock on the profiled devices: the slowest download+compute+upload."""
         slowest = 0.0
         for device_id, received in updates.items():
             profile = self.fleet.devices[device_id].profile
-            down_s = sent[device_id] * 8 / (profile.downlink_mbps * 1e6)
+            down_s = sent.get(device_id, 0) * 8 / (profile.downlink_mbps * 1e6)
             up_s = received.nbytes * 8 / (profile.uplink_mbps * 1e6)
             compute_s = float(received.update.metrics.get("compute_s", 0.0))
             slowest = max(slowest, down_s + compute_s + up_s)
-        if len(updates) < len(sent):
+        if len(updates) < len(participants):
             slowest = max(slowest, self.config.round_deadline_s)
         return slowest
 

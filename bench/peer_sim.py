@@ -477,6 +477,8 @@ class TreeRun:
     #: (t, procs_running of the machine) and (t, threads of the tree in state R), every 0.5 s
     runnable: list[tuple[float, int]] = field(default_factory=list)
     tree_runnable: list[tuple[float, int]] = field(default_factory=list)
+    #: (t, "process/thread" names of the tree's threads in state R) at the same samples
+    tree_runnable_names: list[tuple[float, list[str]]] = field(default_factory=list)
     #: (t, line) of the merged stdout and stderr
     lines: list[tuple[float, str]] = field(default_factory=list)
 
@@ -489,9 +491,11 @@ def _procs_running() -> int:
     return -1
 
 
-def _tree_threads(pids: list[int]) -> tuple[int, int]:
-    """(threads in state R, threads) over the processes ``pids`` (/proc/PID/task/TID/stat)."""
-    running = total = 0
+def _tree_threads(pids: list[int]) -> tuple[list[str], int]:
+    """(the "process/thread" names of the threads in state R, the count of threads) over the
+    processes ``pids`` (/proc/PID/task/TID/stat)."""
+    running: list[str] = []
+    total = 0
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -500,11 +504,13 @@ def _tree_threads(pids: list[int]) -> tuple[int, int]:
         for tid in tids:
             try:
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    state = f.read().rpartition(")")[2].split()[0]
+                    head, _, rest = f.read().rpartition(")")
+                state = rest.split()[0]
             except (OSError, IndexError):
                 continue
             total += 1
-            running += state == "R"
+            if state == "R":
+                running.append(f"{pid}/{head.partition('(')[2]}")
     return running, total
 
 
@@ -543,7 +549,8 @@ def run_tree(cmd: list[str], env: dict[str, str], log_file: Path, timeout_s: flo
             now = time.monotonic()
             run.runnable.append((now, _procs_running()))
             running, threads = _tree_threads([p.pid for p in procs])
-            run.tree_runnable.append((now, running))
+            run.tree_runnable.append((now, len(running)))
+            run.tree_runnable_names.append((now, running))
             run.max_threads = max(run.max_threads, threads)
             stop.wait(SAMPLE_EVERY_S)
 
@@ -633,6 +640,8 @@ class Measured:
     runnable_rounds_max: int | None = None
     tree_runnable_startup_max: int | None = None
     tree_runnable_shutdown_max: int | None = None
+    #: the threads in state R at the start-up sample with the most of them ("pid/name")
+    tree_runnable_startup_names: list[str] = field(default_factory=list)
     threads_max: int | None = None
     accuracy: float | None = None
     #: mean cross-entropy on the test images after the last round (a finer check than accuracy)
@@ -670,6 +679,8 @@ def _measured(which: str, job: JobSpec, rep: int, run: TreeRun, begins: list[flo
     m.runnable_rounds_max = peak(run.runnable, ends[0], ends[-1])
     m.tree_runnable_startup_max = peak(run.tree_runnable, run.t_start, ends[0])
     m.tree_runnable_shutdown_max = peak(run.tree_runnable, ends[-1], run.t_tree_exit)
+    m.tree_runnable_startup_names = max((names for t, names in run.tree_runnable_names if run.t_start <= t <= ends[0]),
+                                        key=len, default=[])
     m.threads_max = run.max_threads
     return m
 

@@ -396,19 +396,22 @@ class DeviceClient:
 
     def _idle_wait(self, now: float) -> float:
         """How long the loop may sleep when no message comes: until its next registration while
-        it is not registered; a second while it holds a plan, awaits one, has a message half
-        received or re-measures; else until its next heartbeat (an idle device of a large
-        simulation costs no wake-ups)."""
+        it is not registered; a second while it holds a plan, has a message half received or
+        re-measures; else until its next heartbeat, or the end of its wait for an announced plan
+        (a message wakes it: an idle device of a large simulation costs no wake-ups, nor does one
+        whose plan comes minutes after the announcement, in a round where 10,000 devices train)."""
         assert self.link is not None
         if not self._registered:  # until its next registration (the ack, a message, wakes it sooner)
             return max(0.05, min(1.0 if self._last_register == 0 else self.config.register_retry_s,
                                  self._last_register + self.config.register_retry_s - now))
-        busy = (self._pending is not None or now < self._expect_plan_until
-                or self.link.pending_transfers() or self._idle_watch is not None
+        busy = (self._pending is not None or self.link.pending_transfers() or self._idle_watch is not None
                 or self._remeasure_at - now < 1.0)
         if busy:
             return 1.0
-        return max(0.05, min(self._last_heartbeat + self.config.heartbeat_s, self._remeasure_at) - now)
+        wake = min(self._last_heartbeat + self.config.heartbeat_s, self._remeasure_at)
+        if now < self._expect_plan_until:  # re-measuring may start when the wait ends
+            wake = min(wake, self._expect_plan_until)
+        return max(0.05, wake - now)
 
     def _report_stalled_transfers(self) -> None:
         """A message from the coordinator whose chunks stopped coming (one was lost on the way)

@@ -63,6 +63,12 @@ class NetworkLoop:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+
+    @property
+    def misc_every_s(self) -> float:
+        """How often (seconds) the keep-alives of all connections are looked at."""
+        return self._misc_every_s
+
     def __len__(self) -> int:
         return len(self._conns)
 

@@ -37,7 +37,7 @@ from simulation.training_queue import TrainingQueue
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
 
-__all__ = ["training_queue", "device_id", "build_clients"]
+__all__ = ["training_queue", "device_id", "build_clients", "host_connections"]
 
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,24 @@ def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,
 #: 30 s for the broker); each connection also has its own window of messages in flight.
 DEVICES_PER_CONNECTION = 1_000
 
+def host_connections(config: "SimulationConfig", url: str, indices: Sequence[int]
+                     ) -> tuple[NetworkLoop, list[SharedConnection]]:
+    """The network thread of a host of devices ``indices`` and, with `shared_connections`, the
+    connections they share (not connected yet). The thread looks at every connection's keep-alive a
+    tenth as often as it pings, so a shared connection pings at the devices' keep-alive too: with a
+    real device's 30 s, 30 s looks at it let an idle one pass the broker's 1.5 × 30 s (a round where
+    10,000 devices trained lost six connections, and each of their devices' plans came twice)."""
+    keepalive = sim_keepalive_s(config.clients)
+    network = NetworkLoop(name="edgefl-sim-network", misc_every_s=max(1.0, keepalive / 10))
+    shared = []
+    if config.shared_connections:
+        for first in range(0, len(indices), DEVICES_PER_CONNECTION):
+            shared.append(SharedConnection(
+                TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[first]}", keepalive=keepalive),
+                network, presence=config.broker_url is not None))  # an embedded broker stops with the job
+    return network, shared
+
+
 #: A host's worker threads at most (a round's participants each hold one while they train).
 MAX_WORKERS = 256
 #: Devices of one host inside a step at once (training aside).
@@ -186,16 +204,9 @@ class DeviceHost:
         (default: `training_queue()`), trusting models signed by ``trusted_keys``; enough workers
         for a round's participants."""
         queue = training_queue() if queue is None else queue
-        # one thread for every device's connection, looking at their keep-alives a tenth as often as they ping
-        network = NetworkLoop(name="edgefl-sim-network", misc_every_s=max(1.0, sim_keepalive_s(config.clients) / 10))
+        network, shared = host_connections(config, url, indices)
         federation = config.federation
         busy = max(federation.devices_per_round or len(indices), federation.eval_devices or 0) + 2
-        shared = []
-        if config.shared_connections:
-            for first in range(0, len(indices), DEVICES_PER_CONNECTION):
-                shared.append(SharedConnection(
-                    TransportConfig(url=url, client_id=f"{config.job}-devices-{indices[first]}"), network,
-                    presence=config.broker_url is not None))  # an embedded broker stops with the job
         with building_long_lived():  # the devices live for the job
             clients = build_clients(config, url, shards, indices, queue, trusted_keys, network, shared)
         return cls(clients, queue,

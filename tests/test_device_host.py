@@ -85,6 +85,39 @@ def test_a_device_steps_without_a_thread_of_its_own() -> None:
             network.stop()
 
 
+def test_a_device_told_a_plan_is_coming_sleeps_until_it_comes() -> None:
+    """A device named in a round's announcement waits for its plan without waking each second:
+    in a round where 10,000 simulated devices train, plans come minutes after the announcement
+    (`coordinator.runtime.plan_pacer`), and 10,000 wake-ups a second crowded the devices' process."""
+    from edge_sdk.protocol.messages import RoundStart
+
+    topics = Topics(job="host")
+    with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
+        coordinator.subscribe(topics.all_uplinks())
+        network = NetworkLoop()
+        device = _device(broker.url, "expecting", network)
+        woken: list[float] = []
+        device.on_ready = lambda: woken.append(time.monotonic())
+        try:
+            device.open()
+            device.step()
+            env = _next_envelope(coordinator, Register)
+            for body, rnd in ((Ack("registered"), -1), (RoundStart(60.0, ("expecting",)), 0)):
+                woken.clear()
+                reply_to = env.msg_id if isinstance(body, Ack) else None
+                coordinator.publish(topics.downlink("expecting"),
+                                    encode_envelope(Envelope.of(body, "coordinator", round=rnd, reply_to=reply_to)), qos=1)
+                deadline = time.monotonic() + 5
+                while not woken and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert woken
+                wait = device.step()
+            assert isinstance(wait, float) and 55.0 < wait <= 60.0  # until its wait for the plan ends, not 1 s
+        finally:
+            device.finish("done", wait_s=5.0)
+            network.stop()
+
+
 def test_a_host_runs_many_devices_on_a_few_threads_and_ends_them_at_once() -> None:
     before = _threads()
     with EmbeddedBroker() as broker:

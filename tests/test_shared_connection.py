@@ -26,7 +26,7 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
 from simulation.config import SimulationConfig
 from simulation.shared_connection import OWN_CONNECTIONS_UP_TO, SharedConnection
-from simulation.sim_devices import DeviceHost
+from simulation.sim_devices import DEVICES_PER_CONNECTION, DeviceHost, host_connections
 from simulation.simulate import run_simulation
 
 JOB = "shared"
@@ -144,3 +144,15 @@ def test_connections_setting() -> None:
         SimulationConfig(clients=20_000, connections="own")
     with pytest.raises(ValueError, match="connections must be one of auto, own, shared"):
         SimulationConfig(connections="many")
+
+
+@pytest.mark.parametrize("clients", [2_000, 10_000, 100_000])
+def test_a_shared_connection_pings_before_the_broker_gives_up_on_it(clients: int) -> None:
+    """paho pings once a connection sent nothing for its keep-alive, when the network thread
+    looks (every `misc_every_s`); the broker drops it after 1.5 × its keep-alive. A shared
+    connection at a real device's 30 s, looked at every 30 s, lost that race while idle."""
+    network, shared = host_connections(SimulationConfig(clients=clients), "mqtt://127.0.0.1:1", range(clients))
+    assert len(shared) == -(-clients // DEVICES_PER_CONNECTION)
+    for connection in shared:
+        keepalive = connection.transport.config.keepalive
+        assert keepalive + network.misc_every_s < 1.5 * keepalive

@@ -83,6 +83,23 @@ def _serve(conn: multiprocessing.connection.Connection, log_level: int) -> None:
         _send(conn, "stopped", stuck)
 
 
+#: What the children's fork server imports once for all of them (`_start_context`): torch,
+#: ``torch._dynamo`` (a process's first optimizer imports it: 68 MB) and the devices' code.
+PRELOAD = ["torch", "torch._dynamo", "edge_sdk.training", "simulation.ray_devices"]
+
+
+def _start_context() -> Any:
+    """How the children start: forked from a fork server that imported `PRELOAD` once (a process
+    of one thread: safe to fork), so that they share its pages of torch instead of importing it
+    each (two children: about 220 MB of PSS less, one import instead of two at start-up); spawned
+    where there is no fork server (Windows). Not forked from this process: it has threads."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)  # takes effect when the server starts (once a process)
+    return context
+
+
 class _Child:
     """One child process and our end of its pipe."""
 
@@ -125,8 +142,7 @@ class ProcessDevices:
 
     def prepare(self) -> None:
         """Start the child processes; each waits for `start`."""
-        context = multiprocessing.get_context("spawn")  # not fork: this process has threads
-        self._children = [_Child(context, n) for n in range(self.processes)]
+        self._children = [_Child(_start_context(), n) for n in range(self.processes)]
 
     def start(self, url: str, trusted_keys: tuple[bytes, ...], shards_dir: str) -> dict[str, Any]:
         """Start the devices on the broker at ``url``, trusting models signed by ``trusted_keys``,

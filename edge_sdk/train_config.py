@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-__all__ = ["AUGMENTATIONS", "TrainConfig", "default_threads"]
+__all__ = ["AUGMENTATIONS", "TrainConfig", "available_cpus", "default_threads"]
 
 _OPTIMIZERS = ("sgd", "adam")
 #: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
@@ -94,8 +94,12 @@ def default_threads() -> int:
     ran 2-11× slower than 1 thread once other processes kept one or both cores busy (OpenMP threads
     spin, waiting for a descheduled sibling); 1 thread did not slow down while the other core was
     busy and shared fairly when both were (BENCHMARKS.md, issue 36)."""
+    return max(1, available_cpus() // 2)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity on Linux, else the machine's), at least 1."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // 2)
+        return os.cpu_count() or 1

@@ -21,6 +21,7 @@ def _simulate(args: argparse.Namespace) -> int:
         return 0
 
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
+    from simulation.config import default_device_processes
     from coordinator.strategies import strategy_class
     from coordinator.runtime.federation import TrainingFailed
     from rich.markup import escape
@@ -41,7 +42,7 @@ def _simulate(args: argparse.Namespace) -> int:
         options=option_pairs(args.option), sim_device=args.sim_device,
         backend=args.backend, connections=args.connections, ray_address=args.ray_address, ray_workers=args.ray_workers,
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
-        device_processes=args.device_processes,
+        device_processes=args.device_processes or default_device_processes(),
         threads=args.threads or default_threads(), federation=federation, holdout=args.holdout,
     )
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
@@ -124,10 +125,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help=f"own: every simulated device has an MQTT connection of its own; shared: the devices of a "
                         f"process share one (the same messages on the same topics; presence kept by the host, "
                         f"docs/simulation.md); auto: own up to {OWN_CONNECTIONS_UP_TO:,} devices, shared past that")
-    p.add_argument("--device-processes", type=at_least(1), default=1, metavar="N",
+    p.add_argument("--device-processes", type=at_least(1), default=None, metavar="N",
                    help="with the process backend: N child processes host the devices, each training one at a "
-                        "time (two cores: 2 made a round of 10 devices x 6 images 22%% shorter, at about 240 MB "
-                        "more memory at 10,000 devices; docs/simulation.md)")
+                        "time (default: 2 on a machine with two CPUs or more, else 1; docs/simulation.md)")
     p.add_argument("--ray-address", metavar="HOST:PORT",
                    help="join this running Ray cluster (default: start one on this machine); devices on "
                         "other machines need a --broker they can reach")

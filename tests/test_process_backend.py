@@ -6,6 +6,7 @@ behind: not the process, not the folder."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import psutil
@@ -84,3 +85,12 @@ def test_devices_in_two_child_processes_run_the_same_job(tmp_path) -> None:
 def test_device_processes_must_be_a_positive_integer() -> None:
     with pytest.raises(ValueError, match="device_processes must be an integer >= 1, got 0"):
         SimulationConfig(device_processes=0)
+
+
+def test_two_device_processes_by_default_where_two_cpus_may_run_them(monkeypatch) -> None:
+    from simulation.config import default_device_processes
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert default_device_processes() == 1 and SimulationConfig().device_processes == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert default_device_processes() == 2 and SimulationConfig().device_processes == 2

@@ -12,22 +12,14 @@ from coordinator.runtime.federation import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Ack, Envelope, Register, Update, decode_envelope, encode_envelope
+from edge_sdk.protocol.messages import Ack, Register, Update, decode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.raw_devices import raw_device, send_as
 
 JOB = "collect-order"
 
 
-def _device(url: str, topics: Topics, device: str) -> MqttTransport:
-    transport = MqttTransport(TransportConfig(url=url, client_id=f"peer-{device}"))
-    transport.connect()
-    transport.subscribe(topics.downlink(device))
-    return transport
-
-
-def _send(transport: MqttTransport, topics: Topics, device: str, body, rnd: int) -> None:
-    transport.publish(topics.uplink(device), encode_envelope(Envelope.of(body, device, round=rnd)))
 
 
 def _acked(transport: MqttTransport) -> None:
@@ -44,11 +36,11 @@ def test_updates_come_in_participant_order_whatever_the_arrival(broker):
     fleet = Fleet(MessageLink(coordinator), topics, on_register=lambda device: setattr(device, "label", strategy.assign(device)))
     fleet.start()
     names = ["zeta", "alpha", "mid"]
-    peers = {d: _device(broker.url, topics, d) for d in names}
+    peers = {d: raw_device(broker.url, topics, d) for d in names}
     try:
         time.sleep(0.2)
         for d, peer in peers.items():
-            _send(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
+            send_as(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
         assert sorted(fleet.wait_for_devices(3, 5.0)) == sorted(names)
         for peer in peers.values():
             _acked(peer)
@@ -58,7 +50,7 @@ def test_updates_come_in_participant_order_whatever_the_arrival(broker):
         collector.start()
         time.sleep(0.2)
         for d in ("mid", "alpha", "zeta"):  # arrival order: neither the participants' nor sorted
-            _send(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), 0)
+            send_as(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), 0)
             _acked(peers[d])
         collector.join(timeout=20)
         assert list(result) == names

@@ -15,9 +15,10 @@ from coordinator.strategies.fedavg import FedAvg
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Ack, Envelope, Plan, Register, Update, decode_envelope, encode_envelope
+from edge_sdk.protocol.messages import Ack, Plan, Register, Update, decode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
+from tests.raw_devices import raw_device, send_as
 
 JOB = "plan-pacing"
 
@@ -55,15 +56,6 @@ def test_fleet_limits_refuse_a_plan_budget_below_one_byte():
         FleetLimits(plan_bytes_in_flight=1.5)
 
 
-def _device(url: str, topics: Topics, device: str) -> MqttTransport:
-    transport = MqttTransport(TransportConfig(url=url, client_id=f"peer-{device}"))
-    transport.connect()
-    transport.subscribe(topics.downlink(device))
-    return transport
-
-
-def _send(transport: MqttTransport, topics: Topics, device: str, body, rnd: int) -> None:
-    transport.publish(topics.uplink(device), encode_envelope(Envelope.of(body, device, round=rnd)))
 
 
 def _next_body(transport: MqttTransport, timeout: float):
@@ -82,11 +74,11 @@ def test_a_fleet_with_room_for_one_plan_sends_the_next_when_the_last_is_answered
                   on_register=lambda device: setattr(device, "label", strategy.assign(device)))
     fleet.start()
     names = ["first", "second", "third"]
-    peers = {d: _device(broker.url, topics, d) for d in names}
+    peers = {d: raw_device(broker.url, topics, d) for d in names}
     try:
         time.sleep(0.2)
         for d, peer in peers.items():
-            _send(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
+            send_as(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
         assert sorted(fleet.wait_for_devices(3, 5.0)) == sorted(names)
         for peer in peers.values():
             assert isinstance(_next_body(peer, 5.0), Ack)
@@ -104,7 +96,7 @@ def test_a_fleet_with_room_for_one_plan_sends_the_next_when_the_last_is_answered
             for later in names[i + 1:]:  # no plan for the others while this one's is unanswered
                 assert _next_body(peers[later], 0.3) is None, f"{later} got a plan before {d} answered"
             assert sent == names[:i + 1]
-            _send(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), 0)
+            send_as(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), 0)
             assert isinstance(_next_body(peers[d], 5.0), Ack)
         collector.join(timeout=20)
         assert list(result) == names

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from coordinator.runtime.device_budgets import FleetLimits
-from coordinator.runtime.federation import FederationConfig
-from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.plan_pacer import PlanPacer
-from coordinator.strategies.fedavg import FedAvg
-from edge_sdk.link import MessageLink
-from edge_sdk.models.zoo import mlp
-from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Ack, Plan, Register, Update, decode_envelope
-from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.raw_devices import raw_device, send_as
+from edge_sdk.protocol.messages import Ack, Plan, Update, decode_envelope
+from edge_sdk.transport import MqttTransport
+from tests.raw_devices import registered_fleet, send_as
 
 JOB = "plan-pacing"
 
@@ -66,22 +58,8 @@ def _next_body(transport: MqttTransport, timeout: float):
 def test_a_fleet_with_room_for_one_plan_sends_the_next_when_the_last_is_answered(broker):
     """Over a real broker: with a budget of one byte, the second participant gets its plan only
     once the first has sent its update, and the round still collects all three."""
-    topics = Topics(job=JOB)
-    strategy = FedAvg(FederationConfig(seed=0), mlp(in_features=16, num_classes=3, hidden=(8,)))
-    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id="plan-pacing-coordinator"))
-    coordinator.connect()
-    fleet = Fleet(MessageLink(coordinator), topics, limits=FleetLimits(plan_bytes_in_flight=1),
-                  on_register=lambda device: setattr(device, "label", strategy.assign(device)))
-    fleet.start()
     names = ["first", "second", "third"]
-    peers = {d: raw_device(broker.url, topics, d) for d in names}
-    try:
-        time.sleep(0.2)
-        for d, peer in peers.items():
-            send_as(peer, topics, d, Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50), -1)
-        assert sorted(fleet.wait_for_devices(3, 5.0)) == sorted(names)
-        for peer in peers.values():
-            assert isinstance(_next_body(peer, 5.0), Ack)
+    with registered_fleet(broker.url, JOB, names, FleetLimits(plan_bytes_in_flight=1)) as (fleet, strategy, topics, peers):
         sent: list[str] = []
 
         def send_plan(device: str) -> int:
@@ -100,7 +78,3 @@ def test_a_fleet_with_room_for_one_plan_sends_the_next_when_the_last_is_answered
             assert isinstance(_next_body(peers[d], 5.0), Ack)
         collector.join(timeout=20)
         assert list(result) == names
-    finally:
-        for peer in peers.values():
-            peer.close()
-        coordinator.close()

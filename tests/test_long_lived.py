@@ -59,3 +59,15 @@ def test_a_job_that_ends_its_process_leaves_its_objects_frozen():
         assert gc.get_freeze_count() > 0 and kept.peer.peer is kept
     finally:
         gc.unfreeze()
+
+
+def test_a_job_that_ends_its_process_freezes_what_it_made_outside_building_blocks_too():
+    """The coordinator's records of the devices are made as they register, not in a building
+    block: the process's last collection would walk them all."""
+    with job_lifetime(release=False):
+        made_later = [_cycle() for _ in range(1000)]
+        before = gc.get_freeze_count()
+    try:
+        assert gc.get_freeze_count() >= before + 2000 and made_later[0].peer.peer is made_later[0]
+    finally:
+        gc.unfreeze()

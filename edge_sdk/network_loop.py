@@ -63,7 +63,6 @@ class NetworkLoop:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-
     @property
     def misc_every_s(self) -> float:
         """How often (seconds) the keep-alives of all connections are looked at."""

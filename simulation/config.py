@@ -41,8 +41,8 @@ DEFAULT_FLEET = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "jetson
 def default_device_processes() -> int:
     """The devices' child processes of `--backend process` unless told: two where this process may
     run on two CPUs or more, so that two of a round's devices train at once (10,000 devices x 6
-    images on 2 cores: 0.10 -> 0.07 s a round; forked from one server, the second costs about 200
-    MB of PSS), else one."""
+    images on 2 cores: 0.127 and 0.113 -> 0.080 and 0.089 s a round; forked from one server, at the
+    same peak PSS within the machine's spread; BENCHMARKS.md), else one."""
     return 2 if available_cpus() >= 2 else 1
 
 
@@ -80,7 +80,7 @@ class SimulationConfig:
     #: `--backend process`: child processes hosting the devices (device i in child i mod N), each
     #: training one of its devices at a time: two train in parallel on two cores (issue 39).
     #: Default: 2 where this process may run on two CPUs or more, else 1 (`default_device_processes`)
-    device_processes: int = field(default_factory=lambda: default_device_processes())
+    device_processes: int = field(default_factory=default_device_processes)
     #: torch threads of this process while the job runs: the local backend's device training and the
     #: coordinator's evaluation (Ray actors take ray_cpus_per_worker); None: leave torch's setting.
     #: Default: half of this machine's CPUs (`edge_sdk.training.default_threads`)

@@ -66,6 +66,12 @@ Columns of the table (median over the repetitions; every run is in the JSON):
   runnable, tree
               the same for the job alone: the most threads of the process tree in state R
               (/proc/PID/task/TID/stat) at one sample.
+  mean runnable, machine
+              the mean of the same ``procs_running`` samples over start-up / shutdown: the load
+              over that window, which the kernel's load average smooths over a minute (the
+              sampler itself is one of them, the machine's idle services about one more).
+  load average  the largest 1-minute load average (``os.getloadavg``) sampled during start-up /
+              shutdown.
   threads     the most threads the tree had at one sample.
   accuracy    on the 10,000 test images after the last round; test loss: the mean cross-entropy
               there (edgefl: the last round's ``loss`` in report.json), a finer check that the jobs
@@ -474,6 +480,8 @@ class TreeRun:
     cpu_sampled_s: float = 0.0
     max_threads: int = 0
     loadavg: tuple[float, float] = (0.0, 0.0)
+    #: (t, the machine's 1-minute load average), every 0.5 s
+    loadavg_samples: list[tuple[float, float]] = field(default_factory=list)
     #: (t, procs_running of the machine) and (t, threads of the tree in state R), every 0.5 s
     runnable: list[tuple[float, int]] = field(default_factory=list)
     tree_runnable: list[tuple[float, int]] = field(default_factory=list)
@@ -548,6 +556,7 @@ def run_tree(cmd: list[str], env: dict[str, str], log_file: Path, timeout_s: flo
             run.max_processes = max(run.max_processes, len(procs))
             now = time.monotonic()
             run.runnable.append((now, _procs_running()))
+            run.loadavg_samples.append((now, os.getloadavg()[0]))
             running, threads = _tree_threads([p.pid for p in procs])
             run.tree_runnable.append((now, len(running)))
             run.tree_runnable_names.append((now, running))
@@ -640,6 +649,12 @@ class Measured:
     runnable_rounds_max: int | None = None
     tree_runnable_startup_max: int | None = None
     tree_runnable_shutdown_max: int | None = None
+    #: the mean of the machine's ``procs_running`` samples during start-up / shutdown
+    runnable_startup_mean: float | None = None
+    runnable_shutdown_mean: float | None = None
+    #: the largest 1-minute load average sampled during start-up / shutdown
+    loadavg_startup_max: float | None = None
+    loadavg_shutdown_max: float | None = None
     #: the threads in state R at the start-up sample with the most of them ("pid/name")
     tree_runnable_startup_names: list[str] = field(default_factory=list)
     threads_max: int | None = None
@@ -670,15 +685,23 @@ def _measured(which: str, job: JobSpec, rep: int, run: TreeRun, begins: list[flo
     m.startup_s = ends[0] - run.t_start - m.s_per_round
     m.shutdown_s = run.t_tree_exit - ends[-1]
 
-    def peak(samples: list[tuple[float, int]], lo: float, hi: float) -> int | None:
+    def peak(samples: Sequence[tuple[float, float]], lo: float, hi: float) -> Any:
         vals = [n for t, n in samples if lo <= t <= hi]
         return max(vals) if vals else None
+
+    def mean(samples: Sequence[tuple[float, float]], lo: float, hi: float) -> float | None:
+        vals = [n for t, n in samples if lo <= t <= hi]
+        return statistics.fmean(vals) if vals else None
 
     m.runnable_startup_max = peak(run.runnable, run.t_start, ends[0])
     m.runnable_shutdown_max = peak(run.runnable, ends[-1], run.t_tree_exit)
     m.runnable_rounds_max = peak(run.runnable, ends[0], ends[-1])
     m.tree_runnable_startup_max = peak(run.tree_runnable, run.t_start, ends[0])
     m.tree_runnable_shutdown_max = peak(run.tree_runnable, ends[-1], run.t_tree_exit)
+    m.runnable_startup_mean = mean(run.runnable, run.t_start, ends[0])
+    m.runnable_shutdown_mean = mean(run.runnable, ends[-1], run.t_tree_exit)
+    m.loadavg_startup_max = peak(run.loadavg_samples, run.t_start, ends[0])
+    m.loadavg_shutdown_max = peak(run.loadavg_samples, ends[-1], run.t_tree_exit)
     m.tree_runnable_startup_names = max((names for t, names in run.tree_runnable_names if run.t_start <= t <= ends[0]),
                                         key=len, default=[])
     m.threads_max = run.max_threads
@@ -783,7 +806,11 @@ ROWS = (("s/round", "s_per_round", "{:.2f}"), ("start-up s", "startup_s", "{:.1f
         ("CPU s", "cpu_s", "{:.0f}"), ("runnable start-up, machine", "runnable_startup_max", "{:.0f}"),
         ("runnable shutdown, machine", "runnable_shutdown_max", "{:.0f}"),
         ("runnable start-up, tree", "tree_runnable_startup_max", "{:.0f}"),
-        ("runnable shutdown, tree", "tree_runnable_shutdown_max", "{:.0f}"), ("threads", "threads_max", "{:,.0f}"),
+        ("runnable shutdown, tree", "tree_runnable_shutdown_max", "{:.0f}"),
+        ("mean runnable start-up, machine", "runnable_startup_mean", "{:.1f}"),
+        ("mean runnable shutdown, machine", "runnable_shutdown_mean", "{:.1f}"),
+        ("load average start-up", "loadavg_startup_max", "{:.1f}"),
+        ("load average shutdown", "loadavg_shutdown_max", "{:.1f}"), ("threads", "threads_max", "{:,.0f}"),
         ("accuracy", "accuracy", "{:.4f}"), ("test loss", "test_loss", "{:.6f}"))
 
 

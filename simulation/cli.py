@@ -20,6 +20,12 @@ def _simulate(args: argparse.Namespace) -> int:
         print(method_settings(args.method).help())
         return 0
 
+    from simulation.backends import devices_backend
+
+    if devices_backend(args.backend, args.clients) == "process":
+        from simulation.process_devices import start_fork_server
+
+        start_fork_server()  # the devices' processes import torch while this one does
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
     from simulation.config import default_device_processes
     from coordinator.strategies import strategy_class

@@ -18,13 +18,14 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
 
-__all__ = ["ProcessDevices"]
+__all__ = ["ProcessDevices", "start_fork_server"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,15 @@ def _start_context() -> Any:
     return context
 
 
+def start_fork_server() -> None:
+    """Start the children's fork server now, so that it imports `PRELOAD` (2.6 s here) while this
+    process imports and loads the data; nothing where children are spawned."""
+    if _start_context().get_start_method() == "forkserver":
+        import multiprocessing.forkserver
+
+        multiprocessing.forkserver.ensure_running()
+
+
 class _Child:
     """One child process and our end of its pipe."""
 
@@ -140,16 +150,38 @@ class ProcessDevices:
         self.config = config
         self.processes = min(processes, max(1, config.clients))
         self._children: list[_Child] = []
+        self._preparing: threading.Thread | None = None
+        self._prepare_failed: str | None = None
 
     def prepare(self) -> None:
-        """Start the child processes; each waits for `start`."""
-        self._children = [_Child(_start_context(), n) for n in range(self.processes)]
+        """Start the child processes on a thread of this process, which goes on meanwhile (a
+        forked child comes once the fork server has imported torch); each waits for `start`."""
+        self._preparing = threading.Thread(target=self._start_children, name="edgefl-devices-prepare", daemon=True)
+        self._preparing.start()
+
+    def _start_children(self) -> None:
+        try:
+            context = _start_context()
+            for number in range(self.processes):
+                self._children.append(_Child(context, number))
+        except Exception as exc:  # `start` raises it
+            self._prepare_failed = f"{type(exc).__name__}: {exc}"
+
+    def _prepared(self) -> None:
+        """Wait for `prepare`'s children (started now if it was not called)."""
+        if self._preparing is None:
+            self._start_children()
+        else:
+            self._preparing.join()
+            self._preparing = None
+        if self._prepare_failed is not None:
+            self.close()
+            raise ChildProcessError(f"the simulated devices' process did not start: {self._prepare_failed}")
 
     def start(self, url: str, trusted_keys: tuple[bytes, ...], shards_dir: str) -> dict[str, Any]:
         """Start the devices on the broker at ``url``, trusting models signed by ``trusted_keys``,
         with their data in ``shards_dir`` (blocking until they are connecting); where they run."""
-        if not self._children:
-            self.prepare()
+        self._prepared()
         config_json = json.dumps(self.config.to_plain())
         failed: list[list[Any] | None] = []  # per child: why it could not be told to start (None: told)
         for number, child in enumerate(self._children):
@@ -193,6 +225,9 @@ class ProcessDevices:
 
     def close(self) -> None:
         """End the child processes still there (killed) — after `stop`, or instead of it."""
+        if self._preparing is not None:  # those it is starting are ended too
+            self._preparing.join()
+            self._preparing = None
         children, self._children = self._children, []
         for child in children:
             child.close()

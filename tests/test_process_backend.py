@@ -53,6 +53,42 @@ def test_a_child_that_cannot_start_is_one_line(tmp_path) -> None:
     devices.close()
 
 
+def test_children_that_could_not_be_started_are_one_line_at_start(tmp_path, monkeypatch) -> None:
+    """`prepare` starts the children on a thread; what went wrong there is `start`'s error."""
+    import simulation.process_devices as process_devices
+
+    def no_pipe(*args, **kwargs):
+        raise OSError("Too many open files")
+
+    monkeypatch.setattr(process_devices, "_Child", no_pipe)
+    devices = ProcessDevices(_job(tmp_path, "process"))
+    devices.prepare()
+    with pytest.raises(ChildProcessError, match="^the simulated devices' process did not start: "
+                                                "OSError: Too many open files$"):
+        devices.start("mqtt://127.0.0.1:1", (), str(tmp_path))
+    devices.close()
+
+
+def test_children_prepared_but_never_started_are_ended_by_close(tmp_path, monkeypatch) -> None:
+    """A job that ends before its devices start (a bad dataset, Ctrl-C while loading) leaves no
+    child behind, even one the preparing thread is still starting."""
+    import simulation.process_devices as process_devices
+
+    started = []
+
+    class Recorded(process_devices._Child):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    monkeypatch.setattr(process_devices, "_Child", Recorded)
+    devices = ProcessDevices(_job(tmp_path, "process"), processes=2)
+    devices.prepare()
+    devices.close()
+    assert len(started) == 2 and not devices._children
+    assert all(child.process.exitcode is not None for child in started)  # ended (killed), not left running
+
+
 def test_the_auto_backend_puts_a_fleet_past_a_thousand_devices_in_a_child_process():
     assert SimulationConfig().backend == "auto"
     assert SimulationConfig(clients=1_000).devices_backend == "local"

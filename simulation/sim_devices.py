@@ -237,9 +237,9 @@ class DeviceHost:
                 if index >= len(self.clients) or self._closing:
                     return
             client = self.clients[index]
-            if self._version is not None and client.config.transport.protocol == "auto":
-                # the version the first device found: "auto" would probe each connection (MQTT 5
-                # without a will, then again with it)
+            if self._version is not None and client.config.transport.protocol == "auto" and client.connect_via is None:
+                # the version the first device found: "auto" would probe each connection of its own
+                # (MQTT 5 without a will, then again with it); a shared one was probed once
                 client.config = replace(client.config, transport=replace(client.config.transport,
                                                                          protocol=self._version))
             try:

@@ -84,6 +84,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             if home is not None:
                 loop.before_round = home.hold_if_paused
             loop.run(_both(home.round_done if home else None, on_round))
+            if plots:
+                report.prepare_plots()  # while the devices stop
             transport.wait_published(10.0)
         finished = True
     finally:

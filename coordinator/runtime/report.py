@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -74,6 +75,15 @@ class RunReport:
     rejection_count: int = 0
     #: "finished", or "interrupted" (Ctrl-C or an error): `rounds` holds the rounds finished before
     status: str = "finished"
+    #: the plots' imports, on a thread while the job winds down (`prepare_plots`)
+    _plots_import: threading.Thread | None = field(default=None, repr=False, compare=False)
+
+    def prepare_plots(self) -> None:
+        """Import what the plots need (matplotlib: 0.5 to 1 s) on a thread while the job winds down
+        (its devices stop); `write_outcome` waits for it."""
+        if self._plots_import is None:
+            self._plots_import = threading.Thread(target=_warm_import_pyplot, name="edgefl-plots-import", daemon=True)
+            self._plots_import.start()
 
     def add_round(self, record: RoundRecord) -> None:
         self.rounds.append(record)
@@ -88,8 +98,8 @@ class RunReport:
         """Fill devices, models and rejections from the fleet at the end of a run."""
         self.devices = [
             {"id": d.device_id, "profile": d.profile.name, "flops": d.profile.gflops * 1e9,
-             "measured": d.profile.measured, "assignment": d.label,
-             "bytes_down": d.bytes_down, "bytes_up": d.bytes_up, **_last_evaluation(d.last_evaluation)}
+             "measured": d.profile.measured, "assignment": d.label, "bytes_down": d.bytes_down,
+             "bytes_up": d.bytes_up, **(_last_evaluation(d.last_evaluation) if d.last_evaluation else {})}
             for d in sorted(fleet.devices.values(), key=lambda d: d.device_id)
         ]
         self.models = {label: {"params": int(params[label]), "payload_bytes": int(payload_bytes.get(label, 0))}
@@ -129,14 +139,18 @@ class RunReport:
         finished at least one round (marked "interrupted" if it did not finish); else nothing."""
         if not finished:
             self.status = "interrupted"
-        if finished or self.rounds:
-            self.write(out, plots=plots, describe=describe)
+        try:
+            if finished or self.rounds:
+                self.write(out, plots=plots, describe=describe)
+        finally:  # never exit halfway through an import
+            if self._plots_import is not None:
+                self._plots_import.join()
 
     def write(self, out: Path, plots: bool = True, describe: Callable[[str], str] = str) -> None:
         """Write report.json, metrics.csv and (optionally) PNG plots into `out`; ``describe``
         names a model label in the plots' legends (e.g. ``0.25`` -> ``width 0.25``)."""
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(json.dumps(self.to_dict(), indent=2))
+        (out / "report.json").write_text(report_json(self.to_dict()))
         labels = sorted({k for r in self.rounds for k in r.accuracy})
         federated = sorted({k for r in self.rounds for k in r.federated_accuracy})
         with open(out / "metrics.csv", "w", newline="") as fh:
@@ -156,9 +170,9 @@ class RunReport:
             self._plot(out, labels, federated, describe)
 
     def _plot(self, out: Path, labels: list[str], federated: list[str], describe: Callable[[str], str]) -> None:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        if self._plots_import is not None:
+            self._plots_import.join()
+        plt = _import_pyplot()
         from matplotlib.ticker import MaxNLocator
 
         rounds = [r.round + 1 for r in self.rounds]  # counted from 1, as the console prints them
@@ -196,6 +210,33 @@ class RunReport:
         fig.tight_layout()
         fig.savefig(out / "bytes.png", dpi=100)
         plt.close(fig)
+
+
+def _import_pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files (Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _warm_import_pyplot() -> None:
+    """`_import_pyplot` ahead of time; a failure is the plots' own to report when they are drawn."""
+    try:
+        _import_pyplot()
+    except Exception:  # noqa: BLE001 (ImportError or a broken backend: `_plot` raises it again)
+        log.debug("matplotlib could not be imported ahead of the plots", exc_info=True)
+
+
+def report_json(report: dict[str, Any]) -> str:
+    """``report`` as indented JSON with its devices last, one line each: json's indented encoder is
+    pure Python, its compact one C (100,000 devices: 0.64 s all indented, 0.43 s so)."""
+    devices = report.get("devices") or []
+    head = json.dumps({k: v for k, v in report.items() if k != "devices"}, indent=2)
+    if not devices:
+        return head[:-2] + ',\n  "devices": []\n}'
+    lines = ",\n    ".join(map(json.dumps, devices))  # a device's text may hold "}, {": one dumps each
+    return head[:-2] + ',\n  "devices": [\n    ' + lines + "\n  ]\n}"
 
 
 def _last_evaluation(last: tuple[int, int, int, str] | None) -> dict[str, Any]:

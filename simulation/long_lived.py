@@ -13,10 +13,17 @@ notebook) collects what each left behind; ``edgefl simulate``, which exits after
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-__all__ = ["building_long_lived", "job_lifetime"]
+if TYPE_CHECKING:
+    from coordinator.runtime.fleet import FleetProgress
+
+__all__ = ["building_long_lived", "job_lifetime", "freezing_registrations", "FREEZE_EVERY"]
+
+#: Registrations between two freezes of the coordinator's growing record of its devices.
+FREEZE_EVERY = 1_000
 
 
 @contextmanager
@@ -46,3 +53,22 @@ def job_lifetime(release: bool = True) -> Iterator[None]:
             gc.unfreeze()
         else:
             gc.freeze()
+
+
+def freezing_registrations(on_progress: Callable[["FleetProgress"], None] | None
+                           ) -> Callable[["FleetProgress"], None]:
+    """``on_progress`` (None: nothing) that also freezes what is alive each time another
+    `FREEZE_EVERY` devices registered, and when the last one did: the coordinator's record of every
+    device lives for the job, and without it each full collection during the start-up walked all of
+    them again (100,000 devices: twelve collections of up to 0.54 s, 3.3 s with the GIL held)."""
+    frozen = 0
+
+    def progress(update: "FleetProgress") -> None:
+        nonlocal frozen
+        if update.round == -1 and update.done > frozen and (
+                update.done - frozen >= FREEZE_EVERY or update.done >= update.total):
+            gc.freeze()
+            frozen = update.done
+        if on_progress is not None:
+            on_progress(update)
+    return progress

@@ -44,7 +44,7 @@ from coordinator.strategies.base import Strategy, StrategyContext
 
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.device_shards import DeviceOrder, DeviceShards
-from simulation.long_lived import building_long_lived, job_lifetime
+from simulation.long_lived import building_long_lived, freezing_registrations, job_lifetime
 from simulation.process_devices import ProcessDevices
 from simulation.ray_devices import RayDevices
 from simulation.open_files import ensure_open_files
@@ -189,7 +189,7 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
                                    homeassistant=homeassistant)
         return run_job(strategy, report, connection, config.out, beside=simulated_devices,
                        eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing,
-                       on_round=on_round, on_progress=on_progress, plots=config.plots)
+                       on_round=on_round, on_progress=freezing_registrations(on_progress), plots=config.plots)
     finally:
         if broker is not None:
             broker.stop()

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["building_long_lived", "job_lifetime", "freezing_registrations", "FREEZE_EVERY"]
 
-#: Registrations between two freezes of the coordinator's growing record of its devices.
+#: Devices between two freezes of what a job makes as they join: the coordinator's record of those
+#: registered, a host's devices connected (`DeviceHost`).
 FREEZE_EVERY = 1_000
 
 

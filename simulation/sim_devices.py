@@ -30,7 +30,7 @@ from edge_sdk.throttle import Throttle
 from edge_sdk.transport import TransportConfig
 
 from simulation.device_shards import DeviceShards
-from simulation.long_lived import building_long_lived
+from simulation.long_lived import FREEZE_EVERY, building_long_lived
 from simulation.shared_connection import SharedConnection
 from simulation.training_queue import TrainingQueue
 
@@ -251,7 +251,7 @@ class DeviceHost:
                 self._notify(index)  # its first step registers it
                 with self._cond:
                     self._opened += 1
-                    if self._opened % 1000 == 0:
+                    if self._opened % FREEZE_EVERY == 0:
                         gc.freeze()
                     if self._opened == len(self.clients):
                         log.info("%d devices connected in %.1f s", self._opened, time.monotonic() - self._started)

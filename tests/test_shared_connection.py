@@ -152,7 +152,10 @@ def test_a_shared_connection_pings_before_the_broker_gives_up_on_it(clients: int
     looks (every `misc_every_s`); the broker drops it after 1.5 × its keep-alive. A shared
     connection at a real device's 30 s, looked at every 30 s, lost that race while idle."""
     network, shared = host_connections(SimulationConfig(clients=clients), "mqtt://127.0.0.1:1", range(clients))
-    assert len(shared) == -(-clients // DEVICES_PER_CONNECTION)
-    for connection in shared:
-        keepalive = connection.transport.config.keepalive
-        assert keepalive + network.misc_every_s < 1.5 * keepalive
+    try:
+        assert len(shared) == -(-clients // DEVICES_PER_CONNECTION)
+        for connection in shared:
+            keepalive = connection.transport.config.keepalive
+            assert keepalive + network.misc_every_s < 1.5 * keepalive
+    finally:
+        network.stop()  # its thread: started with it

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.strategies.distillation import DistillConfig, class_importance, distill, ensemble_logits
+from coordinator.strategies.distillation import (DistillConfig, class_importance, distill, ensemble_logits,
+                                                 longest_other, screen_scales)
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
 from coordinator.strategies.reft import Reft
 from coordinator.runtime.federation import EvalData, FederationConfig
@@ -56,6 +57,26 @@ def test_ensemble_weights_each_class_by_who_holds_it() -> None:
     np.testing.assert_allclose(teacher, [[1.0, 6.0], [3.0, 8.0]])  # class 0 from dev 1, class 1 from dev 2
     with pytest.raises(ValueError):
         ensemble_logits([z1], np.array([[1, 1], [1, 1]]))
+
+
+def test_the_teacher_screen_bounds_each_device_by_the_longest_other() -> None:
+    """Honest logits 100x apart in length are left as sent; a device longer than 3x the longest
+    other is scaled back to that bound and weighs as much less; a device alone is not screened."""
+    rng = np.random.default_rng(0)
+    counts = np.full((4, 3), 10)
+    honest = [rng.normal(size=(5, 3)) * s for s in (0.1, 0.2, 8.0, 10.0)]
+    np.testing.assert_array_equal(ensemble_logits(honest, counts, clip_factor=3.0), ensemble_logits(honest, counts))
+    np.testing.assert_array_equal(longest_other(np.array([1.0, 5.0, 2.0])), [5.0, 2.0, 5.0])
+    assert longest_other(np.array([4.0])).tolist() == [np.inf]
+    hostile = honest[:3] + [honest[3] * 300.0]
+    scales = screen_scales(hostile, 3.0)
+    bound = 3.0 * np.linalg.norm(honest[2])
+    assert scales[:3].tolist() == [1.0, 1.0, 1.0]
+    assert np.linalg.norm(hostile[3] * scales[3]) == pytest.approx(bound)
+    weights = np.array([0.25, 0.25, 0.25, 0.25 * scales[3]])
+    expected = sum(w * s * z for w, s, z in zip(weights / weights.sum(), (1, 1, 1, scales[3]), hostile))
+    np.testing.assert_allclose(ensemble_logits(hostile, counts, clip_factor=3.0), expected, rtol=1e-6)
+    np.testing.assert_array_equal(screen_scales([honest[0] * 1e6], 3.0), [1.0])
 
 
 def test_distillation_transfers_a_real_teacher(digits) -> None:
@@ -236,8 +257,8 @@ def test_options_are_parsed_strictly(digits) -> None:
 def test_a_median_teacher_survives_a_device_sending_poisoned_logits(digits, tmp_path) -> None:
     """One of 4 devices uploads its real logits sign-flipped and scaled (and claims the most
     samples it may): distilling from the unscreened importance-weighted mean wrecks the global
-    model; the default screen (its logits scaled back to 3x the median norm, its importance with
-    them) and the weighted median of centred logits do not."""
+    model; the default screen (its logits scaled back to 3x the longest other device's, its
+    importance with them) and the weighted median of centred logits do not."""
     teachers = {"plain mean": {"aggregate": "mean", "clip": "none", "max_share": "1"},
                 "mean": {"aggregate": "mean"}, "median": {"aggregate": "median"}}
     accuracy = {}
@@ -260,3 +281,32 @@ def test_a_median_teacher_survives_a_device_sending_poisoned_logits(digits, tmp_
         assert accuracy[(name, False)] > honest - 0.1, (name, accuracy)
     with pytest.raises(ValueError, match="aggregate"):
         Reft.parse_options({"aggregate": "trimmed"})
+
+
+def test_the_default_screen_costs_an_honest_mixed_fleet_nothing(digits, tmp_path) -> None:
+    """REFT's default job in small (issue 56): the mixed fleet's mostly P = 0.9 devices learn little
+    and send near-uniform logits, two dense and one P = 0.3 device confident ones. The teacher's
+    default screen must leave this honest fleet's distilled model within 0.5 point of the unscreened
+    one (a screen against the round's median norm scaled the informative teachers back: 0.872 ->
+    0.674 here). It still holds one device uploading its logits x -20 (0.808; unscreened 0.000),
+    measured 2026-11-28."""
+    gflops = (4.0, 4.0, 8.0, 70.0, 150.0, 1.0, 400.0, 8.0)  # the mixed fleet's levels: 0.9 x5, 0.3, 0 x2
+    accuracy, clipped = {}, {}
+    for name, options in {"default": {}, "clip=none": {"clip": "none"}}.items():
+        for poison in (False, True):
+            strategy = _strategy(digits, local_lr="0.003", **options)
+            fleet = _fleet(digits, strategy, gflops=gflops)
+            _, updates = _round(strategy, fleet, 0, tmp_path / f"{name}{poison}")
+            if poison:
+                u = updates[4].update  # a dense device
+                z = dequantize_logits(u.tensors).astype(np.float32)
+                updates[4] = ReceivedUpdate(updates[4].device_id, 0, Update(
+                    u.label, {**u.tensors, **quantize_logits(-20.0 * z, "float16")}, u.num_samples, u.metrics), 0)
+            metrics = strategy.aggregate(0, updates)
+            clipped[(name, poison)] = metrics["teachers_clipped"]
+            accuracy[(name, poison)] = strategy.evaluate(0, EvalData(digits.x_test, digits.y_test))[0]["global"]
+    assert sorted(strategy.levels.values()) == [0.0, 0.0, 0.3, 0.9, 0.9, 0.9, 0.9, 0.9]
+    assert accuracy[("default", False)] >= accuracy[("clip=none", False)] - 0.005, accuracy
+    assert clipped[("default", False)] == 0 and clipped[("default", True)] == 1, clipped
+    assert accuracy[("clip=none", True)] < accuracy[("clip=none", False)] - 0.3, accuracy  # the attack bites
+    assert accuracy[("default", True)] > accuracy[("clip=none", True)] + 0.3, accuracy  # and is held

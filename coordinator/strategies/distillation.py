@@ -12,11 +12,19 @@ first centred per sample (softmax ignores a per-sample shift), then the teacher 
 ``I_c^t``-weighted median over devices instead of the weighted sum.
 
 Against one hostile device the teacher also takes the defences of weight averaging
-(`coordinator.aggregate.robust`): once three or more devices hold a class, none keeps more than
-``max_share`` of that class's importance; and with ``clip_factor`` K every device's centred logits
-(the whole ``(N, classes)`` matrix) longer than K times the reference norm — the median over the
-devices, or with fewer than three the smallest — are scaled back to it, and its importance for
-every class by the same factor.
+(`coordinator.aggregate.robust`), in the form logits need: once three or more devices hold a class,
+none keeps more than ``max_share`` of that class's importance; and with ``clip_factor`` K no
+device's logits (the whole ``(N, classes)`` matrix, as sent) may be longer than K times the
+longest of the *other* devices' logits — a longer one is scaled back to that bound, and its
+importance for every class by the same factor, so that an upload many times too long fades out.
+
+The bound is the longest other device, not the median of the round (as weight averaging uses):
+honest teachers' logits differ in length by two orders of magnitude — a model pruned to P = 0.9
+that learnt little sends near-uniform logits, a dense one confident ones — so the median of a
+fleet of mostly small devices scaled the few informative teachers back to a fraction of their
+length and weight (REFT's default job: 0.672 -> 0.203; BENCHMARKS.md, issue 56). Against the
+longest other device an honest fleet is screened only where one device is more than K times
+longer than every other; one hostile device is never longer than K times the longest honest one.
 """
 
 from __future__ import annotations
@@ -32,9 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from coordinator.aggregate.averaging import capped_shares
-from coordinator.aggregate.robust import reference_norm
 
-__all__ = ["DistillConfig", "DistillResult", "class_importance", "capped_importance", "ensemble_logits", "distill"]
+__all__ = ["DistillConfig", "DistillResult", "class_importance", "capped_importance", "longest_other",
+           "screen_scales", "ensemble_logits", "distill"]
 
 
 @dataclass(frozen=True)
@@ -106,11 +114,29 @@ def capped_importance(counts: np.ndarray, max_share: float) -> np.ndarray:
     return weights
 
 
+def longest_other(norms: np.ndarray) -> np.ndarray:
+    """Per device, the largest of the *other* devices' norms (``inf`` for a device alone)."""
+    norms = np.asarray(norms, dtype=np.float64)
+    if len(norms) < 2:
+        return np.full(len(norms), np.inf)
+    order = np.argsort(norms)
+    out = np.full(len(norms), norms[order[-1]])
+    out[order[-1]] = norms[order[-2]]
+    return out
+
+
+def screen_scales(logits: Sequence[np.ndarray] | np.ndarray, clip_factor: float) -> np.ndarray:
+    """Per device, the factor the screen scales its logits by (1: untouched): ``clip_factor``
+    times the longest other device's norm over its own, at most 1."""
+    norms = np.sqrt(np.array([np.vdot(z, z) for z in np.asarray(logits, dtype=np.float64)]))
+    return np.minimum(1.0, clip_factor * longest_other(norms) / np.maximum(norms, 1e-300))
+
+
 def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str = "mean",
                     clip_factor: float | None = None, max_share: float = 1.0) -> np.ndarray:
     """Teacher logits: per class, the importance-weighted sum (``mean``) or weighted median
     (``median``, of per-sample centred logits) of the devices' logits; ``clip_factor`` and
-    ``max_share``: the norm screen and importance cap of the module doc."""
+    ``max_share``: the screen and importance cap of the module doc."""
     if rule not in ("mean", "median"):
         raise ValueError(f"teacher rule must be mean or median, got {rule!r}")
     if len(logits) == 0 or len(logits) != len(counts):
@@ -119,18 +145,14 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
     if stack.ndim != 3 or stack.shape[2] != np.shape(counts)[1]:
         raise ValueError(f"logits of shape {stack.shape[1:]} do not match {np.shape(counts)[1]} classes")
     weights = capped_importance(counts, max_share)  # (devices, classes)
-    centred = stack - stack.mean(axis=2, keepdims=True)
     if clip_factor is not None:
-        norms = np.sqrt(np.einsum("tnc,tnc->t", centred, centred))
-        ref = reference_norm(norms)
-        if ref is not None:
-            scales = np.minimum(1.0, clip_factor * ref / np.maximum(norms, 1e-300))
-            centred = centred * scales[:, None, None]
-            stack = centred  # softmax ignores the per-sample shift that centring removed
+        scales = screen_scales(stack, clip_factor)
+        if (scales < 1.0).any():
+            stack = stack * scales[:, None, None]
             weights = weights * scales[:, None]  # a clipped device also weighs less, as in aggregate/robust.py
             weights = weights / np.where(weights.sum(axis=0) > 0, weights.sum(axis=0), 1.0)
     if rule == "median":
-        return _weighted_median(centred, weights).astype(np.float32)
+        return _weighted_median(stack - stack.mean(axis=2, keepdims=True), weights).astype(np.float32)
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)
 
 

@@ -29,7 +29,7 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig
 
-from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits
+from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits, screen_scales
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
@@ -212,7 +212,8 @@ class Reft(Strategy):
         return {"train_loss": mean_train_loss([u.update for u in updates]),
                 "distill_loss": self.last_distill.loss, "distill_agreement": self.last_distill.agreement,
                 "distill_seconds": self.last_distill.seconds, "teachers": float(len(updates)),
-                "classes_covered": float((counts.sum(axis=0) > 0).sum())}
+                "classes_covered": float((counts.sum(axis=0) > 0).sum()),
+                "teachers_clipped": 0.0 if clip is None else float(np.sum(screen_scales(logits, clip) < 1.0))}
 
     def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         load_numpy_state(self.model, self.weights)

@@ -54,12 +54,14 @@ class ReftSettings(PruningSettings):
                             doc="`median`: the teacher is the importance-weighted median of per-sample centred "
                                 "logits, robust to a device sending poisoned logits "
                                 "([robust_aggregation.md](../robust_aggregation.md))")
-    #: the teacher's norm screen: a device's centred logits longer than Kx the median are scaled back
+    #: the teacher's screen: a device's logits longer than Kx the longest other device's are scaled back
     #: (``auto``: 1x; an absolute bound is refused: logit scales differ by model); None: off
-    clip: str | None = option(DEFAULT_CLIP, clip_option, "scale back updates longer than Kx the round's median "
-                              "norm (auto: 1x), or than a number; none: off", none="none",
-                              doc="the teacher's screen: a device's per-sample centred logits longer than K times "
-                                  "the devices' median norm are scaled back (`none`, `auto` = `1x`, or `Kx`)")
+    clip: str | None = option(DEFAULT_CLIP, clip_option, "scale back a device's logits longer than Kx the longest "
+                              "other device's (auto: 1x); none: off", none="none",
+                              doc="the teacher's screen: a device's logits longer than K times the longest of the "
+                                  "other devices' logits are scaled back, and its importance with them (`none`, "
+                                  "`auto` = `1x`, or `Kx`); not the median, as weight averaging uses: honest "
+                                  "teachers' logits differ in length by 100x")
     #: of a class's importance, per device, once 3 or more hold the class
     max_share: float = option(0.5, number(0.0, 1.0), "most of a round's weight one device keeps once 3+ report "
                               "(1: no cap)", doc="once three or more devices hold a class, none keeps more than "

@@ -50,7 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hostile_attacks import ATTACKS, OPTIONS, REGISTERING  # noqa: E402
+from hostile_attacks import ATTACKS, BARRAGE, OPTIONS, REGISTERING  # noqa: E402
 from hostile_fleet import ATTACKER, HONEST, ROOT, Fleet, FleetSettings, RssSampler, die_with_parent  # noqa: E402
 
 SCENARIOS = ("none", *ATTACKS, "barrage")
@@ -69,7 +69,7 @@ class Interrupted(Exception):
 
 def attacks_of(scenario: str) -> tuple[str, ...]:
     """The attacker's attacks in a scenario: none, one, or all of them (barrage)."""
-    return () if scenario == "none" else ATTACKS if scenario == "barrage" else (scenario,)
+    return () if scenario == "none" else BARRAGE if scenario == "barrage" else (scenario,)
 
 
 def git_state() -> dict[str, Any]:

@@ -21,6 +21,8 @@ fleet, not the attacker's share of the CPU:
 * ``amplify``    registers; for ``--amplify-seconds`` after each plan, ``error{incomplete}`` on its
                  uplink and ``status`` with ever newer connection stamps, together ``--amplify-rate``
                  per second; then declines the round (``not_training``) so as not to hold it.
+* ``silent``     registers like an honest device; takes every plan and never answers (no update, no
+                 decline): without a straggler rule every round waits for it until its deadline.
 * ``spoof``      at every round start, ``--spoof-transfers`` chunked transfers whose envelope sender
                  is an honest device, on pi-evil's own uplink, at ``--spoof-rate`` per second, each
                  left incomplete (blame on time-out, eviction of others' transfers above 256).
@@ -60,11 +62,13 @@ from edge_sdk.protocol.messages import (
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
 
-__all__ = ["ATTACKS", "OPTIONS", "AttackConfig", "Attacker", "Pacer", "Tally", "flood_frames", "padded_chunk_frame"]
+__all__ = ["ATTACKS", "BARRAGE", "OPTIONS", "AttackConfig", "Attacker", "Pacer", "Tally", "flood_frames", "padded_chunk_frame"]
 
-ATTACKS = ("poison", "heavy_zero", "flood", "takeover", "padding", "amplify", "spoof")
+ATTACKS = ("poison", "heavy_zero", "flood", "takeover", "padding", "amplify", "spoof", "silent")
 #: attacks that register pi-evil as a device (it then takes part in every round)
-REGISTERING = frozenset({"poison", "heavy_zero", "amplify"})
+REGISTERING = frozenset({"poison", "heavy_zero", "amplify", "silent"})
+#: the barrage: every attack at once but ``silent`` (which would keep its poisoned updates back)
+BARRAGE = tuple(a for a in ATTACKS if a != "silent")
 PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "raspberry-pi-4b.toml"
 
 
@@ -354,6 +358,8 @@ class Attacker:
         """One plan: amplify first (if asked), then the poisoned / heavy update or a decline."""
         plan: Plan = env.body
         attacks = set(self.config.attacks)
+        if "silent" in attacks:
+            return  # takes the plan, answers nothing
         if "amplify" in attacks:
             self._amplify(env.round)
         if attacks & {"poison", "heavy_zero"}:

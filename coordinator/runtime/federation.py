@@ -50,6 +50,11 @@ class FederationConfig:
     #: stop the job (`TrainingFailed`) when every device asked reports a failed local training
     #: this many rounds in a row (0: never; a simulation uses 3: its devices fail alike every round)
     stop_after_failed_rounds: int = 0
+    #: a participant that sent nothing (no update, no decline) in this many rounds in a row is a
+    #: straggler: once a round has its quorum and only stragglers are missing, it waits for them as
+    #: long again as the others took, not until `round_deadline_s`; one answer, in time or late,
+    #: and it is waited for in full again (0: always wait until the deadline)
+    straggler_after: int = 2
     #: federated evaluation: in every evaluated round, the devices evaluate the model they would be
     #: served on their own held-out data (`[data] holdout` on the device) and report counts
     federated_eval: bool = True
@@ -69,7 +74,7 @@ class FederationConfig:
                 raise ValueError(f"lr_decay: from round {at + 1} the lr would be {self.train.lr * factor:g} "
                                  f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
-                          ("stop_after_failed_rounds", 0)):
+                          ("stop_after_failed_rounds", 0), ("straggler_after", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

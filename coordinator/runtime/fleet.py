@@ -72,6 +72,11 @@ class DeviceRecord:
     last_evaluation: tuple[int, int, int, str] | None = None
     #: the edgefl SDK version it registered with ("" when it did not say)
     sdk_version: str = ""
+    #: training rounds in a row it was asked for an update and sent nothing (no update, no decline)
+    #: before the round stopped waiting; 0 again once it answers, in time or late (`Fleet.collect`)
+    missed_rounds: int = 0
+    #: the latest round it missed (-1: none): a late update of that round shows it is back
+    missed_round: int = -1
 
     def takes_evaluations(self) -> bool:
         """Does its SDK answer an ``evaluate`` (edgefl 0.4 and later)? An older one would drop it
@@ -105,6 +110,8 @@ class Collected:
 
     updates: dict[str, ReceivedUpdate]
     failures: dict[str, str]
+    #: participants the round stopped waiting for once it had its quorum (`Fleet.collect`)
+    not_waited_for: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,9 @@ PROGRESS_EVERY_S = 0.5
 #: blipped, or a broker that restarted, costs seconds, not the device's update. Above paho's
 #: longest pause between reconnect attempts (`TransportConfig.reconnect_max_delay`, 10 s).
 REJOIN_GRACE_S = 15.0
+#: The least time (seconds) a round still waits for its missing stragglers once every other
+#: participant answered (`Fleet.collect`); otherwise as long again as the others took.
+STRAGGLER_GRACE_MIN_S = 2.0
 #: How many messages already waiting `Fleet.pump` handles after its time is up.
 MAX_DRAIN = 1000
 
@@ -156,6 +166,12 @@ class _Collection:
     lost: set[str] = field(default_factory=set)  # said a message to it stalled: wants its plan again
     resent: dict[str, int] = field(default_factory=dict)  # plan re-sends per device this round
     resent_at: dict[str, float] = field(default_factory=dict)  # time.monotonic() of the last one
+    #: updates needed to aggregate, and the missed rounds in a row from which a participant is a
+    #: straggler that the round does not wait for once it has them (0: wait for everyone)
+    quorum: int = 0
+    straggler_after: int = 0
+    not_waited_for: list[str] = field(default_factory=list)
+    _stragglers_only_since: float | None = None
 
     def answered_all(self) -> bool:
         """Every participant accepted or declined (cheap: asked after each message)."""
@@ -220,6 +236,7 @@ class Fleet:
         self._connects_seen = 0  # our own connections the fleet has held a roll call for
         self._reconnected_at = 0.0  # time.monotonic() of our latest reconnect
         self.rejoin_grace_s = REJOIN_GRACE_S
+        self.straggler_grace_min_s = STRAGGLER_GRACE_MIN_S
         #: work for the coordinator's thread while it waits for updates: given up to how many
         #: seconds it may wait for some, it returns whether it did any. A simulation runs its
         #: devices' training here, so that one thread of the process runs torch
@@ -389,7 +406,8 @@ class Fleet:
 
     def collect(self, rnd: int, participants: list[str], deadline_s: float,
                 check: Callable[[DeviceRecord, Update], None],
-                send_plan: Callable[[str], int] | None = None) -> Collected:
+                send_plan: Callable[[str], int] | None = None, quorum: int = 0,
+                straggler_after: int = 0) -> Collected:
         """Valid updates of round `rnd` from `participants`, until all online ones sent or deadline,
         and the participants' reported training failures.
 
@@ -397,16 +415,55 @@ class Fleet:
         them, and with them a seeded job, are the same from run to run. ``send_plan`` (given): sends
         a participant its plan and returns its bytes; the plans go out in the participants' order
         while those not yet answered total under `FleetLimits.plan_bytes_in_flight` (`PlanPacer`).
+
+        ``straggler_after`` (> 0): a participant that sent nothing in that many rounds in a row
+        (`DeviceRecord.missed_rounds`) is a straggler: once ``quorum`` updates are in and only
+        stragglers are missing, the round waits for them as long again as the others took (at least
+        `straggler_grace_min_s`), not until the deadline. A straggler still gets its plan, and is
+        waited for in full again from the round after it answers — in time, or late.
         """
+        col = _Collection(rnd, set(participants), check, quorum=quorum, straggler_after=straggler_after)
         try:
             pacer = None if send_plan is None else PlanPacer(participants, send_plan, self.limits.plan_bytes_in_flight)
-            col = self._wait_for(_Collection(rnd, set(participants), check), participants, deadline_s, pacer)
-            return Collected({d: col.accepted[d] for d in participants if d in col.accepted}, dict(col.failed))
+            col = self._wait_for(col, participants, deadline_s, pacer)
+            return Collected({d: col.accepted[d] for d in participants if d in col.accepted}, dict(col.failed),
+                             list(col.not_waited_for))
         finally:
             self.rounds_collected += 1
+            self._count_missed(col, participants)
             pending, self._pending_profiles = self._pending_profiles, {}
             for device, profile in pending.items():
                 self._apply_profile(device, profile)
+
+    def _count_missed(self, col: _Collection, participants: list[str]) -> None:
+        """Each participant's `DeviceRecord.missed_rounds` after round ``col.round``."""
+        for device in participants:
+            record = self.devices.get(device)
+            if record is None:
+                continue
+            if device in col.accepted or device in col.declined:
+                record.missed_rounds = 0
+            else:
+                record.missed_rounds, record.missed_round = record.missed_rounds + 1, col.round
+
+    def _stragglers_only(self, col: _Collection, waiting: list[str], start: float) -> bool:
+        """True once the round has its quorum and has waited long enough for the stragglers that
+        are all it still waits for (`collect`); they are then listed in ``col.not_waited_for``."""
+        if (col.straggler_after <= 0 or len(col.accepted) < max(col.quorum, 1)
+                or any(self.devices[d].missed_rounds < col.straggler_after for d in waiting)):
+            col._stragglers_only_since = None
+            return False
+        now = time.monotonic()
+        if col._stragglers_only_since is None:
+            col._stragglers_only_since = now
+        grace = max(self.straggler_grace_min_s, col._stragglers_only_since - start)
+        if now - col._stragglers_only_since < grace:
+            return False
+        col.not_waited_for = sorted(waiting)
+        log.warning("round %d: not waiting any longer for %s (sent nothing in their last %d+ rounds; waited "
+                    "%.1f s after the others)", col.round + 1, ", ".join(col.not_waited_for), col.straggler_after,
+                    now - col._stragglers_only_since)
+        return True
 
     def collect_evaluations(self, rnd: int, devices: list[str], deadline_s: float,
                             check: Callable[[DeviceRecord, Evaluation], None]) -> CollectedEvaluations:
@@ -433,7 +490,7 @@ class Fleet:
             while time.monotonic() < end:
                 waiting = [d for d in col.participants
                            if d not in col.accepted and d not in col.declined and self._still_expected(d)]
-                if not waiting:
+                if not waiting or self._stragglers_only(col, waiting, start):
                     break
                 if pacer is not None and pacer.pending:
                     pacer.send_more(set(waiting))
@@ -695,6 +752,9 @@ class Fleet:
             self._reject(device, ErrorCode.UNKNOWN_DEVICE, f"register before sending an {what}", env.msg_id)
             return
         col = self._collecting
+        if isinstance(env.body, Update) and record.missed_rounds and env.round == record.missed_round:
+            log.info("device %s sent its update of round %d late: waited for in full again", device, env.round + 1)
+            record.missed_rounds = 0
         if col is None or env.round != col.round or not isinstance(env.body, col.kind):
             current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",

@@ -188,15 +188,18 @@ class RoundLoop:
             sent[device_id] = fleet.send(device_id, plan, rnd)
             self.payload_bytes.setdefault(plan.label, sent[device_id])
             return sent[device_id]
-        collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update, send_plan)
+        needed = max(1, int(np.ceil(config.quorum * len(participants))))
+        collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update, send_plan,
+                                  quorum=needed, straggler_after=config.straggler_after)
         updates, failures = collected.updates, collected.failures
         if participants and set(failures) >= set(participants):
             self._failed_in_a_row += 1
             self._last_failure = next(iter(failures.values()))
         else:
             self._failed_in_a_row = 0
-        needed = max(1, int(np.ceil(config.quorum * len(participants))))
         metrics: dict[str, float] = {}
+        if collected.not_waited_for:
+            metrics["not_waited_for"] = float(len(collected.not_waited_for))
         if len(updates) >= needed:
             metrics = strategy.aggregate(rnd, list(updates.values()), failures)
         else:
@@ -215,7 +218,7 @@ class RoundLoop:
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
             bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),
-            seconds=self._simulated_seconds(participants, sent, updates),
+            seconds=self._simulated_seconds(participants, sent, updates, collected.not_waited_for),
             host_seconds=time.monotonic() - started,
             participants=sorted(updates), aggregated=len(updates) >= needed,
             metrics=metrics,
@@ -291,8 +294,10 @@ class RoundLoop:
         return self._eval_subset
 
     def _simulated_seconds(self, participants: list[str], sent: dict[str, int],
-                           updates: dict[str, ReceivedUpdate]) -> float:
-        """Round wall-clock on the profiled devices: the slowest download+compute+upload."""
+                           updates: dict[str, ReceivedUpdate], not_waited_for: list[str] = ()) -> float:
+        """Round wall-clock on the profiled devices: the slowest download+compute+upload; the
+        deadline when a participant was waited for in vain, twice the slowest when only stragglers
+        were missing (`Fleet.collect` waits for them as long again as the others took)."""
         slowest = 0.0
         for device_id, received in updates.items():
             profile = self.fleet.devices[device_id].profile
@@ -300,8 +305,10 @@ class RoundLoop:
             up_s = received.nbytes * 8 / (profile.uplink_mbps * 1e6)
             compute_s = float(received.update.metrics.get("compute_s", 0.0))
             slowest = max(slowest, down_s + compute_s + up_s)
-        if len(updates) < len(participants):
+        if len(updates) + len(not_waited_for) < len(participants):
             slowest = max(slowest, self.config.round_deadline_s)
+        elif not_waited_for:
+            slowest = min(2 * slowest, self.config.round_deadline_s)
         return slowest
 
     # -- checkpoints --------------------------------------------------------

@@ -1,0 +1,61 @@
+"""A participant that takes its plan and never answers stops holding every round to its deadline
+(issue 56): after `straggler_after` silent rounds the round waits for it only as long again as the
+others took, once it has its quorum; one answer, even a late one, and it is waited for in full again."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from edge_sdk.protocol.messages import Update
+from tests.raw_devices import registered_fleet, send_as
+
+JOB = "stragglers"
+DEADLINE_S = 4.0
+
+
+def _round(fleet, strategy, topics, peers, rnd: int, answering: list[str], straggler_after: int = 1):
+    """One collection of round ``rnd`` from every peer; ``answering`` send their update at once.
+    Returns what was collected and how long the collection took."""
+    result: dict = {}
+    names = sorted(peers)
+    collector = threading.Thread(target=lambda: result.update(collected=fleet.collect(
+        rnd, names, DEADLINE_S, strategy.check_update, quorum=2, straggler_after=straggler_after)))
+    started = time.monotonic()
+    collector.start()
+    time.sleep(0.2)
+    for d in answering:
+        send_as(peers[d], topics, d, Update("global", dict(strategy.weights), 10, {}), rnd)
+    collector.join(timeout=DEADLINE_S + 5)
+    return result["collected"], time.monotonic() - started
+
+
+def test_a_silent_participant_is_not_waited_for_once_it_is_a_straggler(broker):
+    with registered_fleet(broker.url, JOB, ["a", "b", "silent"]) as (fleet, strategy, topics, peers):
+        fleet.straggler_grace_min_s = 0.5
+        collected, took = _round(fleet, strategy, topics, peers, 0, ["a", "b"])
+        assert took >= DEADLINE_S and sorted(collected.updates) == ["a", "b"] and collected.not_waited_for == []
+        assert fleet.devices["silent"].missed_rounds == 1 and fleet.devices["a"].missed_rounds == 0
+        collected, took = _round(fleet, strategy, topics, peers, 1, ["a", "b"])
+        assert took < DEADLINE_S / 2, took  # the quorum, then 0.5 s more for the straggler
+        assert sorted(collected.updates) == ["a", "b"] and collected.not_waited_for == ["silent"]
+        assert fleet.devices["silent"].missed_rounds == 2
+        # its late update of round 2 (rejected: wrong round) says it is back: waited for in full again
+        send_as(peers["silent"], topics, "silent", Update("global", dict(strategy.weights), 10, {}), 1)
+        fleet.pump(0.5)
+        assert fleet.devices["silent"].missed_rounds == 0
+        collected, took = _round(fleet, strategy, topics, peers, 2, ["a", "b"])
+        assert took >= DEADLINE_S and collected.not_waited_for == []
+
+
+def test_stragglers_are_waited_for_without_a_quorum_or_when_off(broker):
+    with registered_fleet(broker.url, JOB + "-q", ["a", "b", "silent"]) as (fleet, strategy, topics, peers):
+        fleet.straggler_grace_min_s = 0.5
+        fleet.devices["silent"].missed_rounds = 5
+        collected, took = _round(fleet, strategy, topics, peers, 0, ["a"])  # 1 update: below the quorum of 2
+        assert took >= DEADLINE_S and collected.not_waited_for == []
+        collected, took = _round(fleet, strategy, topics, peers, 1, ["a", "b"], straggler_after=0)  # off
+        assert took >= DEADLINE_S and collected.not_waited_for == []
+        collected, took = _round(fleet, strategy, topics, peers, 2, ["a", "b", "silent"])  # it answers
+        assert took < DEADLINE_S / 2 and sorted(collected.updates) == ["a", "b", "silent"]
+        assert fleet.devices["silent"].missed_rounds == 0

@@ -23,6 +23,9 @@ fleet, not the attacker's share of the CPU:
                  per second; then declines the round (``not_training``) so as not to hold it.
 * ``silent``     registers like an honest device; takes every plan and never answers (no update, no
                  decline): without a straggler rule every round waits for it until its deadline.
+* ``flaky``      not an attack: an honest device that drops out half the time. Registers; answers a
+                 seeded half of its plans with the plan's own weights (an update that learnt
+                 nothing, its honest sample count), the other half never.
 * ``spoof``      at every round start, ``--spoof-transfers`` chunked transfers whose envelope sender
                  is an honest device, on pi-evil's own uplink, at ``--spoof-rate`` per second, each
                  left incomplete (blame on time-out, eviction of others' transfers above 256).
@@ -64,11 +67,11 @@ from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
 
 __all__ = ["ATTACKS", "BARRAGE", "OPTIONS", "AttackConfig", "Attacker", "Pacer", "Tally", "flood_frames", "padded_chunk_frame"]
 
-ATTACKS = ("poison", "heavy_zero", "flood", "takeover", "padding", "amplify", "spoof", "silent")
+ATTACKS = ("poison", "heavy_zero", "flood", "takeover", "padding", "amplify", "spoof", "silent", "flaky")
 #: attacks that register pi-evil as a device (it then takes part in every round)
-REGISTERING = frozenset({"poison", "heavy_zero", "amplify", "silent"})
-#: the barrage: every attack at once but ``silent`` (which would keep its poisoned updates back)
-BARRAGE = tuple(a for a in ATTACKS if a != "silent")
+REGISTERING = frozenset({"poison", "heavy_zero", "amplify", "silent", "flaky"})
+#: the barrage: every attack at once but ``silent`` and ``flaky`` (which would keep its poisoned updates back)
+BARRAGE = tuple(a for a in ATTACKS if a not in ("silent", "flaky"))
 PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "raspberry-pi-4b.toml"
 
 
@@ -360,6 +363,13 @@ class Attacker:
         attacks = set(self.config.attacks)
         if "silent" in attacks:
             return  # takes the plan, answers nothing
+        if "flaky" in attacks:
+            if np.random.default_rng([env.round, 0xF1A]).random() < 0.5:
+                return  # dropped out this round
+            update = Update(plan.label, {k: np.array(a) for k, a in plan.tensors.items()}, self.config.samples,
+                            {"loss": 2.3, "compute_s": 3.0})
+            self._send(self.tally["update"], self.topics.uplink(self.me), Envelope.of(update, self.me, env.round))
+            return
         if "amplify" in attacks:
             self._amplify(env.round)
         if attacks & {"poison", "heavy_zero"}:

@@ -343,6 +343,8 @@ class Fleet:
         paths = {"dataset": f'"npz:{c / "heldout.npz"}"', "out": f'"{c / "report"}"', "url": f'"{self.url}"',
                  "password_file": f'"{c / "coordinator.password"}"', "ca_file": f'"{self.folder / "certs" / "ca.crt"}"',
                  "checkpoint_dir": f'"{c / "checkpoint"}"'}
+        if _has_key(text, "removed_devices"):  # deploy/homeserver/remove-device.sh's list
+            paths["removed_devices"] = f'"{c / "removed-devices"}"'
         changed = {"rounds": str(s.rounds), "min_devices": str(s.min_devices),
                    "round_deadline_s": repr(float(s.round_deadline_s)),
                    "register_timeout_s": repr(float(s.register_timeout_s))}

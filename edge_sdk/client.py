@@ -40,6 +40,7 @@ from edge_sdk.signing import SignatureRejected, key_id, verify_model
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError, Will
+from edge_sdk.update_resend import UnansweredUpdate
 
 if TYPE_CHECKING:
     from edge_sdk.sources import DataSource
@@ -85,10 +86,20 @@ class ClientConfig:
     #: sample's stable key (edge_sdk/holdout.py): a fraction in (0, 0.9]; 0: none (it answers an
     #: evaluation with none); None: the held-out set its data source names (an npz's x_test/y_test)
     holdout: float | None = 0.0
+    #: an update the coordinator has not answered (ack or error) after this many seconds is sent
+    #: again, then after twice and four times as long, while its round is open (0: never); its loss
+    #: on the way (e.g. the broker's queue to the coordinator full after a flood) costs no round
+    update_resend_s: float = 15.0
+    #: how many times at most (edge_sdk/update_resend.py)
+    update_resends: int = 3
 
     def __post_init__(self) -> None:
         if self.holdout is not None and self.holdout != 0:
             check_holdout(self.holdout, "holdout")
+        if not (isinstance(self.update_resend_s, (int, float)) and 0 <= self.update_resend_s < float("inf")):
+            raise ValueError(f"update_resend_s must be a number of seconds >= 0, got {self.update_resend_s!r}")
+        if type(self.update_resends) is not int or not 0 <= self.update_resends <= 100:
+            raise ValueError(f"update_resends must be an integer in [0, 100], got {self.update_resends!r}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,9 @@ class DeviceClient:
         #: (round, plan digest, update) of the last round trained, to answer a re-sent plan
         self._last_update: tuple[int, str, Update] | None = None
         self.resent_updates: list[int] = []  # rounds whose update was sent again instead of retraining
+        #: its latest update while the coordinator has not answered it (edge_sdk/update_resend.py)
+        self._unanswered: UnansweredUpdate | None = None
+        self.unanswered_resends: list[int] = []  # rounds whose update was sent again for want of an answer
         self._next_check = 0.0
         self._warned_unsigned = False  # said once that models are installed without checking who signed them
         #: re-measuring (`ClientConfig.remeasure_every_s`): the figure the coordinator has, when the
@@ -381,6 +395,8 @@ class DeviceClient:
             self._retry_pending()
         if self._last_update is not None and self._last_update[0] < self.forget_updates_before:
             self._last_update = None  # a later round began: no plan of its round comes again
+        if self._unanswered is not None and now >= self._unanswered.due_at:
+            self._resend_unanswered()
         if now - self._last_heartbeat >= self.config.heartbeat_s:
             self._heartbeat()
         self._report_stalled_transfers()
@@ -399,7 +415,15 @@ class DeviceClient:
         it is not registered; a second while it holds a plan, has a message half received or
         re-measures; else until its next heartbeat, or the end of its wait for an announced plan
         (a message wakes it: an idle device of a large simulation costs no wake-ups, nor does one
-        whose plan comes minutes after the announcement, in a round where 10,000 devices train)."""
+        whose plan comes minutes after the announcement, in a round where 10,000 devices train);
+        sooner when an update the coordinator has not answered is due again."""
+        wait = self._next_wake(now)
+        if self._unanswered is not None:  # an update to send again
+            wait = min(wait, max(0.05, self._unanswered.due_at - now))
+        return wait
+
+    def _next_wake(self, now: float) -> float:
+        """`_idle_wait` but for an unanswered update."""
         assert self.link is not None
         if not self._registered:  # until its next registration (the ack, a message, wakes it sooner)
             return max(0.05, min(1.0 if self._last_register == 0 else self.config.register_retry_s,
@@ -424,6 +448,8 @@ class DeviceClient:
 
     def _handle(self, env: Envelope) -> str | None:
         body = env.body
+        if self._unanswered is not None and isinstance(body, (Ack, Error)) and self._unanswered.answered_by(env.reply_to):
+            self._unanswered = None  # accepted, or refused for good (a duplicate, a closed round)
         if isinstance(body, Ack) and env.reply_to == self._register_id:
             self._registered = True
         elif isinstance(body, Plan):
@@ -443,6 +469,8 @@ class DeviceClient:
                             "re-measuring any more", self.config.device_id)
                 self._remeasure_at = float("inf")
         elif isinstance(body, RoundStart):  # a plan follows for each participant: no re-measuring meanwhile
+            if self._unanswered is not None and env.round > self._unanswered.round:
+                self._unanswered = None  # a later round: the coordinator takes no update of that one now
             if self.config.device_id in body.participants:
                 self._expect_plan_until = time.monotonic() + min(body.deadline_s, 3600.0)
             if self.on_round_start is not None:
@@ -542,7 +570,7 @@ class DeviceClient:
         if self.throttle is not None:
             self.throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
         self.rounds_trained.append(rnd)  # before sending: whoever sees the update sees it counted
-        self._send(update, rnd)
+        self._send_update(update, rnd)
         self._status("idle")
         if self.on_round is not None:
             self.on_round(RoundTrained(
@@ -646,7 +674,7 @@ class DeviceClient:
         if last is not None and last[0] == env.round and last[1] == plan_digest(env.body):
             log.info("%s: round %d's plan again: re-sending its update", self.config.device_id, env.round + 1)
             self.resent_updates.append(env.round)
-            self._send(last[2], env.round)
+            self._send_update(last[2], env.round)
             return
         if self._pending is not None:  # a newer plan supersedes the one still waiting
             self._decline(self._pending[0], "superseded by a newer plan")
@@ -782,6 +810,31 @@ class DeviceClient:
 
     def _send(self, body: object, rnd: int) -> None:
         self._send_envelope(Envelope.of(body, self.config.device_id, round=rnd))
+
+    def _send_update(self, update: Update, rnd: int) -> None:
+        """Send ``update`` and keep it until the coordinator answers it (`_resend_unanswered`)."""
+        env = Envelope.of(update, self.config.device_id, round=rnd)
+        self._send_envelope(env)
+        if self.config.update_resend_s > 0 and self.config.update_resends > 0:
+            self._unanswered = UnansweredUpdate(rnd, update, env.msg_id, time.monotonic(),
+                                                self.config.update_resend_s, self.config.update_resends)
+
+    def _resend_unanswered(self) -> None:
+        """The coordinator has not answered the latest update in time: send it again, or give up."""
+        pending = self._unanswered
+        assert pending is not None
+        if pending.round < self.forget_updates_before or pending.exhausted():
+            if pending.exhausted():
+                log.warning("%s: round %d's update was never answered after %d re-sends: giving up",
+                            self.config.device_id, pending.round + 1, pending.tries)
+            self._unanswered = None
+            return
+        log.warning("%s: no answer to round %d's update after %.0f s: sending it again",
+                    self.config.device_id, pending.round + 1, time.monotonic() - pending.sent_at)
+        env = Envelope.of(pending.update, self.config.device_id, round=pending.round)
+        pending.resent(env.msg_id)
+        self.unanswered_resends.append(pending.round)
+        self._send_envelope(env)
 
     def _send_reply(self, body: object, to: Envelope) -> None:
         self._send_envelope(Envelope.of(body, self.config.device_id, round=to.round, reply_to=to.msg_id))

@@ -20,7 +20,7 @@ from edge_sdk.methods import LocalData
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.profiling import load_profile
-from edge_sdk.protocol.messages import Envelope, Plan, Register, Update
+from edge_sdk.protocol.messages import Ack, Envelope, Plan, Register, RoundStart, Update
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.tensors import state_to_numpy
 from edge_sdk.training import TrainConfig
@@ -76,6 +76,63 @@ def test_a_re_sent_plan_gets_the_same_update_and_a_changed_plan_is_trained(broke
         link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=1))
         _next_update(link)
         assert client.rounds_trained == [0, 0, 1] and client.resent_updates == [0]
+    finally:
+        client.stop()
+        thread.join(timeout=10)
+        coordinator.close()
+
+
+def test_an_update_the_coordinator_never_answered_is_sent_again_until_answered(broker) -> None:
+    """Its first copy lost on the way (no `ack`, no `error`): the device sends the same update again
+    after `update_resend_s`, then twice as long later; an answer to any copy (an ack, or an error
+    such as `duplicate`) ends it, and so does a later round's announcement. Issue 56."""
+    job, device = "unanswered", "dev-u"
+    topics = Topics(job=job)
+    data = load_dataset("digits")
+    spec = model_for_dataset("mlp", data.input_shape, data.num_classes)
+    torch.manual_seed(0)
+    weights = state_to_numpy(build_model(spec), copy=True)
+    train = TrainConfig(epochs=1, max_steps=3).to_dict()
+    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    coordinator.subscribe(topics.uplink(device))
+    coordinator.connect()
+    link = MessageLink(coordinator)
+    client = DeviceClient(ClientConfig(device_id=device, job=job, register_retry_s=30.0, update_resend_s=0.5,
+                                       transport=TransportConfig(url=broker.url, client_id=f"{job}-d")),
+                          LocalData(data.x_train[:100], data.y_train[:100], data.num_classes),
+                          load_profile("raspberry-pi-4b"))
+    thread = threading.Thread(target=client.run, kwargs={"timeout_s": 60}, daemon=True)
+    thread.start()
+    try:
+        _next(link, Register)
+        plan = Plan("fedavg", "global", spec, weights, train)
+        link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=0))
+        first = _next_update(link)  # "lost": not answered
+        started = time.monotonic()
+        second = _next_update(link)
+        after_first = time.monotonic() - started
+        third = _next_update(link)
+        after_second = time.monotonic() - started - after_first
+        assert 0.3 < after_first < 1.0 and 0.7 < after_second < 2.0, (after_first, after_second)
+        assert len({first.msg_id, second.msg_id, third.msg_id}) == 3 and first.round == second.round == 0
+        assert all(np.array_equal(first.body.tensors[k], third.body.tensors[k]) for k in weights)
+        assert client.rounds_trained == [0] and client.unanswered_resends == [0, 0]
+        link.send(topics.downlink(device), Envelope.of(Ack("update for round 1 accepted"), "coordinator",
+                                                      round=0, reply_to=second.msg_id))
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:  # no fourth copy (it would be due 2 s after the third)
+            got = link.poll(0.2)
+            assert not (isinstance(got, Received) and isinstance(got.envelope.body, Update)), "sent again after its ack"
+        assert client.unanswered_resends == [0, 0]
+
+        link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=1))
+        _next_update(link)
+        link.send(topics.downlink(device), Envelope.of(RoundStart(60.0, (device,)), "coordinator", round=2))
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # round 2 began: round 1's update is not sent again
+            got = link.poll(0.2)
+            assert not (isinstance(got, Received) and isinstance(got.envelope.body, Update)), "sent after round 2 began"
+        assert client.unanswered_resends == [0, 0]
     finally:
         client.stop()
         thread.join(timeout=10)

@@ -1,6 +1,7 @@
 """A participant that takes its plan and never answers stops holding every round to its deadline
-(issue 56): after `straggler_after` silent rounds the round waits for it only as long again as the
-others took, once it has its quorum; one answer, even a late one, and it is waited for in full again."""
+(issue 56): once it missed `straggler_after` of its last 4 rounds the round waits for it only as
+long again as the others took, once it has its quorum; a late update, or answers until its misses
+age out, and it is waited for in full again."""
 
 from __future__ import annotations
 
@@ -51,11 +52,24 @@ def test_a_silent_participant_is_not_waited_for_once_it_is_a_straggler(broker):
 def test_stragglers_are_waited_for_without_a_quorum_or_when_off(broker):
     with registered_fleet(broker.url, JOB + "-q", ["a", "b", "silent"]) as (fleet, strategy, topics, peers):
         fleet.straggler_grace_min_s = 0.5
-        fleet.devices["silent"].missed_rounds = 5
+        fleet.devices["silent"].miss_bits = 0b1111
         collected, took = _round(fleet, strategy, topics, peers, 0, ["a"])  # 1 update: below the quorum of 2
         assert took >= DEADLINE_S and collected.not_waited_for == []
         collected, took = _round(fleet, strategy, topics, peers, 1, ["a", "b"], straggler_after=0)  # off
         assert took >= DEADLINE_S and collected.not_waited_for == []
         collected, took = _round(fleet, strategy, topics, peers, 2, ["a", "b", "silent"])  # it answers
-        assert took < DEADLINE_S / 2 and sorted(collected.updates) == ["a", "b", "silent"]
-        assert fleet.devices["silent"].missed_rounds == 0
+        assert took < DEADLINE_S / 2 and sorted(collected.updates) == ["a", "b", "silent"]  # at the others' pace
+        assert fleet.devices["silent"].missed_rounds == 3  # of its last 4 rounds
+
+
+def test_a_device_that_drops_out_half_the_time_costs_no_deadline_once_known(broker):
+    """Missing every other round, it is a straggler once it missed twice (2 of its last 4): its
+    rounds in between, when it answers with the others, cost nothing, and so do its misses from
+    the third on (the quorum's time and a grace, not the deadline)."""
+    with registered_fleet(broker.url, JOB + "-f", ["a", "b", "flaky"]) as (fleet, strategy, topics, peers):
+        fleet.straggler_grace_min_s = 0.5
+        took = [_round(fleet, strategy, topics, peers, rnd, ["a", "b"] + (["flaky"] if rnd % 2 else []),
+                       straggler_after=2)[1] for rnd in range(5)]
+        assert took[0] >= DEADLINE_S and took[2] >= DEADLINE_S, took  # its first two misses: not known yet
+        assert max(took[1], took[3], took[4]) < DEADLINE_S / 2, took  # answered, answered, its third miss
+        assert fleet.devices["flaky"].missed_rounds == 2

@@ -45,6 +45,11 @@ MAX_KEPT_REJECTIONS = 10_000
 MAX_KEPT_ACKS = 64
 
 
+#: How many of a device's latest rounds asked count towards `DeviceRecord.missed_rounds`.
+MISS_WINDOW = 4
+_MISS_MASK = (1 << MISS_WINDOW) - 1
+
+
 @dataclass
 class DeviceRecord:
     """What the coordinator knows about one device."""
@@ -72,11 +77,17 @@ class DeviceRecord:
     last_evaluation: tuple[int, int, int, str] | None = None
     #: the edgefl SDK version it registered with ("" when it did not say)
     sdk_version: str = ""
-    #: training rounds in a row it was asked for an update and sent nothing (no update, no decline)
-    #: before the round stopped waiting; 0 again once it answers, in time or late (`Fleet.collect`)
-    missed_rounds: int = 0
+    #: of the last `MISS_WINDOW` training rounds it was asked for an update, those in which it sent
+    #: nothing (no update, no decline) before the round stopped waiting, as bits (bit 0: the
+    #: latest); cleared when it sends an update late (`Fleet.collect`)
+    miss_bits: int = 0
     #: the latest round it missed (-1: none): a late update of that round shows it is back
     missed_round: int = -1
+
+    @property
+    def missed_rounds(self) -> int:
+        """How many of its last `MISS_WINDOW` rounds asked it missed."""
+        return (self.miss_bits & _MISS_MASK).bit_count()
 
     def takes_evaluations(self) -> bool:
         """Does its SDK answer an ``evaluate`` (edgefl 0.4 and later)? An older one would drop it
@@ -416,11 +427,13 @@ class Fleet:
         a participant its plan and returns its bytes; the plans go out in the participants' order
         while those not yet answered total under `FleetLimits.plan_bytes_in_flight` (`PlanPacer`).
 
-        ``straggler_after`` (> 0): a participant that sent nothing in that many rounds in a row
-        (`DeviceRecord.missed_rounds`) is a straggler: once ``quorum`` updates are in and only
-        stragglers are missing, the round waits for them as long again as the others took (at least
-        `straggler_grace_min_s`), not until the deadline. A straggler still gets its plan, and is
-        waited for in full again from the round after it answers — in time, or late.
+        ``straggler_after`` (> 0): a participant that sent nothing in that many of the last
+        `MISS_WINDOW` rounds it was asked (`DeviceRecord.missed_rounds`) is a straggler: once
+        ``quorum`` updates are in and only stragglers are missing, the round waits for them as long
+        again as the others took (at least `straggler_grace_min_s`), not until the deadline. A
+        straggler still gets its plan (one that answers at the others' pace loses nothing), and is
+        waited for in full again once its misses leave the window, or at once when it sends a
+        missed round's update late (a slow device, not a silent one).
         """
         col = _Collection(rnd, set(participants), check, quorum=quorum, straggler_after=straggler_after)
         try:
@@ -441,10 +454,10 @@ class Fleet:
             record = self.devices.get(device)
             if record is None:
                 continue
-            if device in col.accepted or device in col.declined:
-                record.missed_rounds = 0
-            else:
-                record.missed_rounds, record.missed_round = record.missed_rounds + 1, col.round
+            missed = device not in col.accepted and device not in col.declined
+            record.miss_bits = ((record.miss_bits << 1) | missed) & _MISS_MASK
+            if missed:
+                record.missed_round = col.round
 
     def _stragglers_only(self, col: _Collection, waiting: list[str], start: float) -> bool:
         """True once the round has its quorum and has waited long enough for the stragglers that
@@ -754,7 +767,7 @@ class Fleet:
         col = self._collecting
         if isinstance(env.body, Update) and record.missed_rounds and env.round == record.missed_round:
             log.info("device %s sent its update of round %d late: waited for in full again", device, env.round + 1)
-            record.missed_rounds = 0
+            record.miss_bits = 0
         if col is None or env.round != col.round or not isinstance(env.body, col.kind):
             current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",

@@ -53,3 +53,49 @@ def test_unknown_robust_values_are_refused_by_every_method(digits):
                               options={**METHODS[method], "aggregate": "mode"})
         with pytest.raises(ValueError, match="aggregate"):
             create_strategy(method, ctx)
+
+
+def _honest_fedavg_job(digits, options: dict[str, str], rounds: int = 3) -> tuple[float, float]:
+    """A small FedAvg job with every default but ``options``: 8 devices of unequal Dirichlet shards
+    of digits (47 to 400 samples: local steps, and so update norms, differ), ``rounds`` rounds of
+    real local training; the global model's test accuracy and the updates the screen scaled back."""
+    import numpy as np
+
+    from coordinator.runtime.federation import EvalData
+    from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+    from edge_sdk.methods import DeviceContext, LocalData, device_method
+    from edge_sdk.partition import partition
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.training import TrainConfig
+
+    ctx = StrategyContext(FederationConfig(rounds=rounds, seed=0, train=TrainConfig(epochs=2, lr=0.05)), "mlp",
+                          digits.input_shape, digits.num_classes, options=options)
+    strategy = create_strategy("fedavg", ctx)
+    shards = partition(digits.y_train, 8, "dirichlet:0.5", seed=3, min_size=40)
+    records = [DeviceRecord(f"d{i}", load_profile("raspberry-pi-4b"), len(s)) for i, s in enumerate(shards)]
+    for record in records:
+        record.label = strategy.assign(record)
+    clipped = 0.0
+    for rnd in range(rounds):
+        received = []
+        for record, shard in zip(records, shards):
+            plan = strategy.configure_train(rnd, record)
+            update = device_method(plan.method)(plan, LocalData(digits.x_train[shard], digits.y_train[shard], 10),
+                                                DeviceContext(record.device_id, rnd, seed=1))
+            strategy.check_update(record, update)
+            received.append(ReceivedUpdate(record.device_id, rnd, update, 0))
+        clipped += strategy.aggregate(rnd, received).get("clipped", 0.0)
+    assert min(map(len, shards)) < max(map(len, shards)) / 4, [len(s) for s in shards]
+    return strategy.evaluate(rounds - 1, EvalData(digits.x_test, digits.y_test))[0]["global"], clipped
+
+
+def test_the_default_screen_costs_an_honest_fedavg_fleet_nothing(digits):
+    """Issue 56: a default that screens honest updates must not cost the fleet accuracy. The default
+    (clip 3x the median norm, max_share 0.5) ends within 0.5 point of the unscreened mean on unequal
+    shards (0.875 both, nothing scaled back, measured 2026-11-28); a screen that does bite honest
+    updates is caught (clip=0.05, an absolute bound: 0.134; clip=auto, 1x the median: 0.827)."""
+    screened, clipped = _honest_fedavg_job(digits, {})
+    plain, _ = _honest_fedavg_job(digits, {"clip": "none", "max_share": "1"})
+    assert screened >= plain - 0.005, (screened, plain, clipped)
+    biting, bitten = _honest_fedavg_job(digits, {"clip": "0.05"})
+    assert bitten > 0 and biting < plain - 0.005, (biting, plain)  # what the first assertion guards against

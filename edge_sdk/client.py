@@ -448,7 +448,8 @@ class DeviceClient:
 
     def _handle(self, env: Envelope) -> str | None:
         body = env.body
-        if self._unanswered is not None and isinstance(body, (Ack, Error)) and self._unanswered.answered_by(env.reply_to):
+        pending = self._unanswered
+        if pending is not None and isinstance(body, (Ack, Error)) and pending.answered_by(env.reply_to):
             self._unanswered = None  # accepted, or refused for good (a duplicate, a closed round)
         if isinstance(body, Ack) and env.reply_to == self._register_id:
             self._registered = True

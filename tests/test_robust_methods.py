@@ -59,8 +59,6 @@ def _honest_fedavg_job(digits, options: dict[str, str], rounds: int = 3) -> tupl
     """A small FedAvg job with every default but ``options``: 8 devices of unequal Dirichlet shards
     of digits (47 to 400 samples: local steps, and so update norms, differ), ``rounds`` rounds of
     real local training; the global model's test accuracy and the updates the screen scaled back."""
-    import numpy as np
-
     from coordinator.runtime.federation import EvalData
     from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
     from edge_sdk.methods import DeviceContext, LocalData, device_method

@@ -52,9 +52,9 @@ class FederationConfig:
     stop_after_failed_rounds: int = 0
     #: a participant that sent nothing (no update, no decline) in this many of the last 4 rounds it
     #: was asked is a straggler: once a round has its quorum and only stragglers are missing, it
-    #: waits for them as long again as the others took, not until `round_deadline_s`; a missed
-    #: round's update sent late, or answers in time until the misses age out, and it is waited for
-    #: in full again (0: always wait until the deadline)
+    #: waits for them as long again as the others took, not until `round_deadline_s`; it is waited
+    #: for in full again once its misses age out, and the latest round's update sent late takes
+    #: that miss back (0: always wait until the deadline)
     straggler_after: int = 2
     #: federated evaluation: in every evaluated round, the devices evaluate the model they would be
     #: served on their own held-out data (`[data] holdout` on the device) and report counts

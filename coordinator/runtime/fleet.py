@@ -79,10 +79,10 @@ class DeviceRecord:
     sdk_version: str = ""
     #: of the last `MISS_WINDOW` training rounds it was asked for an update, those in which it sent
     #: nothing (no update, no decline) before the round stopped waiting, as bits (bit 0: the
-    #: latest); cleared when it sends an update late (`Fleet.collect`)
+    #: latest); a late update of the latest takes its miss back (`Fleet.collect`)
     miss_bits: int = 0
-    #: the latest round it missed (-1: none): a late update of that round shows it is back
-    missed_round: int = -1
+    #: the latest training round it was asked for an update (-1: none)
+    last_asked: int = -1
 
     @property
     def missed_rounds(self) -> int:
@@ -432,8 +432,8 @@ class Fleet:
         ``quorum`` updates are in and only stragglers are missing, the round waits for them as long
         again as the others took (at least `straggler_grace_min_s`), not until the deadline. A
         straggler still gets its plan (one that answers at the others' pace loses nothing), and is
-        waited for in full again once its misses leave the window, or at once when it sends a
-        missed round's update late (a slow device, not a silent one).
+        waited for in full again once its misses leave the window; the latest round's update sent
+        late (a slow device, not a silent one) takes that round's miss back.
         """
         col = _Collection(rnd, set(participants), check, quorum=quorum, straggler_after=straggler_after)
         try:
@@ -456,8 +456,7 @@ class Fleet:
                 continue
             missed = device not in col.accepted and device not in col.declined
             record.miss_bits = ((record.miss_bits << 1) | missed) & _MISS_MASK
-            if missed:
-                record.missed_round = col.round
+            record.last_asked = col.round
 
     def _stragglers_only(self, col: _Collection, waiting: list[str], start: float) -> bool:
         """True once the round has its quorum and has waited long enough for the stragglers that
@@ -765,9 +764,10 @@ class Fleet:
             self._reject(device, ErrorCode.UNKNOWN_DEVICE, f"register before sending an {what}", env.msg_id)
             return
         col = self._collecting
-        if isinstance(env.body, Update) and record.missed_rounds and env.round == record.missed_round:
-            log.info("device %s sent its update of round %d late: waited for in full again", device, env.round + 1)
-            record.miss_bits = 0
+        if isinstance(env.body, Update) and record.miss_bits & 1 and env.round == record.last_asked:
+            log.info("device %s sent its update of round %d late: that round no longer counts as missed",
+                     device, env.round + 1)
+            record.miss_bits &= ~1  # slow, not silent (whatever the update holds: it is not counted)
         if col is None or env.round != col.round or not isinstance(env.body, col.kind):
             current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",

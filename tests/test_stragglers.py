@@ -49,8 +49,13 @@ def test_a_silent_participant_is_not_waited_for_once_it_is_a_straggler(broker):
         send_as(peers["silent"], topics, "silent", Update("global", dict(strategy.weights), 10, {}), 1)
         fleet.pump(0.5)  # an update of an older round takes nothing back
         assert fleet.devices["silent"].missed_rounds == 2
+        record = fleet.devices["silent"]
+        record.miss_bits, record.last_asked = record.miss_bits | 1, 3  # as if it missed a 4th round
+        send_as(peers["silent"], topics, "silent", Update("global", dict(strategy.weights), 10, {}), 3)
+        fleet.pump(0.5)  # a second late update within 4 rounds takes nothing back
+        assert record.missed_rounds == 3
         fleet.devices["silent"].miss_bits = 0b0010  # 1 of its last 4: waited for in full again
-        collected, took = _round(fleet, strategy, topics, peers, 3, ["a", "b"], straggler_after=2)
+        collected, took = _round(fleet, strategy, topics, peers, 4, ["a", "b"], straggler_after=2)
         assert took >= DEADLINE_S and collected.not_waited_for == []
 
 

@@ -83,6 +83,8 @@ class DeviceRecord:
     miss_bits: int = 0
     #: the latest training round it was asked for an update (-1: none)
     last_asked: int = -1
+    #: the round whose miss its late update last took back (at most one in `MISS_WINDOW` rounds)
+    took_back: int = -MISS_WINDOW
 
     @property
     def missed_rounds(self) -> int:
@@ -433,7 +435,8 @@ class Fleet:
         again as the others took (at least `straggler_grace_min_s`), not until the deadline. A
         straggler still gets its plan (one that answers at the others' pace loses nothing), and is
         waited for in full again once its misses leave the window; the latest round's update sent
-        late (a slow device, not a silent one) takes that round's miss back.
+        late (a slow device, not a silent one) takes that round's miss back, once in `MISS_WINDOW`
+        rounds (a device that is silent every round and late every round stays a straggler).
         """
         col = _Collection(rnd, set(participants), check, quorum=quorum, straggler_after=straggler_after)
         try:
@@ -764,10 +767,12 @@ class Fleet:
             self._reject(device, ErrorCode.UNKNOWN_DEVICE, f"register before sending an {what}", env.msg_id)
             return
         col = self._collecting
-        if isinstance(env.body, Update) and record.miss_bits & 1 and env.round == record.last_asked:
+        if (isinstance(env.body, Update) and record.miss_bits & 1 and env.round == record.last_asked
+                and env.round - record.took_back >= MISS_WINDOW):
             log.info("device %s sent its update of round %d late: that round no longer counts as missed",
                      device, env.round + 1)
             record.miss_bits &= ~1  # slow, not silent (whatever the update holds: it is not counted)
+            record.took_back = env.round  # once in a window: late updates after every silence do not wipe it
         if col is None or env.round != col.round or not isinstance(env.body, col.kind):
             current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",

@@ -208,12 +208,10 @@ class HostileClient(DeviceClient):
 
     fill: float | None = 1e30
 
-    def _send(self, body: object, rnd: int) -> None:
-        if isinstance(body, Update):
-            tensors = {k: (np.full_like(v, self.fill) if self.fill is not None else self.plan_tensors[k])
-                       for k, v in body.tensors.items()}
-            body = Update(body.label, tensors, len(self.data), body.metrics)
-        super()._send(body, rnd)
+    def _send_update(self, update: Update, rnd: int) -> None:
+        tensors = {k: (np.full_like(v, self.fill) if self.fill is not None else self.plan_tensors[k])
+                   for k, v in update.tensors.items()}
+        super()._send_update(Update(update.label, tensors, len(self.data), update.metrics), rnd)
 
     def _train(self, rnd, plan) -> Update | None:
         self.plan_tensors = {k: np.array(v) for k, v in plan.tensors.items()}

@@ -124,11 +124,11 @@ class PoisoningClient(DeviceClient):
 
     scale = -20.0
 
-    def _send(self, body: object, rnd: int) -> None:
-        if isinstance(body, Update) and self.plan_tensors is not None:
-            body = Update(body.label, _poison(self.plan_tensors, body.tensors, self.scale), body.num_samples,
-                          body.metrics)
-        super()._send(body, rnd)
+    def _send_update(self, update: Update, rnd: int) -> None:
+        if self.plan_tensors is not None:
+            update = Update(update.label, _poison(self.plan_tensors, update.tensors, self.scale), update.num_samples,
+                            update.metrics)
+        super()._send_update(update, rnd)
 
     def _train(self, rnd, plan) -> Update | None:
         self.plan_tensors = {k: np.array(v) for k, v in plan.tensors.items()}

@@ -216,9 +216,14 @@ class Fdnnc(Strategy):
         robust, server = self.options.robust, self.options.server
         before = dict(self.dense)
 
+        screened: dict[str, float] = {}
+
         def fold(group: str, current: dict[str, np.ndarray], senders: list[Update]) -> dict[str, np.ndarray]:
-            return self.fold(group, current, [{k: u.tensors[k] for k in current} for u in senders],
-                             [u.num_samples for u in senders], robust)[0]
+            folded, metrics = self.fold(group, current, [{k: u.tensors[k] for k in current} for u in senders],
+                                        [u.num_samples for u in senders], robust)
+            if "clipped" in metrics:  # updates the screen scaled back, over every group
+                screened["clipped"] = screened.get("clipped", 0.0) + metrics["clipped"]
+            return folded
 
         self.dense.update(fold("shared", {k: self.dense[k] for k in self.shared}, everyone))
         w_names = [f"layers.{i}.weight" for i in self.lowrank]
@@ -244,7 +249,7 @@ class Fdnnc(Strategy):
         if server.active:
             self.dense = self.server_opt.step(server, "dense", before, self.dense)
             self._decompose()
-        return self._metrics(big, small)
+        return {**self._metrics(big, small), **screened}
 
     def _metrics(self, big: list[Update], small: list[Update]) -> dict[str, float]:
         factor_names = set(self.a_names + self.b_names)

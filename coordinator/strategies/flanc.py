@@ -115,7 +115,9 @@ class Flanc(WidthStrategy):
                 keys = list(self.private[label])
                 sets = [{k: u.update.tensors[k] for k in keys} for u in mine]
                 counts = [u.update.num_samples for u in mine]
-                self.private[label], _ = self.fold(label, self.private[label], sets, counts, robust, server)
+                self.private[label], screened = self.fold(label, self.private[label], sets, counts, robust, server)
+                if "clipped" in screened:  # every group's screen counts, not the basis's alone
+                    metrics["clipped"] = metrics.get("clipped", 0.0) + screened["clipped"]
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
                 if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts, strict=True)), stats))

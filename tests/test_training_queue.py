@@ -181,7 +181,7 @@ def test_a_sleeping_throttle_sleeps_on_the_devices_thread_not_the_shared_one(mon
     client = DeviceClient(ClientConfig(device_id="d0", device="cpu"), LocalData(data.x_train[:64], data.y_train[:64], 10),
                           profile, Throttle(profile, mode="sleep"), run_compute=queue.run)
     sent: list = []
-    monkeypatch.setattr(client, "_send", lambda body, rnd: sent.append(body))
+    monkeypatch.setattr(client, "_send_update", lambda body, rnd: sent.append(body))
     monkeypatch.setattr(client, "_status", lambda *a, **k: None)
     try:
         update = client._train(0, plan)

@@ -138,8 +138,9 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
         if bound is not None:
             scales = np.minimum(1.0, bound / np.maximum(norms, 1e-300))
             metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))
-            w = w * scales  # a clipped update also weighs less in the mean, as much as it was scaled
-            w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))
+            if (scales < 1.0).any():  # a screen that scales nothing back changes nothing, to the bit
+                w = w * scales  # a clipped update also weighs less in the mean, as much as it was scaled
+                w = w / w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))
     result: dict[str, np.ndarray] = {}
     for k, value in current.items():
         if k not in base:  # counters: the weighted mean over holders, in their own dtype

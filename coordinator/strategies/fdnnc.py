@@ -230,8 +230,8 @@ class Fdnnc(Strategy):
         new_w = fold(BIG, {k: self.dense[k] for k in w_names}, big) if big else {}
         for name in self.a_names + self.b_names:  # each factor over the devices that sent it
             senders = [u for u in small if name in u.tensors]
-            if senders:
-                self.factors[name] = fold("factors", {name: self.factors[name]}, senders)[name]
+            if senders:  # a group of its own: its trusted norm is its own, not another factor's
+                self.factors[name] = fold(f"factor {name}", {name: self.factors[name]}, senders)[name]
         share_big = 0.5
         if self.options.both_weight == "samples" and big and small:
             n_big = sum(u.num_samples for u in big)

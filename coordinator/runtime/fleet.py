@@ -179,8 +179,8 @@ class _Collection:
     lost: set[str] = field(default_factory=set)  # said a message to it stalled: wants its plan again
     resent: dict[str, int] = field(default_factory=dict)  # plan re-sends per device this round
     resent_at: dict[str, float] = field(default_factory=dict)  # time.monotonic() of the last one
-    #: updates needed to aggregate, and the missed rounds in a row from which a participant is a
-    #: straggler that the round does not wait for once it has them (0: wait for everyone)
+    #: updates needed to aggregate, and how many of its last `MISS_WINDOW` rounds a participant must
+    #: have missed to be a straggler the round does not wait for once it has them (0: wait for everyone)
     quorum: int = 0
     straggler_after: int = 0
     not_waited_for: list[str] = field(default_factory=list)
@@ -475,9 +475,9 @@ class Fleet:
         if now - col._stragglers_only_since < grace:
             return False
         col.not_waited_for = sorted(waiting)
-        log.warning("round %d: not waiting any longer for %s (sent nothing in their last %d+ rounds; waited "
-                    "%.1f s after the others)", col.round + 1, ", ".join(col.not_waited_for), col.straggler_after,
-                    now - col._stragglers_only_since)
+        log.warning("round %d: not waiting any longer for %s (sent nothing in %d or more of their last %d rounds; "
+                    "waited %.1f s after the others)", col.round + 1, ", ".join(col.not_waited_for),
+                    col.straggler_after, MISS_WINDOW, now - col._stragglers_only_since)
         return True
 
     def collect_evaluations(self, rnd: int, devices: list[str], deadline_s: float,

@@ -113,7 +113,8 @@ def test_an_update_the_coordinator_never_answered_is_sent_again_until_answered(b
         after_first = time.monotonic() - started
         third = _next_update(link)
         after_second = time.monotonic() - started - after_first
-        assert 0.3 < after_first < 1.0 and 0.7 < after_second < 2.0, (after_first, after_second)
+        # due 0.5 s after the first copy, then 1 s after the second (upper bounds: a loaded machine)
+        assert 0.4 < after_first < 5.0 and 0.9 < after_second < 6.0, (after_first, after_second)
         assert len({first.msg_id, second.msg_id, third.msg_id}) == 3 and first.round == second.round == 0
         assert all(np.array_equal(first.body.tensors[k], third.body.tensors[k]) for k in weights)
         assert client.rounds_trained == [0] and client.unanswered_resends == [0, 0]

@@ -12,7 +12,8 @@ from edge_sdk.protocol.messages import Update
 from tests.raw_devices import registered_fleet, send_as
 
 JOB = "stragglers"
-DEADLINE_S = 4.0
+DEADLINE_S = 5.0
+QUICK_S = 3.0  # a round that did not wait for its deadline (0.2 s + the others + a 0.5 s grace)
 
 
 def _round(fleet, strategy, topics, peers, rnd: int, answering: list[str], straggler_after: int = 1):
@@ -39,7 +40,7 @@ def test_a_silent_participant_is_not_waited_for_once_it_is_a_straggler(broker):
             assert took >= DEADLINE_S and sorted(collected.updates) == ["a", "b"] and collected.not_waited_for == []
         assert fleet.devices["silent"].missed_rounds == 2 and fleet.devices["a"].missed_rounds == 0
         collected, took = _round(fleet, strategy, topics, peers, 2, ["a", "b"], straggler_after=2)
-        assert took < DEADLINE_S / 2, took  # the quorum, then 0.5 s more for the straggler
+        assert took < QUICK_S, took  # the quorum, then 0.5 s more for the straggler
         assert sorted(collected.updates) == ["a", "b"] and collected.not_waited_for == ["silent"]
         assert fleet.devices["silent"].missed_rounds == 3
         # its late update of round 3 (rejected: wrong round) takes that miss back: slow, not silent
@@ -68,7 +69,7 @@ def test_stragglers_are_waited_for_without_a_quorum_or_when_off(broker):
         collected, took = _round(fleet, strategy, topics, peers, 1, ["a", "b"], straggler_after=0)  # off
         assert took >= DEADLINE_S and collected.not_waited_for == []
         collected, took = _round(fleet, strategy, topics, peers, 2, ["a", "b", "silent"])  # it answers
-        assert took < DEADLINE_S / 2 and sorted(collected.updates) == ["a", "b", "silent"]  # at the others' pace
+        assert took < QUICK_S and sorted(collected.updates) == ["a", "b", "silent"]  # at the others' pace
         assert fleet.devices["silent"].missed_rounds == 3  # of its last 4 rounds
 
 
@@ -81,5 +82,5 @@ def test_a_device_that_drops_out_half_the_time_costs_no_deadline_once_known(brok
         took = [_round(fleet, strategy, topics, peers, rnd, ["a", "b"] + (["flaky"] if rnd % 2 else []),
                        straggler_after=2)[1] for rnd in range(5)]
         assert took[0] >= DEADLINE_S and took[2] >= DEADLINE_S, took  # its first two misses: not known yet
-        assert max(took[1], took[3], took[4]) < DEADLINE_S / 2, took  # answered, answered, its third miss
+        assert max(took[1], took[3], took[4]) < QUICK_S, took  # answered, answered, its third miss
         assert fleet.devices["flaky"].missed_rounds == 2

@@ -30,6 +30,11 @@ fleet, not the attacker's share of the CPU:
                  is an honest device, on pi-evil's own uplink, at ``--spoof-rate`` per second, each
                  left incomplete (blame on time-out, eviction of others' transfers above 256).
 
+An attacker that does not register (flood, padding, spoof or takeover alone) hears no round
+announcement (since issue 39 they reach a round's participants alone): it starts ``--start-after-s``
+after connecting and counts a round every ``--round-every-s``. (Before, these four waited for an
+announcement that never came and sent nothing.)
+
 Several attacks run together (``barrage``): registration then claims ``--heavy-samples`` and the
 update after the amplification window is the poisoned one. Everything it sent and got back is
 written as JSON to ``--stats`` every second and at the end (SIGTERM or SIGINT stops it).
@@ -106,6 +111,10 @@ class AttackConfig:
     spoof_transfers: int = 300
     spoof_rate: float = 300.0
     takeover_interval_s: float = 1.0
+    #: an attacker that does not register hears no round announcement (they go to the participants
+    #: alone): it starts this long after connecting and counts a new round every `round_every_s`
+    start_after_s: float = 6.0
+    round_every_s: float = 4.0
     max_seconds: float = 3600.0
 
     @property
@@ -256,6 +265,8 @@ class Attacker:
         for name in ("flood", "padding", "spoof", "takeover"):
             if name in self.config.attacks:
                 workers[name] = getattr(self, f"_{name}")
+        if not self.config.registers:
+            workers["round_clock"] = self._round_clock
         for name, target in workers.items():
             thread = threading.Thread(target=self._guard, args=(name, target), name=name, daemon=True)
             thread.start()
@@ -323,6 +334,20 @@ class Attacker:
                 self._plans_done.add(env.round)
                 threading.Thread(target=self._guard, args=("plan", lambda e=env: self._answer(e)),
                                  daemon=True).start()
+
+    def _round_clock(self) -> None:
+        """Rounds for an attacker that hears none: the first after `start_after_s`, then one every
+        `round_every_s` (round announcements reach only a round's participants)."""
+        if self.stop.wait(self.config.start_after_s):
+            return
+        while True:
+            with self._new_round:
+                self._round += 1
+                self.rounds_seen.add(self._round)
+                self._new_round.notify_all()
+            self.first_round.set()
+            if self.stop.wait(self.config.round_every_s):
+                return
 
     def _count(self, what: str) -> None:
         with self._received_lock:
@@ -509,6 +534,9 @@ OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("spoof_transfers", int, "spoof: incomplete transfers in honest devices' names per round"),
     ("spoof_rate", float, "spoof: chunk frames per second"),
     ("takeover_interval_s", float, "takeover: seconds before it reconnects with a stolen id it lost"),
+    ("start_after_s", float, "an attacker that does not register (flood, padding, spoof, takeover alone) hears no "
+                             "round announcement: it starts this long after connecting"),
+    ("round_every_s", float, "...and counts a new round this often (spoof's transfers are per round)"),
     ("max_seconds", float, "stop after this long whatever happens"),
 )
 

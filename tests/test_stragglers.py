@@ -84,3 +84,69 @@ def test_a_device_that_drops_out_half_the_time_costs_no_deadline_once_known(brok
         assert took[0] >= DEADLINE_S and took[2] >= DEADLINE_S, took  # its first two misses: not known yet
         assert max(took[1], took[3], took[4]) < QUICK_S, took  # answered, answered, its third miss
         assert fleet.devices["flaky"].missed_rounds == 2
+
+
+def test_the_round_loop_reports_the_stragglers_it_did_not_wait_for(broker):
+    """A whole FedAvg job (two real device clients, one registered peer that never answers): its
+    first two rounds wait for the silent one until the deadline, the next ones do not, and their
+    records say so (`not_waited_for`) beside the aggregation's own metrics."""
+    from coordinator.runtime.federation import FederationConfig
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.client import ClientConfig, DeviceClient
+    from edge_sdk.data import load_dataset
+    from edge_sdk.link import MessageLink
+    from edge_sdk.methods import LocalData
+    from edge_sdk.models.zoo import model_for_dataset
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.protocol.messages import Register
+    from edge_sdk.protocol.topics import Topics
+    from edge_sdk.training import TrainConfig
+    from edge_sdk.transport import MqttTransport, TransportConfig
+    from tests.fleet_job import run_job
+    from tests.raw_devices import raw_device
+
+    job, digits = JOB + "-loop", load_dataset("digits")
+    strategy = FedAvg(FederationConfig(rounds=4, min_devices=3, round_deadline_s=DEADLINE_S, seed=0, publish=False,
+                                       train=TrainConfig(epochs=1, max_steps=3)),
+                      model_for_dataset("mlp", digits.input_shape, digits.num_classes))
+    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    coordinator.connect()
+    fleet = Fleet(MessageLink(coordinator), Topics(job=job))
+    fleet.straggler_grace_min_s = 0.5
+    fleet.start()
+    silent = raw_device(broker.url, Topics(job=job), "silent")
+    try:
+        time.sleep(0.2)
+        send_as(silent, Topics(job=job), "silent", Register(profile=load_profile("raspberry-pi-4b").to_dict(),
+                                                            num_samples=50), -1)
+        clients = [DeviceClient(ClientConfig(device_id=f"d{i}", job=job, seed=i,
+                                             transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}")),
+                                LocalData(digits.x_train[i::2], digits.y_train[i::2], 10),
+                                load_profile("raspberry-pi-4b")) for i in range(2)]
+        report = run_job(strategy, fleet, clients, coordinator)
+    finally:
+        silent.close()
+    waited = [r.metrics.get("not_waited_for") for r in report.rounds]
+    assert waited == [None, None, 1.0, 1.0], waited
+    assert all(r.aggregated and r.participants == ["d0", "d1"] for r in report.rounds)
+    assert all(r.host_seconds < QUICK_S + 2 for r in report.rounds[2:]), [r.host_seconds for r in report.rounds]
+    assert "train_loss" in report.rounds[3].metrics  # the aggregation's metrics are kept beside it
+
+
+def test_a_bad_straggler_or_resend_setting_is_a_one_line_error():
+    import pytest
+
+    from coordinator.runtime.federation import federation_from_toml
+    from edge_sdk.client import ClientConfig
+
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"^\[federation\] straggler_after must be an integer >= 0"):
+            federation_from_toml({"federation": {"straggler_after": bad}})
+    assert federation_from_toml({"federation": {"straggler_after": 0}}).straggler_after == 0
+    for bad in (-1.0, float("nan"), float("inf"), "15"):
+        with pytest.raises(ValueError, match="update_resend_s"):
+            ClientConfig(device_id="d", update_resend_s=bad)
+    for bad in (-1, 101, 1.5):
+        with pytest.raises(ValueError, match="update_resends"):
+            ClientConfig(device_id="d", update_resends=bad)

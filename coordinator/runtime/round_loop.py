@@ -198,8 +198,6 @@ class RoundLoop:
         else:
             self._failed_in_a_row = 0
         metrics: dict[str, float] = {}
-        if collected.not_waited_for:
-            metrics["not_waited_for"] = float(len(collected.not_waited_for))
         if len(updates) >= needed:
             metrics = strategy.aggregate(rnd, list(updates.values()), failures)
         else:
@@ -215,6 +213,8 @@ class RoundLoop:
                 accuracy, loss = strategy.evaluate(rnd, held_out)
                 metrics = {**metrics, "eval_samples": float(len(held_out))}
             accuracy = {**accuracy, **strategy.reported_accuracy(rnd)}
+        if collected.not_waited_for:  # stragglers the round stopped waiting for (`Fleet.collect`)
+            metrics = {**metrics, "not_waited_for": float(len(collected.not_waited_for))}
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
             bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),

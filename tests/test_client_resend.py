@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -40,26 +42,39 @@ def _next_update(link: MessageLink) -> Envelope:
     return _next(link, Update)
 
 
-def test_a_re_sent_plan_gets_the_same_update_and_a_changed_plan_is_trained(broker, tmp_path) -> None:
-    job, device = "resend", "dev-r"
+@contextmanager
+def _device_and_coordinator(broker, job: str, device: str, **config) -> Iterator[tuple]:
+    """A real device client (``config``: more `ClientConfig` settings) running on 100 digits, and a
+    bare coordinator connection reading its uplink; yields the topics, the model spec, its initial
+    weights, the coordinator's link and the client, once the device has registered."""
     topics = Topics(job=job)
     data = load_dataset("digits")
     spec = model_for_dataset("mlp", data.input_shape, data.num_classes)
     torch.manual_seed(0)
     weights = state_to_numpy(build_model(spec), copy=True)
-    train = TrainConfig(epochs=1, max_steps=5).to_dict()
     coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
     coordinator.subscribe(topics.uplink(device))
     coordinator.connect()
     link = MessageLink(coordinator)
     client = DeviceClient(ClientConfig(device_id=device, job=job, register_retry_s=30.0,
-                                       transport=TransportConfig(url=broker.url, client_id=f"{job}-d")),
+                                       transport=TransportConfig(url=broker.url, client_id=f"{job}-d"), **config),
                           LocalData(data.x_train[:100], data.y_train[:100], data.num_classes),
                           load_profile("raspberry-pi-4b"))
     thread = threading.Thread(target=client.run, kwargs={"timeout_s": 60}, daemon=True)
     thread.start()
     try:
         _next(link, Register)  # the device is listening now
+        yield topics, spec, weights, link, client
+    finally:
+        client.stop()
+        thread.join(timeout=10)
+        coordinator.close()
+
+
+def test_a_re_sent_plan_gets_the_same_update_and_a_changed_plan_is_trained(broker, tmp_path) -> None:
+    device = "dev-r"
+    train = TrainConfig(epochs=1, max_steps=5).to_dict()
+    with _device_and_coordinator(broker, "resend", device) as (topics, spec, weights, link, client):
         plan = Plan("fedavg", "global", spec, weights, train)
         link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=0))
         first = _next_update(link)
@@ -76,35 +91,16 @@ def test_a_re_sent_plan_gets_the_same_update_and_a_changed_plan_is_trained(broke
         link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=1))
         _next_update(link)
         assert client.rounds_trained == [0, 0, 1] and client.resent_updates == [0]
-    finally:
-        client.stop()
-        thread.join(timeout=10)
-        coordinator.close()
 
 
 def test_an_update_the_coordinator_never_answered_is_sent_again_until_answered(broker) -> None:
     """Its first copy lost on the way (no `ack`, no `error`): the device sends the same update again
     after `update_resend_s`, then twice as long later; an answer to any copy (an ack, or an error
     such as `duplicate`) ends it, and so does a later round's announcement. Issue 56."""
-    job, device = "unanswered", "dev-u"
-    topics = Topics(job=job)
-    data = load_dataset("digits")
-    spec = model_for_dataset("mlp", data.input_shape, data.num_classes)
-    torch.manual_seed(0)
-    weights = state_to_numpy(build_model(spec), copy=True)
+    device = "dev-u"
     train = TrainConfig(epochs=1, max_steps=3).to_dict()
-    coordinator = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
-    coordinator.subscribe(topics.uplink(device))
-    coordinator.connect()
-    link = MessageLink(coordinator)
-    client = DeviceClient(ClientConfig(device_id=device, job=job, register_retry_s=30.0, update_resend_s=0.5,
-                                       transport=TransportConfig(url=broker.url, client_id=f"{job}-d")),
-                          LocalData(data.x_train[:100], data.y_train[:100], data.num_classes),
-                          load_profile("raspberry-pi-4b"))
-    thread = threading.Thread(target=client.run, kwargs={"timeout_s": 60}, daemon=True)
-    thread.start()
-    try:
-        _next(link, Register)
+    with _device_and_coordinator(broker, "unanswered", device, update_resend_s=0.5) as (
+            topics, spec, weights, link, client):
         plan = Plan("fedavg", "global", spec, weights, train)
         link.send(topics.downlink(device), Envelope.of(plan, "coordinator", round=0))
         first = _next_update(link)  # "lost": not answered
@@ -134,7 +130,3 @@ def test_an_update_the_coordinator_never_answered_is_sent_again_until_answered(b
             got = link.poll(0.2)
             assert not (isinstance(got, Received) and isinstance(got.envelope.body, Update)), "sent after round 2 began"
         assert client.unanswered_resends == [0, 0]
-    finally:
-        client.stop()
-        thread.join(timeout=10)
-        coordinator.close()

@@ -2,7 +2,7 @@
 loop doing the same work on the same cores.
 
     python bench/bench_sim.py [--devices 100] [--per-round 10] [--rounds 5] [--threads 2]
-                              [--dataset fashion-mnist] [--sim-device cpu] [--also-concurrent]
+                              [--dataset fashion-mnist] [--sim-device cpu] [--norm batchnorm] [--also-concurrent]
                               [--out bench/results/sim.md]
 
 The paper protocol's round: K of N devices (600 Fashion-MNIST images each when N = 100), cnn4,
@@ -46,10 +46,10 @@ DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
 def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: TrainConfig, seed: int,
-                device: str) -> list[float]:
+                device: str, norm: str | None = None) -> list[float]:
     """Seconds per round of the same work without federation (train K shards, average, evaluate)."""
     shards = partition(dataset.y_train, devices, "iid", seed=seed)
-    spec = model_for_dataset("cnn4", dataset.input_shape, dataset.num_classes)
+    spec = model_for_dataset("cnn4", dataset.input_shape, dataset.num_classes, **({"norm": norm} if norm else {}))
     global_model = build_model(spec)
     rng = np.random.default_rng(seed)
     seconds = []
@@ -72,12 +72,13 @@ def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: Train
 
 
 def simulated_rounds(dataset_name: str, data_root: str | None, devices: int, per_round: int, rounds: int,
-                     train: TrainConfig, seed: int, device: str) -> tuple[list[float], float]:
+                     train: TrainConfig, seed: int, device: str, norm: str | None = None) -> tuple[list[float], float]:
     """Host seconds per round of `edgefl simulate` doing that work, and the job's accuracy."""
     with tempfile.TemporaryDirectory() as out:
         report = run_simulation(SimulationConfig(method="fedavg", clients=devices, dataset=dataset_name,
                                                  data_root=data_root, model="cnn4", out=out, plots=False,
                                                  job="bench-sim", sim_device=device,
+                                                 options={"norm": norm} if norm else {},
                                                  federation=sim_federation(devices_per_round=per_round,
                                                                            rounds=rounds, train=train, seed=seed)))
     return [r.host_seconds for r in report.rounds], report.rounds[-1].accuracy["global"]
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--sim-device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--norm", choices=("batchnorm", "groupnorm"),
+                        help="cnn4 with these norm layers (FedAvg's --option norm=...; default: none)")
     parser.add_argument("--also-concurrent", action="store_true",
                         help="also time devices training all at once, each on its own thread (no training queue)")
     parser.add_argument("--out", help="also write the result table (markdown) here")
@@ -101,19 +104,20 @@ def main(argv: list[str] | None = None) -> None:
     train = TrainConfig(epochs=1, batch_size=32, lr=0.05)
     dataset = load_dataset(args.dataset, root=args.data_root, seed=args.seed)
     per_device = len(dataset.y_train) // args.devices
-    bare = bare_rounds(dataset, args.devices, args.per_round, args.rounds, train, args.seed, args.sim_device)
+    bare = bare_rounds(dataset, args.devices, args.per_round, args.rounds, train, args.seed, args.sim_device,
+                       args.norm)
     sim, accuracy = simulated_rounds(args.dataset, args.data_root, args.devices, args.per_round, args.rounds,
-                                     train, args.seed, args.sim_device)
+                                     train, args.seed, args.sim_device, args.norm)
     rows = [("`edgefl simulate` (broker, MQTT, codec, validation)", sim)]
     if args.also_concurrent:
         with mock.patch.object(sim_devices, "training_queue", lambda: None):
             rows.append(("`edgefl simulate`, devices training at once in their own threads", simulated_rounds(
                 args.dataset, args.data_root, args.devices, args.per_round, args.rounds, train, args.seed,
-                args.sim_device)[0]))
+                args.sim_device, args.norm)[0]))
     bare_s, sim_s = statistics.median(bare[1:] or bare), statistics.median(sim[1:] or sim)
     lines = [
         f"{args.dataset}: {args.devices} devices ({per_device} images each), {args.per_round} per round, "
-        f"{args.rounds} rounds, cnn4, 1 epoch, batch 32, {args.threads} torch threads, on {args.sim_device}; "
+        f"{args.rounds} rounds, cnn4{f' with {args.norm}' if args.norm else ''}, 1 epoch, batch 32, {args.threads} torch threads, on {args.sim_device}; "
         f"test set {len(dataset.y_test)} images",
         "",
         "| | seconds per round (median after round 1) | all rounds |",

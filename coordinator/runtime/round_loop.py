@@ -26,7 +26,6 @@ from coordinator.aggregate.validation import UpdateRejected
 
 from coordinator.runtime.federation import EvalData, FederationConfig, TrainingFailed
 from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
-from coordinator.runtime.lr_schedule import lr_factor
 from coordinator.runtime.publish import publish_models
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
@@ -173,11 +172,9 @@ class RoundLoop:
         # broadcast cost every idle device a message, and a list of all cost the round 10,000² names
         down = sum(fleet.send(device_id, RoundStart(config.round_deadline_s, (device_id,)), rnd)
                    for device_id in participants)
-        factor = lr_factor(config.lr_decay, rnd)
-        train = config.train if factor == 1.0 else replace(config.train, lr=config.train.lr * factor)
         plans: dict[str, Plan] = {}
         for device_id in participants:
-            plan = strategy.configure_train(rnd, fleet.devices[device_id], train)
+            plan = strategy.configure_train(rnd, fleet.devices[device_id])
             if self.preprocessing is not None:
                 plan = replace(plan, preprocessing=self.preprocessing.normalisation())
             plans[device_id] = plan

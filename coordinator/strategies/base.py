@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -21,7 +21,7 @@ from edge_sdk.protocol.messages import Evaluation, Plan, Update
 from edge_sdk.training import TrainConfig, evaluate
 
 from edge_sdk.methods.settings import method_settings
-from edge_sdk.methods.settings.options import parse
+from edge_sdk.methods.settings.options import parse, to_wire
 from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
 
 from coordinator.aggregate.evaluation import FederatedEvaluation, fold_evaluations
@@ -116,6 +116,9 @@ class Strategy(ABC):
         (every method's) goes into the training settings that every plan carries."""
         return with_prox_mu(ctx.federation, settings.prox)
 
+    #: the method's typed settings (an instance of ``settings_type``), set by the subclass
+    options: Any
+
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
         self.server_opt = ServerOptimizer()  # the moments of --option server_opt (none: unused)
@@ -162,10 +165,27 @@ class Strategy(ABC):
         return None  # an optional hook: nothing to do by default
 
     @abstractmethod
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
-        """The plan to send to `device` in round `rnd`. ``train``: the round's training settings
-        (the job's, with the lr schedule applied; None: the job's as configured). A method that
-        trains with its own lr schedules it with :meth:`scheduled_lr`."""
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
+        """The plan to send to `device` in round `rnd`; its ``train`` is :meth:`plan_train`'s."""
+
+    def own_train(self, train: TrainConfig) -> TrainConfig:
+        """The training settings this method's devices use, from the job's ``train`` before the lr
+        schedule: a method with its own optimizer, lr or epochs replaces them (default: the job's)."""
+        return train
+
+    def plan_train(self, rnd: int, *round_settings: Any) -> dict[str, Any]:
+        """A plan's ``train`` in round ``rnd``, built here for every method: :meth:`own_train` under
+        the job's lr schedule (applied here, once), every device setting of the method's settings
+        (``to_wire(self.options)``: each travels in every plan), then ``round_settings``, the
+        round's own settings dataclasses (e.g. what FDNNC asks a device to upload)."""
+        train = self.own_train(self.config.train)
+        factor = lr_factor(self.config.lr_decay, rnd)
+        if factor != 1.0:
+            train = replace(train, lr=train.lr * factor)
+        wire = {**train.to_dict(), **to_wire(self.options)}
+        for settings in round_settings:
+            wire.update(to_wire(settings))
+        return wire
 
     @abstractmethod
     def check_update(self, device: DeviceRecord, update: Update) -> None:
@@ -232,11 +252,6 @@ class Strategy(ABC):
         return None
 
     # -- helpers for the hooks ----------------------------------------------
-    def scheduled_lr(self, lr: float, rnd: int) -> float:
-        """A method's own learning rate ``lr`` in round ``rnd`` under the job's lr schedule."""
-        factor = lr_factor(self.config.lr_decay, rnd)
-        return lr if factor == 1.0 else lr * factor
-
     def evaluate_model(self, model: Any, data: EvalData) -> tuple[float, float]:
         """``(accuracy, loss)`` of a torch ``model`` on ``data``, on `eval_device`."""
         return evaluate(model, data.x, data.y, device=resolve_device(self.config.eval_device))

@@ -29,13 +29,12 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.settings.fdnnc import FdnncRound, FdnncSettings
-from edge_sdk.methods.settings.options import as_report, to_wire
+from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.lowrank import compose, decompose, lowrank_layers, lowrank_spec
 from edge_sdk.models.spec import build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
-from edge_sdk.training import TrainConfig
 
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.state import flat_groups, restore_groups
@@ -180,19 +179,18 @@ class Fdnnc(Strategy):
                 self._asked[device_id] = "a" if turn % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         mode = self._asked.setdefault(device.device_id, "full")
-        settings = (train or self.config.train).to_dict()
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
-                        train={**settings, **to_wire(FdnncRound(upload="full", freeze=False))})
+                        train=self.plan_train(rnd, FdnncRound(upload="full", freeze=False)))
         asked = FdnncRound(upload=mode, freeze=self.options.freeze and mode != "full")
         return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
-                    train={**settings, **to_wire(asked)})
+                    train=self.plan_train(rnd, asked))
 
     def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
         """The dense model on a big device, the low-rank one on a small device; nothing recorded."""
-        settings = {**self.config.train.to_dict(), **to_wire(FdnncRound(upload="full", freeze=False))}
+        settings = self.plan_train(rnd, FdnncRound(upload="full", freeze=False))
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
                         train=settings)

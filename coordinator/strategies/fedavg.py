@@ -21,7 +21,6 @@ from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
 
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
@@ -77,9 +76,9 @@ class FedAvg(Strategy):
     def assign(self, device: DeviceRecord) -> str:
         return self.label
 
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         return Plan(method=self.device_part(), label=self.label, model_spec=self.model_spec,
-                    tensors=self.weights, train=(train or self.config.train).to_dict())
+                    tensors=self.weights, train=self.plan_train(rnd))
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         validate_update(update, self.expected, self.label, device.num_samples)

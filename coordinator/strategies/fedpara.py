@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.settings.fedpara import FedParaSettings, LowRankSettings
-from edge_sdk.methods.settings.options import as_report, to_wire
+from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
@@ -183,13 +183,10 @@ class FedPara(WidthStrategy):
         self.devices[device.device_id] = device
         return GLOBAL if self.assigner is None else self.assigner.observe(device)
 
-    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        """``plan.train``: the round's settings with this method's optimizer and its own lr, when it
-        has one, under the job's lr schedule, and the settings the device reads (pFedPara's holdout)."""
-        config = replace(train, optimizer=self.options.optimizer)
-        if self.options.lr is not None:
-            config = replace(config, lr=self.scheduled_lr(self.options.lr, rnd))
-        return {**config.to_dict(), **to_wire(self.options)}
+    def own_train(self, train: TrainConfig) -> TrainConfig:
+        """The job's training with this method's optimizer, and its own lr when it has one."""
+        train = replace(train, optimizer=self.options.optimizer)
+        return train if self.options.lr is None else replace(train, lr=self.options.lr)
 
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         if self.assigner is not None:
@@ -244,7 +241,7 @@ class FedPara(WidthStrategy):
         self.weights = {k: np.asarray(v, dtype=self.weights[k].dtype) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {**as_report(self.options), "train": self.train_settings(GLOBAL, self.config.train, 0)}
+        config: dict[str, Any] = {**as_report(self.options), "train": self.train_settings(GLOBAL, 0)}
         if self.gamma is not None:
             config["ranks"] = {label: layer_ranks(spec) for label, spec in self.specs.items()}
         return config

@@ -21,12 +21,11 @@ import torch
 
 from edge_sdk.methods.batchnorm import STAT_SUFFIXES
 from edge_sdk.methods.settings.flanc import FlancSettings
-from edge_sdk.methods.settings.options import as_report, to_wire
+from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.flanc import basis_names, init_coefficients, to_dense
 from edge_sdk.models.flanc_zoo import FlancConfig, flanc_specs
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
@@ -95,10 +94,6 @@ class Flanc(WidthStrategy):
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """What a device of width ``label`` downloads (and uploads): the bases and its width's tensors."""
         return {**self.basis, **self.private[label]}
-
-    # -- who trains what ----------------------------------------------------
-    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        return {**train.to_dict(), **to_wire(self.options)}  # orth_lambda, static_bn
 
     # -- aggregation (Eq. 4) --------------------------------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],

@@ -22,11 +22,10 @@ import torch
 
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES
 from edge_sdk.methods.settings.heterofl import HeteroFLRound, HeteroFLSettings
-from edge_sdk.methods.settings.options import as_report, to_wire
+from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.heterofl import heterofl_spec
 from edge_sdk.models.spec import build_model, count_flops
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
@@ -115,9 +114,9 @@ class HeteroFL(WidthStrategy):
         return {**self.tensors(label), **extra}
 
     # -- who trains what ----------------------------------------------------
-    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        return {**train.to_dict(), **to_wire(self.options),  # static_bn
-                **to_wire(HeteroFLRound(bn_specs={q: self.specs[q] for q in self._smaller(label)}))}
+    def train_settings(self, label: str, rnd: int) -> dict[str, Any]:
+        """With the BatchNorm specs of the smaller widths, whose statistics the device measures too."""
+        return self.plan_train(rnd, HeteroFLRound(bn_specs={q: self.specs[q] for q in self._smaller(label)}))
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from edge_sdk.methods.reft import decode_public, dequantize_logits, encode_public, public_digest
-from edge_sdk.methods.settings.options import as_report, schema, to_wire
+from edge_sdk.methods.settings.options import as_report, schema
 from edge_sdk.methods.settings.reft import ReftRound, ReftSettings
 from edge_sdk.methods.settings.shared import ServerOptConfig, clip_factor
 from edge_sdk.models.spec import build_model, count_params
@@ -140,7 +140,11 @@ class Reft(Strategy):
         return level_label(level)
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+    def own_train(self, train: TrainConfig) -> TrainConfig:
+        """The job's training with REFT's local optimizer, lr and epochs."""
+        return self.options.local_train(train)
+
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         level = self.levels.get(device.device_id)
         if level is None:
             level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
@@ -151,12 +155,8 @@ class Reft(Strategy):
             tensors.update(self.public)
         sent = _Sent(level_label(level), level, pruned.spec)
         self._sent[device.device_id] = sent
-        local = self.options.local_train((train or self.config.train).to_dict())
-        local["lr"] = self.scheduled_lr(self.options.local_lr, rnd)  # REFT's own lr, under the job's schedule
-        settings = {**local, **to_wire(ReftRound(public_digest=self.digest)),
-                 **to_wire(self.options)}  # logits_dtype, upload_weights (device_eval)
         return Plan(method=self.device_part(), label=sent.label, model_spec=pruned.spec, tensors=tensors,
-                    train=settings)
+                    train=self.plan_train(rnd, ReftRound(public_digest=self.digest)))
 
     def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
         """The global model pruned to ``device``'s level (without the public set); nothing recorded."""
@@ -165,7 +165,7 @@ class Reft(Strategy):
             return None
         pruned = self.pruned(level)
         return Plan(method=self.device_part(), label=level_label(level), model_spec=pruned.spec,
-                    tensors=dict(pruned.tensors), train=self.options.local_train(self.config.train.to_dict()))
+                    tensors=dict(pruned.tensors), train=self.plan_train(rnd))
 
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""

@@ -9,6 +9,7 @@ global model is L1-pruned once to it and trained with FedAvg (robust aggregation
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -101,12 +102,14 @@ class StaticPrune(FedAvg):
             device.label = self.label
 
     # -- round hooks --------------------------------------------------------
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+    def own_train(self, train: TrainConfig) -> TrainConfig:
+        """The job's training with the pruned model's own optimizer and lr."""
+        return replace(train, optimizer=self.options.local_optimizer, lr=self.options.local_lr)
+
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         assert self.pruned is not None
-        settings = {**(train or self.config.train).to_dict(), "optimizer": self.options.local_optimizer,
-                 "lr": self.scheduled_lr(self.options.local_lr, rnd)}
         return Plan(method=self.device_part(), label=self.label, model_spec=self.pruned.spec, tensors=self.weights,
-                    train=settings)
+                    train=self.plan_train(rnd))
 
     def inference_model(self, label: str) -> torch.nn.Module | None:
         if self.level is None or label != self.label:

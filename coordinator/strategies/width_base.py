@@ -19,7 +19,6 @@ import torch
 
 from edge_sdk.models.spec import count_params
 from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.runtime.federation import EvalData
@@ -62,14 +61,14 @@ class WidthStrategy(Strategy):
         self._planned[device.device_id] = label
         return label
 
-    def train_settings(self, label: str, train: TrainConfig, rnd: int) -> dict[str, Any]:
-        """``plan.train`` of a width-``label`` plan in round ``rnd`` (default: the round's ``train``)."""
-        return train.to_dict()
+    def train_settings(self, label: str, rnd: int) -> dict[str, Any]:
+        """``plan.train`` of a width-``label`` plan in round ``rnd`` (default: :meth:`plan_train`'s)."""
+        return self.plan_train(rnd)
 
-    def configure_train(self, rnd: int, device: DeviceRecord, train: TrainConfig | None = None) -> Plan:
+    def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         label = self.plan_label(rnd, device)
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=self.train_settings(label, train or self.config.train, rnd))
+                    tensors=self.tensors(label), train=self.train_settings(label, rnd))
 
     def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
         """The model of the width ``device`` is served (its label), recording nothing."""
@@ -77,7 +76,7 @@ class WidthStrategy(Strategy):
         if label not in self.specs:
             return None
         return Plan(method=self.device_part(), label=label, model_spec=self.specs[label],
-                    tensors=self.tensors(label), train=self.train_settings(label, self.config.train, rnd))
+                    tensors=self.tensors(label), train=self.train_settings(label, rnd))
 
     def check_update(self, device: DeviceRecord, update: Update) -> None:
         """An update must be exactly what the device's last plan asked of its width."""

@@ -1,7 +1,7 @@
 """FedAvg on the device: load the global weights, train locally, upload all weights.
 
-With BatchNorm layers and ``static_bn`` (FedAvg's default, a device setting: FedProx, FedPara and
-static pruning keep the default), the running statistics are then replaced by the exact ones of
+With BatchNorm layers and ``static_bn`` (a device setting of FedAvg, FedProx and static pruning,
+whose devices run this part; true by default), the running statistics are then replaced by the exact ones of
 the device's data under its trained weights (:func:`edge_sdk.methods.batchnorm.static_bn_stats`,
 one more forward pass): a few local steps a round move the momentum averages only part of the way
 to the weights' statistics, and the averaged model evaluated with them jumped by 10-20 points from

@@ -3,11 +3,11 @@ of one device (:class:`ReftRound`); :mod:`edge_sdk.methods.reft` reads both."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
 
 from edge_sdk.methods.settings.options import boolean, choice, group, integer, number, option
 from edge_sdk.methods.settings.pruning import PruningSettings
+from edge_sdk.train_config import TrainConfig
 from edge_sdk.methods.settings.shared import DEFAULT_CLIP, ProxSettings, clip_factor, clip_option
 
 __all__ = ["ReftSettings", "ReftRound", "LOGITS_DTYPES", "PUBLIC_DTYPES"]
@@ -79,12 +79,10 @@ class ReftSettings(PruningSettings):
         """The learning rate devices train with instead of the run's, said to the user."""
         return f"its own local_lr={self.local_lr:g} (--option local_lr=...)"
 
-    def local_train(self, base: Mapping[str, Any]) -> dict[str, Any]:
-        """The run's train settings (a plan's ``train``) with REFT's local optimizer, lr and epochs."""
-        out = {**base, "optimizer": self.local_optimizer, "lr": self.local_lr}
-        if self.local_epochs is not None:
-            out["epochs"] = self.local_epochs
-        return out
+    def local_train(self, base: TrainConfig) -> TrainConfig:
+        """The run's training settings with REFT's local optimizer, lr and epochs."""
+        epochs = base.epochs if self.local_epochs is None else self.local_epochs
+        return replace(base, optimizer=self.local_optimizer, lr=self.local_lr, epochs=epochs)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_sdk.methods.settings.options import choice, number, option
+from edge_sdk.methods.settings.options import boolean, choice, number, option
 from edge_sdk.methods.settings.pruning import MAX_RATIO, PruningSettings
 from edge_sdk.methods.settings.shared import (ProxSettings, RobustConfig, ServerOptConfig, prox_group, robust_group,
                                               server_group)
@@ -25,6 +25,11 @@ class StaticPruneSettings(PruningSettings):
                                   doc="local optimizer of the pruned model (pruned random-init models stall under "
                                       "SGD 0.05)")
     local_lr: float = option(0.003, number(1e-7, 10.0), "local learning rate")
+    #: its devices run FedAvg's device part, which reads this
+    static_bn: bool = option(True, boolean, "with BatchNorm: devices re-measure exact statistics after training",
+                             device=True,
+                             doc="with BatchNorm layers, each device replaces the running statistics by the exact "
+                                 "ones of its data under its trained weights (FedAvg's device part)")
     robust: RobustConfig = robust_group()
     server: ServerOptConfig = server_group()
     prox: ProxSettings = prox_group()

@@ -2,7 +2,8 @@
 loop doing the same work on the same cores.
 
     python bench/bench_sim.py [--devices 100] [--per-round 10] [--rounds 5] [--threads 2]
-                              [--dataset fashion-mnist] [--sim-device cpu] [--norm batchnorm] [--also-concurrent]
+                              [--dataset fashion-mnist] [--sim-device cpu] [--norm batchnorm [--static-bn false]]
+                              [--also-concurrent]
                               [--out bench/results/sim.md]
 
 The paper protocol's round: K of N devices (600 Fashion-MNIST images each when N = 100), cnn4,
@@ -32,6 +33,7 @@ import torch
 from simulation import sim_devices
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.data import load_dataset
+from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.partition import partition
@@ -46,8 +48,10 @@ DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
 
 
 def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: TrainConfig, seed: int,
-                device: str, norm: str | None = None) -> list[float]:
-    """Seconds per round of the same work without federation (train K shards, average, evaluate)."""
+                device: str, norm: str | None = None, static_bn: bool = True) -> list[float]:
+    """Seconds per round of the same work without federation (train K shards, average, evaluate);
+    with BatchNorm and ``static_bn`` each shard's statistics are then measured exactly, as FedAvg's
+    devices do by default (one more forward pass over the shard)."""
     shards = partition(dataset.y_train, devices, "iid", seed=seed)
     spec = model_for_dataset("cnn4", dataset.input_shape, dataset.num_classes, **({"norm": norm} if norm else {}))
     global_model = build_model(spec)
@@ -62,6 +66,8 @@ def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: Train
             load_numpy_state(model, weights)
             shard = shards[k]
             train_local(model, dataset.x_train[shard], dataset.y_train[shard], train, seed=rnd, device=device)
+            if norm == "batchnorm" and static_bn:
+                static_bn_stats(model, torch.as_tensor(dataset.x_train[shard], dtype=torch.float32), train.batch_size)
             states.append(state_to_numpy(model))
             counts.append(len(shard))
         load_numpy_state(global_model, {name: np.average([s[name] for s in states], axis=0, weights=counts)
@@ -72,13 +78,15 @@ def bare_rounds(dataset, devices: int, per_round: int, rounds: int, train: Train
 
 
 def simulated_rounds(dataset_name: str, data_root: str | None, devices: int, per_round: int, rounds: int,
-                     train: TrainConfig, seed: int, device: str, norm: str | None = None) -> tuple[list[float], float]:
+                     train: TrainConfig, seed: int, device: str, norm: str | None = None,
+                     threads: int | None = None, static_bn: bool = True) -> tuple[list[float], float]:
     """Host seconds per round of `edgefl simulate` doing that work, and the job's accuracy."""
     with tempfile.TemporaryDirectory() as out:
         report = run_simulation(SimulationConfig(method="fedavg", clients=devices, dataset=dataset_name,
                                                  data_root=data_root, model="cnn4", out=out, plots=False,
-                                                 job="bench-sim", sim_device=device,
-                                                 options={"norm": norm} if norm else {},
+                                                 job="bench-sim", sim_device=device, threads=threads,
+                                                 options={"norm": norm, "static_bn": str(static_bn).lower()}
+                                                 if norm else {},
                                                  federation=sim_federation(devices_per_round=per_round,
                                                                            rounds=rounds, train=train, seed=seed)))
     return [r.host_seconds for r in report.rounds], report.rounds[-1].accuracy["global"]
@@ -96,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--norm", choices=("batchnorm", "groupnorm"),
                         help="cnn4 with these norm layers (FedAvg's --option norm=...; default: none)")
+    parser.add_argument("--static-bn", choices=("true", "false"), default="true",
+                        help="with batchnorm: devices (and the bare loop) measure exact statistics after training "
+                             "(FedAvg's --option static_bn, default true)")
     parser.add_argument("--also-concurrent", action="store_true",
                         help="also time devices training all at once, each on its own thread (no training queue)")
     parser.add_argument("--out", help="also write the result table (markdown) here")
@@ -104,20 +115,21 @@ def main(argv: list[str] | None = None) -> None:
     train = TrainConfig(epochs=1, batch_size=32, lr=0.05)
     dataset = load_dataset(args.dataset, root=args.data_root, seed=args.seed)
     per_device = len(dataset.y_train) // args.devices
+    static_bn = args.static_bn == "true"
     bare = bare_rounds(dataset, args.devices, args.per_round, args.rounds, train, args.seed, args.sim_device,
-                       args.norm)
+                       args.norm, static_bn)
     sim, accuracy = simulated_rounds(args.dataset, args.data_root, args.devices, args.per_round, args.rounds,
-                                     train, args.seed, args.sim_device, args.norm)
+                                     train, args.seed, args.sim_device, args.norm, args.threads, static_bn)
     rows = [("`edgefl simulate` (broker, MQTT, codec, validation)", sim)]
     if args.also_concurrent:
         with mock.patch.object(sim_devices, "training_queue", lambda: None):
             rows.append(("`edgefl simulate`, devices training at once in their own threads", simulated_rounds(
                 args.dataset, args.data_root, args.devices, args.per_round, args.rounds, train, args.seed,
-                args.sim_device, args.norm)[0]))
+                args.sim_device, args.norm, args.threads, static_bn)[0]))
     bare_s, sim_s = statistics.median(bare[1:] or bare), statistics.median(sim[1:] or sim)
     lines = [
         f"{args.dataset}: {args.devices} devices ({per_device} images each), {args.per_round} per round, "
-        f"{args.rounds} rounds, cnn4{f' with {args.norm}' if args.norm else ''}, 1 epoch, batch 32, {args.threads} torch threads, on {args.sim_device}; "
+        f"{args.rounds} rounds, cnn4{f' with {args.norm}' if args.norm else ''}{f' (static_bn={args.static_bn})' if args.norm == 'batchnorm' else ''}, 1 epoch, batch 32, {args.threads} torch threads, on {args.sim_device}; "
         f"test set {len(dataset.y_test)} images",
         "",
         "| | seconds per round (median after round 1) | all rounds |",

@@ -21,7 +21,7 @@ device sends and receives, whether it took part in a round or not. Every job's J
     python bench/reft_fleet.py --table --out bench/results/fmnist/reft-fleet
 
 On the 2-core development machine the FedAvg job takes about 80 minutes, a REFT job 15 minutes with
-1,000 public images and 45 with 6,000 (BENCHMARKS.md, "REFT on the FLANC protocol's fleet").
+1,000 public images and 45 with 6,000 (docs/benchmarks_history.md, "REFT on the FLANC protocol's fleet").
 """
 
 from __future__ import annotations

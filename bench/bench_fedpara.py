@@ -39,8 +39,8 @@ from coordinator.runtime.broker import EmbeddedBroker
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedpara import FedPara
 from coordinator.strategies.fedpara import choose_gamma
-from coordinator.runtime.fleet import DeviceRecord
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.data import load_dataset
 from edge_sdk.methods.pfedpara import PERSONAL_FILE

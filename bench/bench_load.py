@@ -89,7 +89,7 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     """One job of ``devices`` devices; returns its figures."""
     from coordinator.runtime.fleet import Fleet
     from coordinator.runtime.report import RunReport
-    from coordinator.runtime.federation import EvalData
+    from coordinator.core.federation import EvalData
     from coordinator.runtime.round_loop import RoundLoop
     from simulation.simulate import SimulationConfig, build_strategy, sim_federation
     from edge_sdk.data import load_dataset

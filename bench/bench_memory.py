@@ -96,7 +96,7 @@ CASES: tuple[Case, ...] = (
 
 
 def _context(case: Case, data, train):
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from coordinator.strategies.base import StrategyContext
 
     return StrategyContext(FederationConfig(rounds=1, train=train, publish=False), case.family,
@@ -108,7 +108,7 @@ def build_plan(case: Case, data, train):
     """The plan the coordinator's strategy sends a device of ``case``'s label in round 0."""
     from edge_sdk.profiling import load_profile
 
-    from coordinator.runtime.fleet import DeviceRecord
+    from coordinator.core.device_record import DeviceRecord
     from coordinator.strategies import create_strategy
 
     strategy = create_strategy(case.method, _context(case, data, train))

@@ -57,9 +57,10 @@ def _poison(plan_tensors: dict, tensors: dict, scale: float) -> dict:
 
 def poisoned_round(method: str, data, robust: dict[str, str], scale: float | None):
     """The strategy after one aggregated round; d0's upload scaled by ``scale`` (None: honest)."""
-    from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+    from coordinator.core.device_record import DeviceRecord
+    from coordinator.core.received_update import ReceivedUpdate
     from coordinator.strategies import create_strategy
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from coordinator.strategies.base import StrategyContext
     from edge_sdk.methods import DeviceContext, LocalData, device_method
     from edge_sdk.partition import partition
@@ -112,7 +113,7 @@ def distance(a: dict, b: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coordinator.runtime.federation import EvalData
+    from coordinator.core.federation import EvalData
     from edge_sdk.data import load_dataset
 
     data = load_dataset("digits")

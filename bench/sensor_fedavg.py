@@ -41,7 +41,7 @@ from edge_sdk.models.spec import build_model  # noqa: E402
 from edge_sdk.models.zoo import model_for_dataset  # noqa: E402
 from edge_sdk.train_config import TrainConfig  # noqa: E402
 from edge_sdk.training import train_local  # noqa: E402
-from coordinator.runtime.lr_schedule import LrDecay, lr_factor, parse_lr_decay  # noqa: E402
+from coordinator.core.lr_schedule import LrDecay, lr_factor, parse_lr_decay  # noqa: E402
 from simulation.config import SimulationConfig, sim_federation  # noqa: E402
 from simulation.simulate import run_simulation  # noqa: E402
 

@@ -51,7 +51,7 @@ def momentum(text: str) -> float:
 
 
 def lr_decay(text: str) -> tuple[tuple[int, float], ...]:
-    from coordinator.runtime.lr_schedule import parse_lr_decay
+    from coordinator.core.lr_schedule import parse_lr_decay
 
     try:
         return parse_lr_decay(text)

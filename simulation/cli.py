@@ -29,7 +29,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
     from simulation.config import default_device_processes
     from coordinator.strategies import strategy_class
-    from coordinator.runtime.federation import TrainingFailed
+    from coordinator.core.federation import TrainingFailed
     from rich.markup import escape
 
     federation = sim_federation(

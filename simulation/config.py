@@ -15,7 +15,7 @@ from edge_sdk.throttle import MODES
 from edge_sdk.train_config import available_cpus
 from edge_sdk.training import TrainConfig, default_threads
 
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
 from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO, devices_backend

@@ -33,7 +33,7 @@ from edge_sdk.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
-from coordinator.runtime.federation import EvalData
+from coordinator.core.federation import EvalData
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report

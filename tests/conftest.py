@@ -76,3 +76,15 @@ def _collect_what_a_job_froze() -> Iterator[None]:
     import gc
 
     gc.unfreeze()
+
+
+@pytest.fixture(autouse=True)
+def _seeded_torch() -> None:
+    """Every test starts from torch's global seed 0: a test that builds a model without seeding
+    torch itself gets the same weights whatever ran before it (its outcome no longer depends on
+    the order of the tests)."""
+    try:
+        import torch
+    except ImportError:  # the tests that need no torch
+        return
+    torch.manual_seed(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from coordinator.runtime.federation import EvalData
+from coordinator.core.federation import EvalData
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from coordinator.runtime.device_budgets import FleetLimits
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
 from edge_sdk.link import MessageLink

@@ -136,7 +136,7 @@ def test_profile_measures_the_named_device(capsys) -> None:
 
 def test_the_coordinator_evaluates_where_simulated_devices_train() -> None:
     from simulation.simulate import SimulationConfig, build_strategy
-    from coordinator.runtime.federation import EvalData, FederationConfig
+    from coordinator.core.federation import EvalData, FederationConfig
     from coordinator.runtime.report import RunReport
     from coordinator.runtime.round_loop import RoundLoop
     from edge_sdk.data import load_dataset

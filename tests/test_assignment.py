@@ -8,10 +8,11 @@ import time
 import pytest
 
 from coordinator.strategies.assignment import LevelAssigner, assign_levels
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
 from simulation.simulate import DEFAULT_FLEET
 from coordinator.strategies.flanc import Flanc
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset

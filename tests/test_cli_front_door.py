@@ -42,7 +42,7 @@ def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: l
 
 def test_impossible_federation_settings_are_rejected_by_the_config_too() -> None:
     from simulation.simulate import SimulationConfig
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
 
     for bad in ({"rounds": 0}, {"rounds": -1}, {"min_devices": 0}, {"quorum": 0.0}, {"quorum": 1.5},
                 {"devices_per_round": 0}, {"round_deadline_s": float("nan")}):

@@ -32,7 +32,7 @@ from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.server import coordinator_config_from_toml, run_coordinator
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset

@@ -4,10 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.fdnnc import BIG, SMALL, Fdnnc
 from edge_sdk.methods.settings.fdnnc import FdnncSettings
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset

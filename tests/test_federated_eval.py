@@ -165,7 +165,7 @@ def _central_on_the_devices_holdout(config, checkpoint: Path) -> tuple[int, int]
 def test_only_an_sdk_that_answers_evaluations_is_asked(version, takes) -> None:
     """An older SDK drops an `evaluate` it does not know: asking it would hold every evaluation
     until its deadline, so the loop does not (the round's `evaluation.sdk_too_old` counts them)."""
-    from coordinator.runtime.fleet import DeviceRecord
+    from coordinator.core.device_record import DeviceRecord
     from edge_sdk.profiling import load_profile
 
     record = DeviceRecord("d", load_profile("raspberry-pi-4b"), 10, sdk_version=version)

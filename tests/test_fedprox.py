@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.core.device_record import DeviceRecord
 from coordinator.strategies import create_strategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.methods import device_method
 from edge_sdk.methods.base import DeviceContext, LocalData

@@ -168,7 +168,7 @@ def test_orthogonality_penalty_lives_on_the_bases_device():
 def test_coefficient_inits_have_he_and_torch_default_scales():
     from coordinator.strategies.flanc import Flanc, flanc_config
     from edge_sdk.methods.settings.flanc import FlancSettings
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from edge_sdk.models.flanc import flanc_modules
     from edge_sdk.models.flanc_zoo import flanc_specs
 

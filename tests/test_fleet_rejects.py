@@ -12,7 +12,7 @@ from coordinator.aggregate.validation import MAX_SAMPLES
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from edge_sdk.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.profiling import load_profile

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.heterofl import HeteroFL
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset

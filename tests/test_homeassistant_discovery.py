@@ -17,7 +17,8 @@ import pytest
 from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.homeassistant.discovery import HaTopics, coordinator_config, device_config
 from coordinator.homeassistant.names import MAX_TEXT, clean_text, ha_id
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
 from edge_sdk.link import MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics

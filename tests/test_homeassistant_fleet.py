@@ -13,7 +13,7 @@ import pytest
 
 from coordinator.homeassistant import HomeAssistantConfig
 from coordinator.homeassistant.discovery import HaTopics
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RunReport
 from coordinator.strategies.base import StrategyContext

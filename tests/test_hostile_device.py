@@ -14,7 +14,7 @@ import pytest
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset

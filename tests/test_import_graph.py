@@ -4,6 +4,11 @@ Every import counts — at module level, inside functions, and under ``TYPE_CHEC
 lazy import hides a circle rather than removing it; and importing ``a.b.c`` runs ``a/__init__`` and
 ``a/b/__init__`` first, so those count too (unless the importer is inside them already). Layers, bottom to top: ``edge_sdk`` (the
 device SDK), ``coordinator`` (the coordinator), ``simulation`` (a whole fleet on one machine).
+
+Inside ``coordinator`` the same holds for its sub-layers (`COORDINATOR_LAYERS`), bottom to top:
+``core`` (the vocabulary the methods and the round loop share), ``aggregate`` (folding updates),
+``strategies`` (the methods), ``homeassistant`` (the bridge), ``runtime`` (fleet, round loop,
+publishing, report) and ``cli``; no circle joins two of them.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("edge_sdk", "coordinator", "simulation")
+#: The sub-layers of ``coordinator``, bottom to top: a module may import its own and those below it.
+COORDINATOR_LAYERS = ("core", "aggregate", "strategies", "homeassistant", "runtime", "cli")
 
 
 def _module_name(path: Path) -> str:
@@ -125,3 +132,57 @@ def test_each_layer_imports_only_the_layers_below_it():
     upward = sorted(f"{src} -> {dst}" for src, targets in import_graph().items() for dst in targets
                     if rank[dst.split(".")[0]] > rank[src.split(".")[0]])
     assert upward == []
+
+
+def _coordinator_layer(module: str) -> str | None:
+    """The sub-layer of a ``coordinator`` module (``coordinator.runtime.fleet``: ``runtime``); None
+    outside ``coordinator`` and for the package itself."""
+    parts = module.split(".")
+    if parts[0] != "coordinator" or len(parts) < 2:
+        return None
+    assert parts[1] in COORDINATOR_LAYERS, f"{module}: add its sub-package to COORDINATOR_LAYERS"
+    return parts[1]
+
+
+def _upward_in_coordinator(graph: dict[str, set[str]]) -> list[str]:
+    rank = {layer: i for i, layer in enumerate(COORDINATOR_LAYERS)}
+    upward = []
+    for src, targets in graph.items():
+        for dst in targets:
+            low, high = _coordinator_layer(src), _coordinator_layer(dst)
+            if low is not None and high is not None and rank[high] > rank[low]:
+                upward.append(f"{src} -> {dst}")
+    return sorted(upward)
+
+
+def _coordinator_layer_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between coordinator's sub-packages (a module's imports of its own left out)."""
+    layers: dict[str, set[str]] = {layer: set() for layer in COORDINATOR_LAYERS}
+    for src, targets in graph.items():
+        low = _coordinator_layer(src)
+        if low is not None:
+            layers[low].update(high for dst in targets if (high := _coordinator_layer(dst)) not in (None, low))
+    return layers
+
+
+def test_each_coordinator_layer_imports_only_the_layers_below_it():
+    """core and aggregate import nothing of the methods, the runtime, Home Assistant or the CLI; the
+    methods nothing of the runtime, Home Assistant or the CLI; Home Assistant nothing of the runtime."""
+    assert _upward_in_coordinator(import_graph()) == []
+
+
+def test_no_circle_joins_two_coordinator_layers():
+    assert _cycles(_coordinator_layer_graph(import_graph())) == []
+
+
+def test_an_upward_import_in_coordinator_is_found():
+    graph = {"coordinator.core.federation": set(), "coordinator.strategies.base": {"coordinator.core.federation",
+                                                                                  "coordinator.runtime.fleet"},
+             "coordinator.runtime.fleet": {"coordinator.core.federation"},
+             "coordinator.runtime.round_loop": {"coordinator.strategies.base", "coordinator.runtime.fleet"},
+             "coordinator.homeassistant.bridge": {"coordinator.runtime.report"},
+             "coordinator.runtime.job": {"coordinator.homeassistant.bridge"}, "coordinator.runtime.report": set(),
+             "simulation.simulate": {"coordinator.runtime.fleet"}}
+    assert _upward_in_coordinator(graph) == ["coordinator.homeassistant.bridge -> coordinator.runtime.report",
+                                             "coordinator.strategies.base -> coordinator.runtime.fleet"]
+    assert _cycles(_coordinator_layer_graph(graph)) == [["homeassistant", "runtime", "strategies"]]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from coordinator.strategies.lowrank import LowRank
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.models.fedpara import FedParaLinear, precompose, rank_from_gamma
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks, naive_lowrank_spec

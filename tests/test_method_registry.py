@@ -132,7 +132,7 @@ def test_every_methods_checkpoint_state_round_trips_and_rejects_a_stranger(name)
     import numpy as np
 
     from coordinator.strategies import create_strategy
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from coordinator.strategies.base import StrategyContext
 
     def fresh(seed: int):

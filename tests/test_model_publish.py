@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset

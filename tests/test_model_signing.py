@@ -22,11 +22,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import attach_signer, publish_models
 from coordinator.runtime.server import coordinator_config_from_toml
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import read_toml

@@ -22,7 +22,7 @@ from edge_sdk.methods.settings.options import (boolean, choice, from_wire, integ
                                                parse, schema, to_wire)
 from edge_sdk.methods.settings.reft import ReftSettings
 from edge_sdk.methods.settings.shared import RobustConfig
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 
 

@@ -13,10 +13,11 @@ import torch
 
 from coordinator.strategies.assignment import LevelAssigner
 from edge_sdk.methods.settings.shared import AssignmentConfig
-from coordinator.runtime.fleet import DeviceRecord, Fleet
-from coordinator.runtime.lr_schedule import lr_factor, parse_lr_decay
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
+from coordinator.core.lr_schedule import lr_factor, parse_lr_decay
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from edge_sdk.data import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import cnn4, mlp

@@ -8,10 +8,10 @@ import uuid
 import numpy as np
 import pytest
 
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.core.device_record import DeviceRecord
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.pfedpara import PFedPara
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset

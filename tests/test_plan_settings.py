@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.runtime.federation import FederationConfig
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.core.federation import FederationConfig
+from coordinator.core.device_record import DeviceRecord
 from coordinator.strategies import STRATEGIES, create_strategy
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.methods import LocalData
@@ -43,7 +43,8 @@ def _plan(name: str, options: dict[str, str], family: str = "mlp", shape: tuple[
     records = {d: DeviceRecord(d, profile, 40) for d in ("d0", "d1", "d2")}
     for record in records.values():
         record.label = strategy.assign(record)
-    strategy.setup(records, list(records))
+    for device_id, label in (strategy.setup(records, list(records)) or {}).items():  # as the round loop does
+        records[device_id].label = label
     for stage in strategy.round_stages(rnd, list(records.values())):
         strategy.begin_stage(rnd, stage)
     strategy.begin_round_plans(rnd, list(records))

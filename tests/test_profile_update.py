@@ -16,7 +16,7 @@ from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk import client as client_module
 from edge_sdk.client import ClientConfig, DeviceClient
@@ -221,7 +221,7 @@ def test_profile_updates_are_rate_limited(job) -> None:
 
 def test_heterofl_dynamic_relabels_the_fleet() -> None:
     """In dynamic mode a new figure relabels everyone (cluster assignment is relative to the fleet)."""
-    from coordinator.runtime.fleet import DeviceRecord
+    from coordinator.core.device_record import DeviceRecord
 
     data = _digits()
     strategy = HeteroFL.create(StrategyContext(FederationConfig(seed=0), "mlp", data.input_shape, data.num_classes,
@@ -239,7 +239,7 @@ def test_heterofl_dynamic_relabels_the_fleet() -> None:
 
 def test_methods_that_fix_one_model_keep_it() -> None:
     """FedAvg trains one model for all: a new figure changes no label."""
-    from coordinator.runtime.fleet import DeviceRecord
+    from coordinator.core.device_record import DeviceRecord
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.models.zoo import mlp
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from coordinator.runtime.fleet import DeviceRecord, Fleet
+from coordinator.core.device_record import DeviceRecord
+from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
 from edge_sdk.link import MessageLink
 from edge_sdk.models.spec import build_model

@@ -10,9 +10,10 @@ import torch
 
 from coordinator.strategies.distillation import (DistillConfig, class_importance, distill, ensemble_logits,
                                                  longest_other, screen_scales)
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.reft import Reft
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.data import load_dataset

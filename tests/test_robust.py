@@ -12,7 +12,7 @@ from coordinator.aggregate.robust import robust_aggregate
 from edge_sdk.methods.settings.options import parse
 from edge_sdk.methods.settings.shared import RobustConfig
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset

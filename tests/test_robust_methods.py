@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.strategies import create_strategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.data import load_dataset
 
@@ -59,8 +59,9 @@ def _honest_fedavg_job(digits, options: dict[str, str], rounds: int = 3) -> tupl
     """A small FedAvg job with every default but ``options``: 8 devices of unequal Dirichlet shards
     of digits (47 to 400 samples: local steps, and so update norms, differ), ``rounds`` rounds of
     real local training; the global model's test accuracy and the updates the screen scaled back."""
-    from coordinator.runtime.federation import EvalData
-    from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+    from coordinator.core.federation import EvalData
+    from coordinator.core.device_record import DeviceRecord
+    from coordinator.core.received_update import ReceivedUpdate
     from edge_sdk.methods import DeviceContext, LocalData, device_method
     from edge_sdk.partition import partition
     from edge_sdk.profiling import load_profile

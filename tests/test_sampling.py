@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from edge_sdk.training import TrainConfig
 
 

@@ -14,7 +14,7 @@ from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import STRATEGIES, create_strategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
 from edge_sdk.training import TrainConfig

@@ -86,7 +86,7 @@ def test_paho_noise_after_a_clean_disconnect_goes_to_debug(caplog) -> None:
                                     "fdnnc", "static-prune"])
 def test_building_a_method_leaves_torchs_global_generator_alone(method) -> None:
     options = {"gamma": "0.5"} if "para" in method or method == "lowrank" else {}  # built now, not at setup
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from coordinator.strategies import create_strategy
     from coordinator.strategies.base import StrategyContext
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies import STRATEGIES, create_strategy
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.models.spec_file import load_spec_file

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies.static_prune import StaticPrune
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
 from edge_sdk.models.spec import count_params

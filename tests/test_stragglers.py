@@ -90,7 +90,7 @@ def test_the_round_loop_reports_the_stragglers_it_did_not_wait_for(broker):
     """A whole FedAvg job (two real device clients, one registered peer that never answers): its
     first two rounds wait for the silent one until the deadline, the next ones do not, and their
     records say so (`not_waited_for`) beside the aggregation's own metrics."""
-    from coordinator.runtime.federation import FederationConfig
+    from coordinator.core.federation import FederationConfig
     from coordinator.runtime.fleet import Fleet
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.client import ClientConfig, DeviceClient
@@ -137,7 +137,7 @@ def test_the_round_loop_reports_the_stragglers_it_did_not_wait_for(broker):
 def test_a_bad_straggler_or_resend_setting_is_a_one_line_error():
     import pytest
 
-    from coordinator.runtime.federation import federation_from_toml
+    from coordinator.core.federation import federation_from_toml
     from edge_sdk.client import ClientConfig
 
     for bad in (-1, 1.5, True, "2"):

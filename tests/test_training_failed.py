@@ -8,7 +8,7 @@ import json
 import pytest
 
 from simulation.simulate import STOP_AFTER_FAILED_ROUNDS, SimulationConfig, run_simulation, sim_federation
-from coordinator.runtime.federation import FederationConfig, TrainingFailed
+from coordinator.core.federation import FederationConfig, TrainingFailed
 from edge_sdk.cli import main as edgefl
 from edge_sdk.methods import base
 from edge_sdk.training import TrainConfig

@@ -1,7 +1,11 @@
 """The coordinator's side of Home Assistant: it publishes discovery, state and availability for
 the job and every device (`discovery.py`), publishes discovery again when Home Assistant's birth
 message arrives, clears a device removed from the job, and pauses the job between rounds on the one command
-topic. Fire-and-forget: retained messages, and nothing in the job waits for Home Assistant."""
+topic. Fire-and-forget: retained messages, and nothing in the job waits for Home Assistant.
+
+The runtime builds the bridge and hands it its fleet and rounds; the bridge knows them only as
+the small protocols below (`FleetView`, `Progress`, `RoundView`), so it imports nothing of
+``coordinator.runtime`` (tests/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from edge_sdk.client import SDK_VERSION
 from edge_sdk.transport import MqttTransport, Will
@@ -20,10 +24,11 @@ from coordinator.homeassistant.names import clean_text
 from coordinator.homeassistant.discovery import PAUSE, RESUME, HaTopics, coordinator_config, device_config
 
 if TYPE_CHECKING:
-    from coordinator.runtime.fleet import DeviceRecord, Fleet, FleetProgress
-    from coordinator.runtime.report import RoundRecord
+    from edge_sdk.link import MessageLink
 
-__all__ = ["HomeAssistantBridge", "PAUSE_FILE"]
+    from coordinator.core.device_record import DeviceRecord
+
+__all__ = ["HomeAssistantBridge", "PAUSE_FILE", "FleetView", "Progress", "RoundView"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,53 @@ PAUSED_PUMP_S = 0.5
 REPUBLISH_EVERY_S = 10.0
 
 
+class FleetView(Protocol):
+    """What the bridge uses of the fleet it publishes (`coordinator.runtime.fleet.Fleet`)."""
+
+    link: MessageLink
+    devices: dict[str, DeviceRecord]
+    removed: set[str]
+    tickers: list[Callable[[], None]]
+    on_device_change: Callable[[DeviceRecord], None] | None
+    on_removed: Callable[[str], None] | None
+
+    def online(self) -> list[str]: ...
+
+    def pump(self, timeout: float, until: Callable[[], bool] | None = None) -> None: ...
+
+
+class Progress(Protocol):
+    """What the bridge reads of the fleet's progress (`coordinator.runtime.fleet.FleetProgress`)."""
+
+    @property
+    def round(self) -> int: ...  # -1: waiting for devices to register
+
+
+class RoundView(Protocol):
+    """What the bridge reads of a finished round (`coordinator.runtime.report.RoundRecord`)."""
+
+    @property
+    def round(self) -> int: ...
+
+    @property
+    def accuracy(self) -> dict[str, float]: ...
+
+    @property
+    def federated_accuracy(self) -> dict[str, float]: ...
+
+    @property
+    def bytes_down(self) -> int: ...
+
+    @property
+    def bytes_up(self) -> int: ...
+
+    @property
+    def host_seconds(self) -> float: ...
+
+    @property
+    def participants(self) -> list[str]: ...
+
+
 class HomeAssistantBridge:
     """Publishes one job to Home Assistant over the coordinator's own connection."""
 
@@ -46,7 +98,7 @@ class HomeAssistantBridge:
         self.method = method
         self.name = config.name or f"edgefl {job}"
         self.transport: MqttTransport | None = None
-        self.fleet: Fleet | None = None
+        self.fleet: FleetView | None = None
         self._pause_file = Path(checkpoint_dir) / PAUSE_FILE if checkpoint_dir else None
         self.paused = self._pause_file is not None and self._pause_file.exists()
         if self.paused:
@@ -68,7 +120,7 @@ class HomeAssistantBridge:
     def birth(self) -> Will:
         return Will(self.topics.coordinator_availability, b"online", qos=1, retain=True)
 
-    def attach(self, fleet: Fleet) -> None:
+    def attach(self, fleet: FleetView) -> None:
         """Start publishing ``fleet``: the birth and command topics are read as plain text, device
         changes and removals are followed, and the job's discovery goes out."""
         self.fleet, self.transport = fleet, fleet.link.transport
@@ -167,11 +219,11 @@ class HomeAssistantBridge:
         self._publish(self.topics.coordinator_state, {**self._state, "state": self.job_state,
                                                       "devices_online": online, "paused": self.paused})
 
-    def progress(self, progress: FleetProgress) -> None:
+    def progress(self, progress: Progress) -> None:
         """`Fleet.on_progress`: waiting for devices (round -1), or a round under way."""
         self.set_job_state("waiting_for_devices" if progress.round < 0 else "training")
 
-    def round_done(self, record: RoundRecord) -> None:
+    def round_done(self, record: RoundView) -> None:
         """A round ended: the job's state, and that of the devices that took part or evaluated."""
         state, labels_before = self._state, (set(self._state["accuracy"]), set(self._state["federated_accuracy"]))
         state["round"] = record.round + 1

@@ -2,20 +2,28 @@
 
 The legacy TorchScript exporter (``dynamo=False``) is used: it needs no extra
 packages and handles every layer of the spec zoo. The batch dimension is dynamic.
+After the run the round loop writes what the method asks for (`export_networks` of its
+`Strategy.onnx_export`: every width of FLANC, HeteroFL and FedPara with ``--option export=DIR``).
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from edge_sdk.models.spec import count_params
 from edge_sdk.preprocessing import ONNX_METADATA_KEY, Preprocessing
 
-__all__ = ["export_onnx", "onnx_max_abs_diff", "INPUT_NAME", "OUTPUT_NAME", "Normalised"]
+if TYPE_CHECKING:
+    from coordinator.strategies.base import OnnxExport
+
+__all__ = ["export_onnx", "export_networks", "onnx_max_abs_diff", "INPUT_NAME", "OUTPUT_NAME", "Normalised"]
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -121,3 +129,22 @@ def _add_metadata(path: Path, props: dict[str, str]) -> None:
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     onnx.save(proto, str(path))
+
+
+def export_networks(export: OnnxExport, inputs: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Write each of a method's networks (`Strategy.onnx_export`) to ``export.out_dir`` as ONNX.
+
+    Returns (and writes to ``export.json`` there), per label: the path, the dense parameter count,
+    the largest difference between the trained and the dense network in torch
+    (``precompose_max_abs_diff``) and between onnxruntime and torch (``max_abs_diff``), on ``inputs``.
+    """
+    x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
+    out: dict[str, dict[str, Any]] = {}
+    for network in export.networks:
+        with torch.no_grad():
+            gap = float((network.trained(x) - network.dense(x)).abs().max())
+        path = Path(export.out_dir) / network.file_name
+        out[network.label] = {"path": str(path), "params": count_params(network.dense),
+                              "precompose_max_abs_diff": gap, "max_abs_diff": export_onnx(network.dense, path, inputs)}
+    (Path(export.out_dir) / "export.json").write_text(json.dumps(out, indent=1))
+    return out

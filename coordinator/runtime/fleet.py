@@ -9,6 +9,7 @@ by a name inside a message, and what it may cost is bounded by its budgets
 are counted and named in the next reply), plan re-sends per round, bytes in
 flight, how fast its sample count may grow, and how often it may report a new
 measurement of its compute (`ProfileUpdate`, which changes nothing but its GFLOPS).
+What it knows of each device is a `coordinator.core.device_record.DeviceRecord`.
 """
 
 from __future__ import annotations
@@ -30,89 +31,18 @@ from edge_sdk.signing import ModelSigner
 from edge_sdk.token_bucket import TokenBucket
 
 from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
+from coordinator.core.device_record import MISS_MASK, MISS_WINDOW, DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.runtime.plan_pacer import PlanPacer
 from coordinator.runtime.task import Task
 
-__all__ = ["DeviceRecord", "ReceivedUpdate", "Collected", "CollectedEvaluations", "Fleet", "FleetProgress",
-           "COORDINATOR_ID"]
+__all__ = ["Collected", "CollectedEvaluations", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
 #: How many of the latest rejections the fleet keeps for the report.
 MAX_KEPT_REJECTIONS = 10_000
-#: How many of a device's latest acknowledgements (the ids of the messages they answer) the fleet keeps.
-MAX_KEPT_ACKS = 64
-
-
-#: How many of a device's latest rounds asked count towards `DeviceRecord.missed_rounds`.
-MISS_WINDOW = 4
-_MISS_MASK = (1 << MISS_WINDOW) - 1
-
-
-@dataclass
-class DeviceRecord:
-    """What the coordinator knows about one device."""
-
-    device_id: str
-    profile: DeviceProfile
-    num_samples: int
-    online: bool = True
-    label: str | None = None
-    state: str = "online"
-    reason: str = ""
-    bytes_down: int = 0
-    bytes_up: int = 0
-    last_ack: str = ""  # the note of the device's latest acknowledgement, for people (e.g. "model ... installed")
-    #: the ``reply_to`` ids of its latest acknowledgements (`MAX_KEPT_ACKS`): what it acknowledged
-    #: (`acknowledged`), whatever the note says
-    acked: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_KEPT_ACKS))
-    #: the newest MQTT connection (`Status.connection`) the device has reported from; a last
-    #: will of an older connection is stale and ignored
-    connection: int = 0
-    offline_since: float = 0.0  # time.monotonic() when it went offline
-    #: `Fleet.rounds_collected` when ``num_samples`` was last raised (its growth is counted from there)
-    samples_since: int = 0
-    #: its latest federated evaluation: (round, samples, correct, label); None: none yet
-    last_evaluation: tuple[int, int, int, str] | None = None
-    #: the edgefl SDK version it registered with ("" when it did not say)
-    sdk_version: str = ""
-    #: of the last `MISS_WINDOW` training rounds it was asked for an update, those in which it sent
-    #: nothing (no update, no decline) before the round stopped waiting, as bits (bit 0: the
-    #: latest); a late update of the latest takes its miss back (`Fleet.collect`)
-    miss_bits: int = 0
-    #: the latest training round it was asked for an update (-1: none)
-    last_asked: int = -1
-    #: the round whose miss its late update last took back (at most one in `MISS_WINDOW` rounds)
-    took_back: int = -MISS_WINDOW
-
-    @property
-    def missed_rounds(self) -> int:
-        """How many of its last `MISS_WINDOW` rounds asked it missed."""
-        return (self.miss_bits & _MISS_MASK).bit_count()
-
-    def takes_evaluations(self) -> bool:
-        """Does its SDK answer an ``evaluate`` (edgefl 0.4 and later)? An older one would drop it
-        and the evaluation would wait for it until its deadline."""
-        parts = self.sdk_version.split(".")[:2]
-        try:
-            return tuple(int(p) for p in parts) >= (0, 4)
-        except ValueError:
-            return False
-
-    def acknowledged(self, msg_id: str) -> bool:
-        """Has the device acknowledged the message ``msg_id`` (an `ack` whose ``reply_to`` is it)?"""
-        return msg_id in self.acked
-
-
-@dataclass(frozen=True)
-class ReceivedUpdate:
-    """A validated update and the wire bytes it took."""
-
-    device_id: str
-    round: int
-    update: Update
-    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -458,7 +388,7 @@ class Fleet:
             if record is None:
                 continue
             missed = device not in col.accepted and device not in col.declined
-            record.miss_bits = ((record.miss_bits << 1) | missed) & _MISS_MASK
+            record.miss_bits = ((record.miss_bits << 1) | missed) & MISS_MASK
             record.last_asked = col.round
 
     def _stragglers_only(self, col: _Collection, waiting: list[str], start: float) -> bool:

@@ -16,7 +16,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 
 from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.runtime.device_budgets import FleetLimits
-from coordinator.runtime.federation import EvalData
+from coordinator.core.federation import EvalData
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.removed_devices import RemovedDevicesFile

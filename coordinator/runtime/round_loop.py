@@ -24,8 +24,10 @@ from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan, RoundStart, S
 
 from coordinator.aggregate.validation import UpdateRejected
 
-from coordinator.runtime.federation import EvalData, FederationConfig, TrainingFailed
-from coordinator.runtime.fleet import DeviceRecord, Fleet, ReceivedUpdate
+from coordinator.core.federation import EvalData, FederationConfig, TrainingFailed
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
+from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
@@ -62,6 +64,8 @@ class RoundLoop:
         #: the first bytes sent of each label's plan (the report's payload_bytes)
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what the last publishing sent
+        #: what the method had exported to ONNX after the run, per label (`export_networks`; None: nothing)
+        self.exported: dict[str, dict[str, Any]] | None = None
         self._eval_subset: EvalData | None = None  # the interim evaluations' subset (eval_samples)
         self._failed_in_a_row = 0  # rounds (stages) in a row in which every device asked failed
         self._last_failure = ""
@@ -90,7 +94,9 @@ class RoundLoop:
             if len(online) < config.min_devices:
                 raise TimeoutError(f"only {len(online)} of {config.min_devices} devices registered "
                                    f"within {config.register_timeout_s} s")
-            self.strategy.setup(dict(fleet.devices), fleet.online())
+            labels = self.strategy.setup(dict(fleet.devices), fleet.online())
+            for device_id, label in (labels or {}).items():  # the method labels; the fleet's records keep it
+                fleet.devices[device_id].label = label
         every = config.publish_every
         try:
             for rnd in range(start, config.rounds):
@@ -111,7 +117,20 @@ class RoundLoop:
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.strategy.model_params(), self.payload_bytes)
         self.strategy.finished(self.eval_data)
+        self.exported = self._export()
         return report
+
+    def _export(self) -> dict[str, dict[str, Any]] | None:
+        """What the method has exported to ONNX after the run (:meth:`Strategy.onnx_export`: e.g. every
+        width with ``--option export=DIR``), checked on up to 64 held-out samples; None: nothing asked."""
+        export = self.strategy.onnx_export()
+        if export is None:
+            return None
+        if self.eval_data is None:
+            raise ValueError("export needs held-out inputs to check the ONNX graphs on")
+        from coordinator.runtime.export import export_networks  # torch.onnx only when asked
+
+        return export_networks(export, self.eval_data.x[:64])
 
     def _stop_if_training_fails(self, rnd: int) -> None:
         limit = self.config.stop_after_failed_rounds

@@ -20,7 +20,7 @@ from edge_sdk.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig, homeassistant_from_toml
 from coordinator.runtime.device_budgets import FleetLimits
-from coordinator.runtime.federation import EvalData, FederationConfig, federation_from_toml
+from coordinator.core.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.runtime.fleet import FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from edge_sdk.protocol.codec import CodecLimits, decode_frame, encode_frame, pack_tensors, unpack_tensors
 from edge_sdk.protocol.errors import ProtocolError
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "CHECKPOINT_FILE", "flat_groups", "restore_groups"]
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "CHECKPOINT_FILE"]
 
 CHECKPOINT_FILE = "checkpoint.msgpack"
 _FORMAT = 2  # 1: tensors inline as msgpack bin (no longer read); 2: header + data region
@@ -69,19 +69,3 @@ def load_checkpoint(directory: Path) -> Checkpoint | None:
         raise ProtocolError(exc.code, f"{path}: {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError("malformed", f"{path}: {exc}") from exc
-
-
-def flat_groups(groups: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Named groups of tensors as one flat map of ``group/name`` (a strategy's checkpoint tensors)."""
-    return {f"{group}/{name}": value for group, tensors in groups.items() for name, value in tensors.items()}
-
-
-def restore_groups(tensors: Mapping[str, np.ndarray], like: Mapping[str, Mapping[str, np.ndarray]],
-                   what: str) -> dict[str, dict[str, np.ndarray]]:
-    """The inverse of :func:`flat_groups`, checked against the groups ``like``: the same names and
-    shapes, else ValueError naming ``what``; values keep ``like``'s dtypes."""
-    reference = flat_groups(like)
-    if set(tensors) != set(reference) or any(np.shape(tensors[k]) != np.shape(v) for k, v in reference.items()):
-        raise ValueError(f"checkpoint tensors do not match this {what}")
-    return {group: {name: np.asarray(tensors[f"{group}/{name}"], dtype=np.asarray(v).dtype)
-                    for name, v in members.items()} for group, members in like.items()}

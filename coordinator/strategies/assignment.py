@@ -41,7 +41,7 @@ import numpy as np
 
 from edge_sdk.methods.settings.shared import MODES, AssignmentConfig, positive_number
 
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.core.device_record import DeviceRecord
 
 __all__ = ["assign_levels", "LevelAssigner"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -28,11 +28,12 @@ from coordinator.aggregate.evaluation import FederatedEvaluation, fold_evaluatio
 from coordinator.aggregate.robust import robust_aggregate
 from coordinator.aggregate.server_opt import ServerOptimizer
 from coordinator.strategies.proximal import with_prox_mu
-from coordinator.runtime.federation import EvalData, FederationConfig
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.runtime.lr_schedule import lr_factor
+from coordinator.core.federation import EvalData, FederationConfig
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.lr_schedule import lr_factor
 
-__all__ = ["Strategy", "StrategyContext", "seeded_init"]
+__all__ = ["Strategy", "StrategyContext", "OnnxExport", "OnnxNetwork", "seeded_init"]
 
 
 @contextmanager
@@ -57,6 +58,28 @@ class StrategyContext:
     public_data: np.ndarray | None = None
     #: Method-specific settings as strings (`--option key=value`), parsed by the method.
     options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OnnxNetwork:
+    """One network a method has the round loop export to ONNX after the run (`Strategy.onnx_export`)."""
+
+    label: str
+    file_name: str  # in the export folder, e.g. ``flanc-w0.5.onnx``
+    #: what is written: the network as plain dense layers, in eval mode
+    dense: torch.nn.Module
+    #: the network as trained, in eval mode: the export reports how far ``dense`` computes from it
+    trained: torch.nn.Module
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What a method has the round loop export to ONNX after the run: the folder and the networks,
+    which the loop takes one at a time (``networks`` may build each as it is asked for) and checks
+    on up to 64 held-out samples (`coordinator.runtime.export.export_networks`)."""
+
+    out_dir: str
+    networks: Iterable[OnnxNetwork]
 
 
 class Strategy(ABC):
@@ -134,10 +157,11 @@ class Strategy(ABC):
         """The label of a registered device after a new measurement (default: :meth:`assign`)."""
         return self.assign(device)
 
-    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> Mapping[str, str] | None:
         """Called once before the first round this run trains (a resumed job too), when the
         fleet has registered: decisions that need the fleet (e.g. a pruning level for the weakest
-        device, FedPara's γ for the fleet's links)."""
+        device, FedPara's γ for the fleet's links). Returns the new labels of registered devices
+        (device -> label), which the round loop writes into the fleet's records; None: none change."""
         return None  # an optional hook: nothing to do by default
 
     # -- a round ------------------------------------------------------------
@@ -220,8 +244,13 @@ class Strategy(ABC):
         return {}
 
     def finished(self, data: EvalData | None) -> None:
-        """Called once after the last round (e.g. to export every width's network)."""
+        """Called once after the last round, with the held-out data (None: none)."""
         return None  # an optional hook: nothing to do by default
+
+    def onnx_export(self) -> OnnxExport | None:
+        """What the round loop exports to ONNX after the last round (e.g. every width's dense network,
+        with ``--option export=DIR``); None: nothing (the default)."""
+        return None
 
     # -- models and state ---------------------------------------------------
     @abstractmethod

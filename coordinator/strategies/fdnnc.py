@@ -37,9 +37,10 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.tensor_groups import flat_groups, restore_groups
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 
@@ -136,13 +137,13 @@ class Fdnnc(Strategy):
         big = device.profile.gflops >= self.options.big_gflops and device.profile.ram_mb >= self.options.big_ram_mb
         return BIG if big else SMALL
 
-    def _fix_fraction(self, registered: Mapping[str, DeviceRecord]) -> None:
-        """Under `big_fraction`: the round(F * N) most capable registered devices are big."""
+    def _fix_fraction(self, registered: Mapping[str, DeviceRecord]) -> dict[str, str]:
+        """Under `big_fraction`: the round(F * N) most capable registered devices are big; returns
+        every registered device's label."""
         devices = sorted(registered.values(), key=lambda d: (*self._capacity(d), d.device_id), reverse=True)
         n_big = int(math.floor(self.options.big_fraction * len(devices) + 0.5))
-        for k, device in enumerate(devices):
-            device.label = BIG if k < n_big else SMALL
         self._floor = self._capacity(devices[n_big - 1]) if n_big else (math.inf, 0)
+        return {device.device_id: BIG if k < n_big else SMALL for k, device in enumerate(devices)}
 
     # -- scheduling ---------------------------------------------------------
     def stages(self, rnd: int, present: set[str]) -> list[tuple[str, ...]]:
@@ -156,9 +157,10 @@ class Fdnnc(Strategy):
         wanted = BIG if rnd < big_rounds else SMALL
         return [(wanted,)] if wanted in present else [tuple(present)]
 
-    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> dict[str, str] | None:
         if self.options.big_fraction is not None and self._floor is None:
-            self._fix_fraction(devices)
+            return self._fix_fraction(devices)  # the round loop labels the devices
+        return None
 
     def round_stages(self, rnd: int, online: Sequence[DeviceRecord]) -> list[tuple[str, ...]]:
         return self.stages(rnd, {d.label for d in online if d.label is not None})

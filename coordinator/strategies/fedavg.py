@@ -23,9 +23,10 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from, validate_update

@@ -34,10 +34,11 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.aggregate.width_slicing import leading_block
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 

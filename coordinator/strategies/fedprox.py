@@ -16,7 +16,7 @@ from typing import Any
 
 from edge_sdk.methods.settings.fedprox import FedProxSettings
 
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.strategies.proximal import with_prox_mu

@@ -9,7 +9,7 @@ paper's Eq. 4: each basis is averaged over every participant, weighted by sample
 counts; every width-specific tensor over the participants of that width only (a
 width nobody trained this round keeps its tensors). Each width is evaluated on the
 held-out data and, after training, can be pre-composed into a plain dense network
-and exported to ONNX (:meth:`Flanc.export`, or ``--option export=DIR``).
+and exported to ONNX by the round loop with ``--option export=DIR`` (:meth:`Flanc.onnx_export`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import ReceivedUpdate
+from coordinator.core.tensor_groups import flat_groups, restore_groups
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.aggregate.width_slicing import pool_bn_stats
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 

@@ -29,10 +29,10 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.fleet import ReceivedUpdate
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.aggregate.width_slicing import leading_block, pool_bn_stats
 from coordinator.strategies.width_base import WidthStrategy
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 

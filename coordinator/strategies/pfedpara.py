@@ -20,7 +20,7 @@ import numpy as np
 
 from edge_sdk.methods.settings.fedpara import PFedParaSettings
 
-from coordinator.runtime.fleet import ReceivedUpdate
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.fedpara import FedPara
 
 __all__ = ["PFedPara"]

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from edge_sdk.methods.settings.shared import ProxSettings
 
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 
 __all__ = ["with_prox_mu"]
 

@@ -31,11 +31,12 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits, screen_scales
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
+from coordinator.core.tensor_groups import flat_groups, restore_groups
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.pruning import (PruneResult, capacity_level, describe_level, level_label, prune_spec,
                                            resolve_backend)
-from coordinator.runtime.federation import EvalData, FederationConfig
+from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
 

@@ -23,12 +23,12 @@ from edge_sdk.protocol.messages import Plan
 from edge_sdk.tensors import load_numpy_state
 from edge_sdk.training import TrainConfig
 
-from coordinator.runtime.state import flat_groups, restore_groups
-from coordinator.runtime.fleet import DeviceRecord
+from coordinator.core.tensor_groups import flat_groups, restore_groups
+from coordinator.core.device_record import DeviceRecord
 from coordinator.strategies.pruning import (PruneResult, capacity_level, describe_level, level_label, prune_spec,
                                            resolve_backend, round_to_level)
 from coordinator.strategies.fedavg import FedAvg
-from coordinator.runtime.federation import FederationConfig
+from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext, seeded_init
 from coordinator.aggregate.validation import expected_from
 
@@ -94,12 +94,12 @@ class StaticPrune(FedAvg):
     def assign(self, device: DeviceRecord) -> str:
         return self.label if self.level is not None else level_label(self.device_level(device))
 
-    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> None:
-        """Before the first round: prune for the weakest device present; every device trains that."""
+    def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> dict[str, str]:
+        """Before the first round: prune for the weakest device present; every device trains that
+        (its label, for every registered device; devices registering later are assigned it)."""
         if self.level is None:
             self.fix_level(max(self.device_level(devices[d]) for d in online))
-        for device in devices.values():  # devices registering later are assigned self.label
-            device.label = self.label
+        return {device_id: self.label for device_id in devices}
 
     # -- round hooks --------------------------------------------------------
     def own_train(self, train: TrainConfig) -> TrainConfig:

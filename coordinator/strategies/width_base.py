@@ -3,16 +3,14 @@
 Such a method holds a spec per label (``self.specs``, smallest width first) and can
 load any label's network with the current global tensors (:meth:`loaded_model`).
 This base evaluates every label on the held-out data, pre-composes each label to
-plain dense layers (:meth:`dense_model`) for publishing and ONNX export, and exports
-every label after the run when ``--option export=DIR`` asks for it.
+plain dense layers (:meth:`dense_model`) for publishing and ONNX export, and has the round loop
+export every label after the run when ``--option export=DIR`` asks for it (:meth:`onnx_export`).
 """
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
-from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -21,9 +19,10 @@ from edge_sdk.models.spec import count_params
 from edge_sdk.protocol.messages import Plan, Update
 
 from coordinator.strategies.assignment import LevelAssigner
-from coordinator.runtime.federation import EvalData
-from coordinator.runtime.fleet import DeviceRecord, ReceivedUpdate
-from coordinator.strategies.base import Strategy
+from coordinator.core.federation import EvalData
+from coordinator.core.device_record import DeviceRecord
+from coordinator.core.received_update import ReceivedUpdate
+from coordinator.strategies.base import OnnxExport, OnnxNetwork, Strategy
 from coordinator.aggregate.validation import UpdateRejected, validate_update
 
 __all__ = ["WidthStrategy"]
@@ -34,8 +33,7 @@ class WidthStrategy(Strategy):
 
     specs: dict[str, dict]  # label -> the spec a device of that width trains
     labels: list[str]  # width labels, smallest first
-    export_dir: str | None = None  # where to export every width after the run
-    exported: dict[str, dict[str, Any]] | None = None
+    export_dir: str | None = None  # where the round loop exports every width after the run (`onnx_export`)
     assigner: LevelAssigner | None = None  # who trains which width (None: one width for all)
     expected: dict[str, dict]  # label -> what an update of that width must hold (validation.TensorSpec)
     _planned: dict[str, str]  # device -> the label of the last plan sent to it (set in __init__)
@@ -120,35 +118,16 @@ class WidthStrategy(Strategy):
             losses.append(loss)
         return accuracy, float(np.mean(losses))
 
-    def export(self, out_dir: str | Path, inputs: np.ndarray) -> dict[str, dict[str, Any]]:
-        """Write every width's dense network as ``<method>-w<label>.onnx`` in ``out_dir``.
+    def onnx_export(self) -> OnnxExport | None:
+        """With ``export_dir``: every width's dense network, as ``<method>-w<label>.onnx`` there; the
+        round loop writes them and ``export.json`` (`coordinator.runtime.export.export_networks`)."""
+        return OnnxExport(self.export_dir, self._onnx_networks()) if self.export_dir else None
 
-        Returns (and writes to ``export.json`` there), per width: the path, the dense
-        parameter count, the largest difference between the trained and the dense network in
-        torch (``precompose_max_abs_diff``) and between onnxruntime and torch
-        (``max_abs_diff``), on ``inputs``.
-        """
-        from coordinator.runtime.export import export_onnx
-
-        x = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
-        out: dict[str, dict[str, Any]] = {}
+    def _onnx_networks(self) -> Iterator[OnnxNetwork]:
+        """Every width's dense and trained network, built as the export asks for the next."""
         for label in self.labels:
             dense = self.dense_model(label).eval()
-            with torch.no_grad():
-                gap = float((self.loaded_model(label).eval()(x) - dense(x)).abs().max())
-            path = Path(out_dir) / f"{self.name}-w{label}.onnx"
-            out[label] = {"path": str(path), "params": count_params(dense), "precompose_max_abs_diff": gap,
-                          "max_abs_diff": export_onnx(dense, path, inputs)}
-        (Path(out_dir) / "export.json").write_text(json.dumps(out, indent=1))
-        return out
-
-    def finished(self, data: EvalData | None) -> None:
-        """With ``export_dir``: every width's dense network as ONNX, checked on up to 64 held-out
-        samples (:meth:`export`)."""
-        if self.export_dir:
-            if data is None:
-                raise ValueError("export needs held-out inputs to check the ONNX graphs on")
-            self.exported = self.export(self.export_dir, data.x[:64])
+            yield OnnxNetwork(label, f"{self.name}-w{label}.onnx", dense, self.loaded_model(label).eval())
 
     def model_params(self) -> dict[str, int]:
         return {label: count_params(spec) for label, spec in self.specs.items()}

@@ -12,7 +12,7 @@ from edge_sdk.accelerator import check_device_name
 from edge_sdk.config import section, setting
 from edge_sdk.training import TrainConfig
 
-from coordinator.runtime.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
+from coordinator.core.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 
 __all__ = ["FederationConfig", "EvalData", "TrainingFailed", "federation_from_toml"]
 

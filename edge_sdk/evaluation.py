@@ -8,30 +8,29 @@ over devices, weighted by their samples.
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Callable
 
 import torch
 
 from edge_sdk.methods.base import DeviceContext, LocalData, planned_model
+from edge_sdk.methods.registry import METHODS, load_entry
 from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan
 from edge_sdk.training import EVAL_BATCH, evaluate_counts
 
-__all__ = ["SERVED_MODELS", "evaluate_holdout", "served_model"]
+__all__ = ["evaluate_holdout", "served_model"]
 
-#: method name -> ``"module:function"`` building the model a device of that method is served from a
-#: plan and its context, where that is not just the plan's model (:func:`planned_model`)
-SERVED_MODELS: dict[str, str] = {"pfedpara": "edge_sdk.methods.pfedpara:personal_model"}
+#: device part -> ``"module:function"`` building the model a device of that part is served from a
+#: plan and its context, where that is not just the plan's model (:func:`planned_model`): the registry's
+_SERVED: dict[str, str] = {m.device_part: m.served for m in METHODS.values() if m.served is not None}
 
 
 def served_model(plan: Plan, ctx: DeviceContext) -> torch.nn.Module:
     """The model a device of ``plan.method`` is served, built from ``plan``."""
-    entry = SERVED_MODELS.get(plan.method)
+    entry = _SERVED.get(plan.method)
     if entry is None:
         return planned_model(plan)
-    module, _, function = entry.partition(":")
-    build: Callable[[Plan, DeviceContext], torch.nn.Module] = getattr(importlib.import_module(module), function)
+    build: Callable[[Plan, DeviceContext], torch.nn.Module] = load_entry(entry)
     return build(plan, ctx)
 
 

@@ -15,9 +15,9 @@ __all__ = ["simulate_command"]
 
 def _simulate(args: argparse.Namespace) -> int:
     if "help" in args.option:  # the method's settings, without importing torch
-        from edge_sdk.methods.settings import method_settings
+        from edge_sdk.methods.registry import find_method
 
-        print(method_settings(args.method).help())
+        print(find_method(args.method).help())
         return 0
 
     from simulation.backends import devices_backend
@@ -80,7 +80,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
-    from edge_sdk.methods.settings import METHODS
+    from edge_sdk.methods.registry import METHODS
     from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO
     from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 

@@ -82,7 +82,7 @@ def test_the_methods_settings_and_option_help_need_no_torch() -> None:
     proc = _without_torch(
         "import contextlib, io\n"
         "from edge_sdk.methods import DEVICE_METHODS\n"
-        "from edge_sdk.methods.settings import METHODS\n"
+        "from edge_sdk.methods.registry import METHODS\n"
         "from edge_sdk.cli import main\n"
         "assert set(METHODS) >= set(DEVICE_METHODS)\n"
         "for name in sorted(METHODS):\n"

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from unittest.mock import patch
 
 from coordinator.strategies import STRATEGIES, create_strategy
-from edge_sdk.methods.settings import METHODS, doc_table, docs_tables
+from edge_sdk.methods import DEVICE_METHODS
+from edge_sdk.methods.registry import METHODS
+from edge_sdk.methods.settings.docs import doc_table, docs_tables
 from edge_sdk.methods.settings.fdnnc import FdnncSettings
 from edge_sdk.methods.settings.fedpara import FedParaSettings
 from edge_sdk.methods.settings.flanc import FlancSettings
@@ -167,13 +170,26 @@ def test_documented_defaults_are_the_schemas() -> None:
     assert checked > 60
 
 
-def test_the_torch_free_registry_names_every_strategy_and_its_settings() -> None:
-    """``edgefl simulate --method`` and ``--option help`` read edge_sdk.methods.settings.METHODS
-    (no torch); the coordinator's strategies are the same methods with the same settings."""
+def test_one_registry_holds_every_method_and_everything_else_is_read_from_it() -> None:
+    """edge_sdk.methods.registry.METHODS (no torch) is the only list of methods: the coordinator's
+    strategies, their settings and device parts, and the devices' parts are all read from it."""
     assert set(METHODS) == set(STRATEGIES)
     for name, cls in STRATEGIES.items():
-        assert cls.settings_type is METHODS[name].settings, name
-        assert cls.options_help() == METHODS[name].help()
+        method = METHODS[name]
+        assert f"{cls.__module__}:{cls.__qualname__}" == method.strategy and cls.name == name
+        assert cls.settings_type is method.settings and cls.device_part() == method.device_part, name
+        assert cls.options_help() == method.help()
+        assert method.device_part in DEVICE_METHODS, name  # a device can train its plans
+    assert set(DEVICE_METHODS) == {m.device_part for m in METHODS.values()}
+
+
+def test_a_registry_entry_that_names_another_class_is_refused() -> None:
+    from coordinator.strategies import _Strategies
+
+    strategies = _Strategies()
+    with patch.dict(METHODS, {"fedavg": replace(METHODS["fedavg"], strategy="coordinator.strategies.fedprox:FedProx")}):
+        with pytest.raises(TypeError, match="is not a Strategy named 'fedavg'"):
+            strategies["fedavg"]
 
 
 def test_the_docs_tables_are_the_generated_ones() -> None:

@@ -1,27 +1,45 @@
-"""One federated method per module; `STRATEGIES` maps CLI names to them (the class is the descriptor)."""
+"""The coordinator halves of the federated methods, one per module, found from the registry.
+
+:data:`STRATEGIES` maps every method of :data:`edge_sdk.methods.registry.METHODS` to its strategy
+class, imported when it is first looked up (importing this package imports none of them).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
+from edge_sdk.methods.registry import METHODS, load_entry
 from edge_sdk.models.spec_file import is_spec_file
 
 from coordinator.strategies.base import Strategy, StrategyContext
-from coordinator.strategies.fdnnc import Fdnnc
-from coordinator.strategies.fedavg import FedAvg
-from coordinator.strategies.fedprox import FedProx
-from coordinator.strategies.flanc import Flanc
-from coordinator.strategies.heterofl import HeteroFL
-from coordinator.strategies.fedpara import FedPara
-from coordinator.strategies.lowrank import LowRank
-from coordinator.strategies.pfedpara import PFedPara
-from coordinator.strategies.reft import Reft
-from coordinator.strategies.static_prune import StaticPrune
 
-__all__ = ["FedAvg", "STRATEGIES", "create_strategy", "strategy_class"]
+__all__ = ["STRATEGIES", "create_strategy", "strategy_class"]
 
-#: Every method, registered once: its class is its descriptor (name, device part, settings); the
-#: torch-free registry of the same names and their settings is :data:`edge_sdk.methods.settings.METHODS`.
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
-    FedAvg, FedProx, Flanc, HeteroFL, Fdnnc, FedPara, PFedPara, LowRank, Reft, StaticPrune)}
+
+class _Strategies(Mapping[str, type[Strategy]]):
+    """Method name -> its strategy class, imported from the registry's entry when looked up."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, type[Strategy]] = {}
+
+    def __getitem__(self, name: str) -> type[Strategy]:
+        if name not in self._loaded:
+            cls = load_entry(METHODS[name].strategy)
+            if not (isinstance(cls, type) and issubclass(cls, Strategy) and cls.name == name):
+                raise TypeError(f"the registry's strategy of {name!r}, {METHODS[name].strategy}, is not a "
+                                f"Strategy named {name!r}")
+            self._loaded[name] = cls
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(METHODS)
+
+    def __len__(self) -> int:
+        return len(METHODS)
+
+
+#: Every method of the registry, by name: its strategy class.
+STRATEGIES: Mapping[str, type[Strategy]] = _Strategies()
 
 
 def strategy_class(name: str) -> type[Strategy]:

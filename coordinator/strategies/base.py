@@ -20,7 +20,7 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.protocol.messages import Evaluation, Plan, Update
 from edge_sdk.training import TrainConfig, evaluate
 
-from edge_sdk.methods.settings import method_settings
+from edge_sdk.methods.registry import find_method
 from edge_sdk.methods.settings.options import parse, to_wire
 from edge_sdk.methods.settings.shared import RobustConfig, ServerOptConfig
 
@@ -85,11 +85,11 @@ class OnnxExport:
 class Strategy(ABC):
     """A federated method on the coordinator. Subclasses implement the hooks; the round loop calls them.
 
-    The class is the method's descriptor: its ``name``, the device part that trains its plans
-    (``device_method``, which a device must list in its capabilities), its settings dataclass
-    (``settings_type``, defined beside its device half in :mod:`edge_sdk.methods.settings`, whose
-    ``METHODS`` registry names its docs page) and :meth:`create`;
-    :data:`coordinator.strategies.STRATEGIES` registers it.
+    A subclass names its method (``name``); everything else the registry
+    (:mod:`edge_sdk.methods.registry`) says of it is read from there when the class is defined:
+    its settings dataclass (``settings_type``) and the device part that trains its plans
+    (``device_method``, which a device must list in its capabilities). The registry's entry for
+    the method names this class, and :data:`coordinator.strategies.STRATEGIES` finds it from there.
     """
 
     name: ClassVar[str] = ""
@@ -98,16 +98,23 @@ class Strategy(ABC):
     #: what the method compresses in a model of your own (``--model spec:FILE``): one line that says
     #: so, or "" when it builds its networks from a model family only and refuses spec files
     spec_file_support: ClassVar[str] = ""
-    #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``); empty: ``name``.
+    #: The device part its plans name (``edge_sdk.methods.DEVICE_METHODS``), from the registry.
     device_method: ClassVar[str] = ""
-    #: Its settings: one frozen dataclass whose fields are the ``--option`` keys, with their one
-    #: default and help (``edgefl simulate --method M --option help`` prints them).
+    #: Its settings, from the registry: one frozen dataclass whose fields are the ``--option``
+    #: keys, with their one default and help (``edgefl simulate --method M --option help``).
     settings_type: ClassVar[type]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:  # an abstract base in between names none
+            method = find_method(cls.name)
+            cls.settings_type = method.settings
+            cls.device_method = method.device_part
 
     @classmethod
     def device_part(cls) -> str:
         """The name of the device part that trains this method's plans."""
-        return cls.device_method or cls.name
+        return cls.device_method
 
     @classmethod
     def parse_options(cls, options: Mapping[str, str]) -> Any:
@@ -126,7 +133,7 @@ class Strategy(ABC):
     @classmethod
     def options_help(cls) -> str:
         """The table of options, defaults and help that ``--option help`` prints."""
-        return method_settings(cls.name).help()
+        return find_method(cls.name).help()
 
     @classmethod
     @abstractmethod

@@ -72,7 +72,6 @@ class Fdnnc(Strategy):
     """Dense and low-rank models trained together under a BOTH, BFIRST or SWITCH pattern."""
 
     name = "fdnnc"
-    settings_type = FdnncSettings
 
     @classmethod
     def describe_label(cls, label: str) -> str:

@@ -41,7 +41,6 @@ class FedAvg(Strategy):
 
     name = "fedavg"
     spec_file_support = "trains the spec file's network as written (every layer type a spec may hold)"
-    settings_type: type = FedAvgSettings
 
     def __init__(self, config: FederationConfig, model_spec: dict[str, Any], label: str = GLOBAL,
                  settings: Any = None) -> None:

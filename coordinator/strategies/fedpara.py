@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from edge_sdk.methods.settings.fedpara import FedParaSettings, LowRankSettings
+from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
@@ -78,7 +78,6 @@ class FedPara(WidthStrategy):
     """One factorised global network; each width trains its leading block of the factors."""
 
     name = "fedpara"
-    settings_type: type = FedParaSettings
     #: pFedPara: personal layers whose W2 never leaves the device.
     personal: ClassVar[bool] = False
 

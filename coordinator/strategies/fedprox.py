@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge_sdk.methods.settings.fedprox import FedProxSettings
 
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -28,7 +27,6 @@ class FedProx(FedAvg):
     """FedAvg with a proximal term in every device's local loss."""
 
     name = "fedprox"
-    settings_type = FedProxSettings
 
     @classmethod
     def job_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:

@@ -51,7 +51,6 @@ class Flanc(WidthStrategy):
     """All-in-one neural composition: a width per capacity group, one shared basis."""
 
     name = "flanc"
-    settings_type = FlancSettings
 
     def __init__(self, config: FederationConfig, options: FlancSettings, specs: dict[str, dict]) -> None:
         super().__init__(config)

@@ -51,7 +51,6 @@ class HeteroFL(WidthStrategy):
     """One global network; each capacity group trains a prefix-sliced sub-network."""
 
     name = "heterofl"
-    settings_type = HeteroFLSettings
 
     def __init__(self, config: FederationConfig, options: HeteroFLSettings, global_spec: dict,
                  specs: dict[str, dict]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from coordinator.strategies.fedpara import FedPara
 
-from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.models.fedpara_zoo import naive_lowrank_spec
 
 __all__ = ["LowRank"]
@@ -22,7 +21,6 @@ class LowRank(FedPara):
     """Naive low-rank factors travel instead of FedPara's."""
 
     name = "lowrank"
-    settings_type = LowRankSettings  # FedPara's without tanh
 
     def spec_for(self, gamma: float, width: float) -> dict:
         return naive_lowrank_spec(self.family, self.input_shape, self.num_classes, gamma, width=width,

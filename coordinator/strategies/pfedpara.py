@@ -18,7 +18,6 @@ from typing import Mapping
 
 import numpy as np
 
-from edge_sdk.methods.settings.fedpara import PFedParaSettings
 
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.strategies.fedpara import FedPara
@@ -31,7 +30,6 @@ class PFedPara(FedPara):
 
     name = "pfedpara"
     personal = True
-    settings_type = PFedParaSettings  # FedPara's and ``holdout``, which every plan carries
 
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:

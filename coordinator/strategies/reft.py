@@ -59,7 +59,6 @@ class Reft(Strategy):
     name = "reft"
     spec_file_support = ("prunes the spec file's conv2d and linear layers (structured, by filters/units); the "
                          "other layers follow their shapes")
-    settings_type = ReftSettings
     needs_public_data = True
 
     @classmethod

@@ -44,8 +44,6 @@ class StaticPrune(FedAvg):
     name = "static-prune"
     spec_file_support = ("prunes the spec file's conv2d and linear layers once, for the weakest device; the "
                          "other layers follow their shapes")
-    settings_type = StaticPruneSettings
-    device_method = "fedavg"  # devices train the pruned network as plain FedAvg
 
     @classmethod
     def describe_label(cls, label: str) -> str:

@@ -1,7 +1,8 @@
 """Device parts of the federated methods, looked up by the method name a plan carries.
 
-Importing this package does not import torch: :data:`DEVICE_METHODS` names each device part as
-``"module:function"`` and imports it when it is first looked up, and ``LocalData``,
+Importing this package does not import torch: :data:`DEVICE_METHODS` holds each device part of the
+registry (:mod:`edge_sdk.methods.registry`) as ``"module:function"`` and imports it when it is
+first looked up, and ``LocalData``,
 ``DeviceContext`` and ``DeviceMethod`` (:mod:`edge_sdk.methods.base`) are imported on first use,
 so the methods' settings (:mod:`edge_sdk.methods.settings`) and the CLI's ``--option help`` need
 no torch.
@@ -9,8 +10,9 @@ no torch.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Callable, Iterator, MutableMapping
+
+from edge_sdk.methods.registry import METHODS, load_entry
 
 if TYPE_CHECKING:
     from edge_sdk.methods.base import DeviceContext, DeviceMethod, LocalData
@@ -27,8 +29,7 @@ class _DeviceMethods(MutableMapping[str, "DeviceMethod"]):
     def __getitem__(self, name: str) -> "DeviceMethod":
         entry = self._entries[name]
         if isinstance(entry, str):
-            module, _, function = entry.partition(":")
-            entry = self._entries[name] = getattr(importlib.import_module(module), function)
+            entry = self._entries[name] = load_entry(entry)
         return entry  # type: ignore[return-value]
 
     def __setitem__(self, name: str, method: "DeviceMethod") -> None:
@@ -47,18 +48,10 @@ class _DeviceMethods(MutableMapping[str, "DeviceMethod"]):
         return f"DEVICE_METHODS({sorted(self._entries)})"
 
 
-#: method name -> the function a device runs on a plan of that method.
-DEVICE_METHODS: MutableMapping[str, "DeviceMethod"] = _DeviceMethods({
-    "fedavg": "edge_sdk.methods.fedavg:train_fedavg",
-    "fedprox": "edge_sdk.methods.fedprox:train_fedprox",
-    "flanc": "edge_sdk.methods.flanc:train_flanc",
-    "heterofl": "edge_sdk.methods.heterofl:train_heterofl",
-    "fdnnc": "edge_sdk.methods.fdnnc:train_fdnnc",
-    "fedpara": "edge_sdk.methods.fedpara:train_fedpara",
-    "pfedpara": "edge_sdk.methods.pfedpara:train_pfedpara",
-    "lowrank": "edge_sdk.methods.fedpara:train_fedpara",
-    "reft": "edge_sdk.methods.reft:train_reft",
-})
+#: device part (a plan's ``method``) -> the function a device runs on such a plan: every method of
+#: the registry with a device part of its own (static pruning's plans name FedAvg's).
+DEVICE_METHODS: MutableMapping[str, "DeviceMethod"] = _DeviceMethods(
+    {m.device_part: m.train for m in METHODS.values() if m.train is not None})
 
 
 def device_method(name: str) -> "DeviceMethod":

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from edge_sdk.methods.settings import METHODS, doc_table, docs_tables, method_settings
+from edge_sdk.methods.registry import METHODS, find_method
+from edge_sdk.methods.settings.docs import doc_table, docs_tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the repository (default: this checkout)")
     args = parser.parse_args(argv)
     if args.markdown:
-        print(doc_table(method_settings(args.markdown).doc_page))
+        print(doc_table(find_method(args.markdown).doc_page))
         return 0
     stale = docs_tables(args.root, write=args.write_docs)
     for page in stale:

@@ -81,6 +81,7 @@ def _simulate(args: argparse.Namespace) -> int:
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
     from edge_sdk.methods.registry import METHODS
+    from simulation.defaults import SIMULATION
     from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO
     from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
@@ -90,29 +91,29 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                                    "simulated devices, each with its own MQTT topics (and connection: "
                                    "--connections), device profile and private shard of a real dataset.")
     verbosity(p)
-    p.add_argument("--method", default="fedavg", choices=sorted(METHODS), help="federated method")
-    p.add_argument("--clients", type=at_least(1), default=4, help="number of simulated devices")
-    p.add_argument("--rounds", type=at_least(1), default=3, help="federated rounds")
-    p.add_argument("--dataset", default="mnist-sample",
+    p.add_argument("--method", default=SIMULATION.method, choices=sorted(METHODS), help="federated method")
+    p.add_argument("--clients", type=at_least(1), default=SIMULATION.clients, help="number of simulated devices")
+    p.add_argument("--rounds", type=at_least(1), default=SIMULATION.rounds, help="federated rounds")
+    p.add_argument("--dataset", default=SIMULATION.dataset,
                    help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE; sensor "
                         "series (the sensors extra): plaid, acsf1, basicmotions")
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
-    p.add_argument("--partition", default="iid", help="how data is split over devices: iid | shards:K (K classes "
+    p.add_argument("--partition", default=SIMULATION.partition, help="how data is split over devices: iid | shards:K (K classes "
                                                       "per device) | dirichlet:ALPHA")
     p.add_argument("--devices-per-round", type=at_least(1), metavar="K",
                    help="sample K of the devices each round, as the papers do (default: every device)")
-    p.add_argument("--eval-every", type=at_least(1), default=1, metavar="N",
+    p.add_argument("--eval-every", type=at_least(1), default=SIMULATION.eval_every, metavar="N",
                    help="evaluate on the test set after every N rounds; the last round always")
     p.add_argument("--eval-samples", type=at_least(1), metavar="N",
                    help="interim evaluations on a fixed stratified N of the held-out samples (default: all); "
                         "the last round always evaluates on all of them")
-    p.add_argument("--holdout", type=float, default=0.0, metavar="F",
+    p.add_argument("--holdout", type=float, default=SIMULATION.holdout, metavar="F",
                    help="each device holds out F of its data (0 < F <= 0.9) and the devices evaluate every evaluated "
                         "round's model on it (federated evaluation), reported beside the test set's accuracy "
                         "(default 0: no federated evaluation)")
     p.add_argument("--eval-per-class", action="store_true",
                    help="with --holdout, devices also report their held-out counts per class")
-    p.add_argument("--sim-device", default="cpu", metavar="DEVICE",
+    p.add_argument("--sim-device", default=SIMULATION.sim_device, metavar="DEVICE",
                    help="where simulated devices train and the coordinator evaluates: cpu, cuda, cuda:N or auto; "
                         "the devices' profiled speed is still what the report's seconds count")
     p.add_argument("--threads", type=at_least(1), metavar="N",
@@ -122,12 +123,12 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         f"other programs kept the cores busy; with OMP_WAIT_POLICY=PASSIVE in the environment "
                         f"all of them stayed fast (BENCHMARKS.md). A seeded job repeats itself with the same "
                         f"--threads only")
-    p.add_argument("--backend", default="auto", choices=list(BACKENDS),
+    p.add_argument("--backend", default=SIMULATION.backend, choices=list(BACKENDS),
                    help=f"local: every simulated device in this process; process: all of them in one child "
                         f"process beside the coordinator's (two cores); ray: spread over Ray actors "
                         f"(pip install 'edgefl[ray]'), each a process hosting many devices; auto: local up to "
                         f"{LOCAL_BACKEND_UP_TO:,} devices, process past that")
-    p.add_argument("--connections", default="auto", choices=list(CONNECTIONS),
+    p.add_argument("--connections", default=SIMULATION.connections, choices=list(CONNECTIONS),
                    help=f"own: every simulated device has an MQTT connection of its own; shared: the devices of a "
                         f"process share one (the same messages on the same topics; presence kept by the host, "
                         f"docs/simulation.md); auto: own up to {OWN_CONNECTIONS_UP_TO:,} devices, shared past that")
@@ -139,41 +140,41 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         "other machines need a --broker they can reach")
     p.add_argument("--ray-workers", type=at_least(1), metavar="N",
                    help="devices training at once (default: one per CPU of the cluster, at most --clients)")
-    p.add_argument("--ray-cpus-per-worker", type=positive_float, default=1.0, metavar="CPUS",
+    p.add_argument("--ray-cpus-per-worker", type=positive_float, default=SIMULATION.ray_cpus_per_worker, metavar="CPUS",
                    help="CPUs (torch threads) of each training")
-    p.add_argument("--ray-actors-per-worker", type=at_least(1), default=2, metavar="K",
+    p.add_argument("--ray-actors-per-worker", type=at_least(1), default=SIMULATION.ray_actors_per_worker, metavar="K",
                    help="Ray actor processes per worker, each hosting some devices; a worker trains whichever "
                         "actor's device is next, so a round is not held up by one actor's share of it")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data split, sampling and initial model")
-    p.add_argument("--out", default="runs/latest", help="where report.json, metrics.csv and plots go")
+    p.add_argument("--seed", type=int, default=SIMULATION.seed, help="seed of the data split, sampling and initial model")
+    p.add_argument("--out", default=SIMULATION.out, help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
     p.add_argument("--homeassistant", metavar="PREFIX", nargs="?", const="homeassistant",
                    help="publish the job and its devices to Home Assistant by MQTT discovery under PREFIX "
                         "(default homeassistant) on --broker (docs/homeassistant.md); off by default")
-    p.add_argument("--model", default="cnn4",
+    p.add_argument("--model", default=SIMULATION.model,
                    help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp, "
                         "cnn1d (sensor series); "
                         "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")
     p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
                                       "files), taken in turn (default: a mixed home fleet)")
-    p.add_argument("--throttle", default="virtual", choices=["virtual", "sleep", "off"],
+    p.add_argument("--throttle", default=SIMULATION.throttle, choices=["virtual", "sleep", "off"],
                    help="virtual: report the profiled devices' time; sleep: also really run that slowly; "
                         "off: report this machine's time")
-    p.add_argument("--local-epochs", type=at_least(1), default=2, help="local epochs per round")
-    p.add_argument("--batch-size", type=at_least(1), default=32, help="local batch size")
-    p.add_argument("--lr", type=positive_float, default=0.05, help="local SGD learning rate")
-    p.add_argument("--momentum", type=momentum, default=TrainConfig.momentum,
+    p.add_argument("--local-epochs", type=at_least(1), default=SIMULATION.train.epochs, help="local epochs per round")
+    p.add_argument("--batch-size", type=at_least(1), default=SIMULATION.train.batch_size, help="local batch size")
+    p.add_argument("--lr", type=positive_float, default=SIMULATION.train.lr, help="local SGD learning rate")
+    p.add_argument("--momentum", type=momentum, default=SIMULATION.train.momentum,
                    help="local SGD momentum (a fresh buffer every round)")
     p.add_argument("--lr-decay", type=lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="local SGD weight decay (L2)")
-    p.add_argument("--augment", default="none", choices=list(AUGMENTATIONS),
+    p.add_argument("--weight-decay", type=non_negative_float, default=SIMULATION.train.weight_decay, help="local SGD weight decay (L2)")
+    p.add_argument("--augment", default=SIMULATION.train.augment, choices=list(AUGMENTATIONS),
                    help="local data augmentation: hflip mirrors a random half of every batch")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save the job's state there after every round; the same command again resumes after "
                         "the last finished round (it may raise --rounds)")
-    p.add_argument("--publish-every", type=at_least(0), default=0, metavar="N",
+    p.add_argument("--publish-every", type=at_least(0), default=SIMULATION.publish_every, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); --option help lists the method's with their "

@@ -18,6 +18,7 @@ from edge_sdk.training import TrainConfig, default_threads
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
+from simulation.defaults import SIMULATION
 from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO, devices_backend
 from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
@@ -50,16 +51,16 @@ def default_device_processes() -> int:
 class SimulationConfig:
     """Settings of `edgefl simulate`."""
 
-    method: str = "fedavg"
-    clients: int = 4
-    dataset: str = "mnist-sample"
+    method: str = SIMULATION.method
+    clients: int = SIMULATION.clients
+    dataset: str = SIMULATION.dataset
     data_root: str | None = None
-    partition: str = "iid"
-    out: str = "runs/latest"
+    partition: str = SIMULATION.partition
+    out: str = SIMULATION.out
     broker_url: str | None = None
-    model: str = "cnn4"
+    model: str = SIMULATION.model
     profiles: tuple[str, ...] = DEFAULT_FLEET
-    throttle: str = "virtual"  # virtual | sleep | off
+    throttle: str = SIMULATION.throttle  # virtual | sleep | off
     job: str = "sim"
     link: LinkConfig = field(default_factory=LinkConfig)
     plots: bool = True
@@ -68,15 +69,16 @@ class SimulationConfig:
     homeassistant: str | None = None
     options: dict[str, str] = field(default_factory=dict)  # method-specific, see each strategy
     public_fraction: float = 0.1  # training inputs held out as the public set, for methods that distil
-    sim_device: str = "cpu"  # where simulated devices train: cpu, cuda, cuda:N, auto
+    sim_device: str = SIMULATION.sim_device  # where simulated devices train: cpu, cuda, cuda:N, auto
     #: local: every device in this process; process: in one child process; ray: spread over Ray actors;
     #: auto: local up to `LOCAL_BACKEND_UP_TO` devices, process past that (`devices_backend`)
-    backend: str = "auto"
-    connections: str = "auto"  # own | shared | auto (`CONNECTIONS`)
+    backend: str = SIMULATION.backend
+    connections: str = SIMULATION.connections  # own | shared | auto (`CONNECTIONS`)
     ray_address: str | None = None  # join this running Ray cluster (None: start one on this machine)
     ray_workers: int | None = None  # devices training at once (None: one per CPU of the cluster, at most clients)
-    ray_cpus_per_worker: float = 1.0  # CPUs (and torch threads) of each training
-    ray_actors_per_worker: int = 2  # actor processes per worker: any free worker trains the next device
+    ray_cpus_per_worker: float = SIMULATION.ray_cpus_per_worker  # CPUs (and torch threads) of each training
+    #: actor processes per worker: any free worker trains the next device
+    ray_actors_per_worker: int = SIMULATION.ray_actors_per_worker
     #: `--backend process`: child processes hosting the devices (device i in child i mod N), each
     #: training one of its devices at a time: two train in parallel on two cores (issue 39).
     #: Default: 2 where this process may run on two CPUs or more, else 1 (`default_device_processes`)
@@ -87,7 +89,7 @@ class SimulationConfig:
     threads: int | None = field(default_factory=default_threads)
     #: share of each device's data held out of training for federated evaluation (chosen by the sample's
     #: index in the dataset, as a real device chooses by its key); 0: none, and no federated evaluation
-    holdout: float = 0.0
+    holdout: float = SIMULATION.holdout
     #: the round loop's settings, the same `FederationConfig` `edgefl coordinator` reads from its TOML
     #: (`sim_federation`: with a simulation's defaults); a simulated job waits for all ``clients``
     #: (``min_devices`` is theirs) and evaluates where its devices train (``eval_device``: ``sim_device``)
@@ -176,10 +178,10 @@ SIM_PUBLISH_DEVICES = 100
 
 
 def sim_federation(**settings: Any) -> FederationConfig:
-    """`FederationConfig` with a simulation's defaults: 3 rounds, the job stops after
+    """`FederationConfig` with a simulation's defaults: `SIMULATION.rounds` rounds, the job stops after
     :data:`STOP_AFTER_FAILED_ROUNDS` rounds in which every device failed, and the final model goes
     to at most :data:`SIM_PUBLISH_DEVICES` devices; ``settings`` override."""
-    return FederationConfig(**{"rounds": 3, "stop_after_failed_rounds": STOP_AFTER_FAILED_ROUNDS,
+    return FederationConfig(**{"rounds": SIMULATION.rounds, "stop_after_failed_rounds": STOP_AFTER_FAILED_ROUNDS,
                                "publish_devices": SIM_PUBLISH_DEVICES, **settings})
 
 

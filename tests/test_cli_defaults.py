@@ -1,0 +1,68 @@
+"""One default per setting: a command line reads its defaults from the dataclass that holds them
+(``edgefl simulate``: `simulation.defaults.SIMULATION`), never from a literal of its own."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from edge_sdk.train_config import TrainConfig
+from simulation.defaults import SIMULATION
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the command lines checked (edge_sdk/cli.py's `profile` and `predict` options are not yet)
+CLIS = ("simulation/cli.py", "coordinator/cli.py")
+#: literal defaults that hold no setting: "not given" and empty lists
+NOT_A_SETTING = (None, False, True)
+
+
+def literal_defaults(source: str) -> list[tuple[int, str]]:
+    """(line, option) of every ``add_argument(..., default=<literal>)`` that states a value."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        for keyword in node.keywords:
+            value = keyword.value
+            if keyword.arg != "default":
+                continue
+            if isinstance(value, ast.Constant) and value.value not in NOT_A_SETTING:
+                found.append((node.lineno, ast.unparse(node.args[0]) if node.args else "?"))
+            elif isinstance(value, (ast.Tuple, ast.List, ast.Dict)) and (value.elts if hasattr(value, "elts") else value.keys):
+                found.append((node.lineno, ast.unparse(node.args[0]) if node.args else "?"))
+    return found
+
+
+@pytest.mark.parametrize("path", CLIS)
+def test_no_command_line_default_is_a_literal(path) -> None:
+    assert literal_defaults((ROOT / path).read_text()) == []
+
+
+def test_a_literal_default_would_be_caught() -> None:
+    source = "p.add_argument('--rounds', type=int, default=3)\np.add_argument('--x', default=None)\n"
+    assert literal_defaults(source) == [(1, "'--rounds'")]
+
+
+def test_simulate_without_options_is_the_simulation_defaults() -> None:
+    from edge_sdk.cli import build_parser
+
+    args = build_parser().parse_args(["simulate"])
+    assert (args.method, args.clients, args.rounds, args.dataset, args.model, args.holdout) == (
+        SIMULATION.method, SIMULATION.clients, SIMULATION.rounds, SIMULATION.dataset, SIMULATION.model,
+        SIMULATION.holdout)
+    assert (args.local_epochs, args.lr, args.batch_size, args.momentum) == (
+        SIMULATION.train.epochs, SIMULATION.train.lr, SIMULATION.train.batch_size, SIMULATION.train.momentum)
+    # where a simulation differs from a real fleet, it does so on purpose and says so (defaults.py)
+    assert SIMULATION.train.epochs != TrainConfig().epochs and SIMULATION.holdout == 0.0
+
+
+def test_the_api_reads_the_same_defaults() -> None:
+    from simulation.config import SimulationConfig, sim_federation
+
+    config = SimulationConfig()
+    assert (config.method, config.clients, config.dataset, config.partition, config.model, config.holdout) == (
+        SIMULATION.method, SIMULATION.clients, SIMULATION.dataset, SIMULATION.partition, SIMULATION.model,
+        SIMULATION.holdout)
+    assert sim_federation().rounds == SIMULATION.rounds

@@ -98,8 +98,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE; sensor "
                         "series (the sensors extra): plaid, acsf1, basicmotions")
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
-    p.add_argument("--partition", default=SIMULATION.partition, help="how data is split over devices: iid | shards:K (K classes "
-                                                      "per device) | dirichlet:ALPHA")
+    p.add_argument("--partition", default=SIMULATION.partition,
+                   help="how data is split over devices: iid | shards:K (K classes per device) | dirichlet:ALPHA")
     p.add_argument("--devices-per-round", type=at_least(1), metavar="K",
                    help="sample K of the devices each round, as the papers do (default: every device)")
     p.add_argument("--eval-every", type=at_least(1), default=SIMULATION.eval_every, metavar="N",
@@ -145,7 +145,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-actors-per-worker", type=at_least(1), default=SIMULATION.ray_actors_per_worker, metavar="K",
                    help="Ray actor processes per worker, each hosting some devices; a worker trains whichever "
                         "actor's device is next, so a round is not held up by one actor's share of it")
-    p.add_argument("--seed", type=int, default=SIMULATION.seed, help="seed of the data split, sampling and initial model")
+    p.add_argument("--seed", type=int, default=SIMULATION.seed,
+                   help="seed of the data split, sampling and initial model")
     p.add_argument("--out", default=SIMULATION.out, help="where report.json, metrics.csv and plots go")
     p.add_argument("--broker", help="mqtt://host:port of an existing broker (default: an embedded one)")
     p.add_argument("--homeassistant", metavar="PREFIX", nargs="?", const="homeassistant",
@@ -167,7 +168,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="local SGD momentum (a fresh buffer every round)")
     p.add_argument("--lr-decay", type=lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=SIMULATION.train.weight_decay, help="local SGD weight decay (L2)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=SIMULATION.train.weight_decay,
+                   help="local SGD weight decay (L2)")
     p.add_argument("--augment", default=SIMULATION.train.augment, choices=list(AUGMENTATIONS),
                    help="local data augmentation: hflip mirrors a random half of every batch")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")

@@ -30,7 +30,7 @@ def literal_defaults(source: str) -> list[tuple[int, str]]:
                 continue
             if isinstance(value, ast.Constant) and value.value not in NOT_A_SETTING:
                 found.append((node.lineno, ast.unparse(node.args[0]) if node.args else "?"))
-            elif isinstance(value, (ast.Tuple, ast.List, ast.Dict)) and (value.elts if hasattr(value, "elts") else value.keys):
+            elif isinstance(value, (ast.Tuple, ast.List)) and value.elts or isinstance(value, ast.Dict) and value.keys:
                 found.append((node.lineno, ast.unparse(node.args[0]) if node.args else "?"))
     return found
 

@@ -14,6 +14,8 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/test_version.py)
+
 __all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
 
 #: The device's state directory when no config names one (systemd's StateDirectory=edgefl).
@@ -38,16 +40,6 @@ def verbosity(parser: argparse.ArgumentParser) -> None:
     """``-v``/``-vv`` on a sub-command too (``edgefl simulate -v ...``)."""
     parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="more logging (-vv for debug)")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("edgefl")
-    except PackageNotFoundError:  # run from a checkout that is not installed
-        from edge_sdk.client import SDK_VERSION
-        return SDK_VERSION
 
 
 def _profile_transport(args: argparse.Namespace):  # -> MqttTransport | None
@@ -175,7 +167,7 @@ def _predict(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edgefl", description="Resource-adaptive federated learning over MQTT.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    parser.add_argument("--version", action="version", version=f"edgefl {_version()}")
+    parser.add_argument("--version", action="version", version=f"edgefl {SDK_VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("profile", help="measure this device (FLOPS, RAM, CPUs, optional bandwidth)",

@@ -149,7 +149,7 @@ _IDLE, _RUNNING, _AGAIN, _DONE = range(4)
 
 class DeviceHost:
     """Drives its devices without a thread each: a device is a `DeviceClient` whose `step` a
-    few worker threads call when a message for it arrives (`DeviceClient.on_ready`) or its next
+    few worker threads call when a message for it arrives (`SimHooks.on_ready`) or its next
     duty is due (a timer), so an idle device holds a socket, a timer and its objects, and no
     thread. Rounds wait in ``queue`` for the thread that serves it (None: each trains on the
     worker that stepped it). ``workers`` bounds how many devices are inside a step at once —
@@ -186,10 +186,10 @@ class DeviceHost:
         self._newest_round = -1  # the latest round a device of this host heard announced
         self._holding: set[int] = set()  # devices that keep an update (each about the model's size)
         for index, client in enumerate(clients):
-            client.on_ready = functools.partial(self._notify, index)
-            client.on_round_start = self._round_started
-            if self._stepping is not None and client.run_compute is not None:
-                client.run_compute = self._waiting_out(client.run_compute)
+            client.sim.on_ready = functools.partial(self._notify, index)
+            client.sim.on_round_start = self._round_started
+            if self._stepping is not None and client.sim.run_compute is not None:
+                client.sim.run_compute = self._waiting_out(client.sim.run_compute)
         self._workers = [threading.Thread(target=self._work, name=f"edgefl-sim-worker-{n}", daemon=True)
                          for n in range(max(1, min(workers, len(clients))))]
         self._connectors = [threading.Thread(target=self._open_devices, name=f"edgefl-sim-connect-{n}",
@@ -237,7 +237,8 @@ class DeviceHost:
                 if index >= len(self.clients) or self._closing:
                     return
             client = self.clients[index]
-            if self._version is not None and client.config.transport.protocol == "auto" and client.connect_via is None:
+            if (self._version is not None and client.config.transport.protocol == "auto"
+                    and client.sim.connect_via is None):
                 # the version the first device found: "auto" would probe each connection of its own
                 # (MQTT 5 without a will, then again with it); a shared one was probed once
                 client.config = replace(client.config, transport=replace(client.config.transport,
@@ -288,7 +289,7 @@ class DeviceHost:
             holders, self._holding = self._holding, set()
         for index in holders:
             client = self.clients[index]
-            client.forget_updates_before = max(client.forget_updates_before, rnd)
+            client.sim.forget_updates_before = max(client.sim.forget_updates_before, rnd)
             self._ready.put(index)
 
     def _waiting_out(self, run_compute: Callable[[Callable[[], object]], object]

@@ -51,7 +51,7 @@ def test_a_device_steps_without_a_thread_of_its_own() -> None:
         network = NetworkLoop()
         device = _device(broker.url, "stepper", network)
         woken: list[float] = []
-        device.on_ready = lambda: woken.append(time.monotonic())
+        device.sim.on_ready = lambda: woken.append(time.monotonic())
         try:
             before = _threads()
             device.open()
@@ -97,7 +97,7 @@ def test_a_device_told_a_plan_is_coming_sleeps_until_it_comes() -> None:
         network = NetworkLoop()
         device = _device(broker.url, "expecting", network)
         woken: list[float] = []
-        device.on_ready = lambda: woken.append(time.monotonic())
+        device.sim.on_ready = lambda: woken.append(time.monotonic())
         try:
             device.open()
             device.step()

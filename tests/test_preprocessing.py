@@ -87,8 +87,8 @@ def test_two_devices_with_different_data_train_on_the_same_scale(tmp_path):
         own = Preprocessing([float(raw.mean())], [float(raw.std())])
         client = DeviceClient(ClientConfig(device_id=f"cam{seed}"),
                               LocalData(own.apply(raw), np.zeros(40, np.int64), 10, own), profile)
-        data = client._job_data(plan)
-        assert client._job_data(plan) is data  # converted once per job
+        data = client.local.for_plan(plan)
+        assert client.local.for_plan(plan) is data  # converted once per job
         np.testing.assert_allclose(data.x, job.apply(raw), atol=1e-4)
         inputs.append(float(data.x.mean()))
     assert inputs[0] < -0.5 < 0.5 < inputs[1]  # the dark camera's inputs stay darker: one scale, not two

@@ -18,7 +18,7 @@ from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
-from edge_sdk import client as client_module
+from edge_sdk import remeasure as remeasure_module
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.link import MessageLink
@@ -276,8 +276,8 @@ def _detail(gflops: float, busy: bool = False) -> dict:
 
 @pytest.mark.slow
 def test_a_client_remeasures_when_idle_and_the_coordinator_reassigns_it(broker, monkeypatch) -> None:
-    monkeypatch.setattr(client_module, "IDLE_WATCH_S", 0.2)
-    monkeypatch.setattr(client_module, "CpuWatch", _IdleWatch)
+    monkeypatch.setattr(remeasure_module, "IDLE_WATCH_S", 0.2)
+    monkeypatch.setattr(remeasure_module, "CpuWatch", _IdleWatch)
     data = _digits()
     strategy = Flanc.create(StrategyContext(FederationConfig(seed=0), "mlp", data.input_shape, data.num_classes))
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{JOB}-coord-client-{time.monotonic_ns()}"))
@@ -293,7 +293,7 @@ def test_a_client_remeasures_when_idle_and_the_coordinator_reassigns_it(broker, 
                                        load_profile(profile))
     pi = clients["pi"]
     measured = [_detail(90.0, busy=True), _detail(150.0), _detail(160.0)]  # busy: not sent; then 150; then 160s
-    pi.measure_compute = lambda: measured.pop(0) if len(measured) > 1 else measured[0]
+    pi.remeasuring.measure = lambda: measured.pop(0) if len(measured) > 1 else measured[0]
     threads = [threading.Thread(target=c.run, kwargs={"timeout_s": 30.0}, daemon=True) for c in clients.values()]
     for thread in threads:
         thread.start()
@@ -325,9 +325,9 @@ def test_a_client_stops_remeasuring_when_an_old_coordinator_does_not_know_the_ki
     data = _digits()
     pi = DeviceClient(ClientConfig(device_id="pi", remeasure_every_s=60.0),
                       LocalData(data.x_train[:10], data.y_train[:10], data.num_classes), load_profile("raspberry-pi-3b"))
-    pi._profile_update_id = "abc"
+    pi.remeasuring.update_id = "abc"
     pi._handle(Envelope.of(Error("kind", "unknown message kind 'profile_update'"), "coordinator", reply_to="abc"))
-    assert pi._remeasure_at == float("inf")
+    assert pi.remeasuring.next_at == float("inf")
 
 
 def test_a_busy_start_up_figure_is_measured_again_sooner(caplog) -> None:
@@ -338,6 +338,6 @@ def test_a_busy_start_up_figure_is_measured_again_sooner(caplog) -> None:
     local = LocalData(data.x_train[:10], data.y_train[:10], data.num_classes)
     soon = DeviceClient(ClientConfig(device_id="pi", remeasure_every_s=3600.0), local, busy)
     late = DeviceClient(ClientConfig(device_id="pi", remeasure_every_s=3600.0), local, load_profile("raspberry-pi-3b"))
-    assert soon._remeasure_at < late._remeasure_at - 3000
+    assert soon.remeasuring.next_at < late.remeasuring.next_at - 3000
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "while busy (x): measuring again when idle, in 300 s" in warned[0]

@@ -128,12 +128,12 @@ def test_each_round_holds_the_slot_asking_with_how_many_rounds_wait() -> None:
 def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_path, broker, monkeypatch) -> None:
     """The in-process backend: the coordinator's thread (here, the test's) trains the devices while
     it waits for them and evaluates on the same thread, so torch has one OpenMP team in the process."""
-    import edge_sdk.client as client_module
+    import edge_sdk.device_rounds as rounds_module
     from simulation.simulate import SimulationConfig, run_simulation, sim_federation
     from edge_sdk.training import TrainConfig
 
     ran_on: list[int] = []
-    original = client_module.device_method
+    original = rounds_module.device_method
 
     def recording(name: str):
         method = original(name)
@@ -144,7 +144,7 @@ def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_pa
 
         return run
 
-    monkeypatch.setattr(client_module, "device_method", recording)
+    monkeypatch.setattr(rounds_module, "device_method", recording)
     report = run_simulation(SimulationConfig(method="fedavg", clients=4, dataset="digits", model="mlp",
                                              partition="iid", out=str(tmp_path / "job"), broker_url=broker.url,
                                              job="queue-thread", plots=False,
@@ -182,7 +182,7 @@ def test_a_sleeping_throttle_sleeps_on_the_devices_thread_not_the_shared_one(mon
                           profile, Throttle(profile, mode="sleep"), run_compute=queue.run)
     sent: list = []
     monkeypatch.setattr(client, "_send_update", lambda body, rnd: sent.append(body))
-    monkeypatch.setattr(client, "_status", lambda *a, **k: None)
+    monkeypatch.setattr(client.uplink, "status", lambda *a, **k: None)
     try:
         update = client._train(0, plan)
     finally:

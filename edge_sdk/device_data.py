@@ -1,0 +1,117 @@
+"""The device's own data: what it trains on, what it holds out for federated evaluation, its data
+source read again every round it trains (it may have grown), and its data in the normalisation a
+job names. Only counts and tensors leave the device, never this data."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from edge_sdk.holdout import split_holdout
+from edge_sdk.methods import LocalData
+from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.protocol.messages import Evaluate, Plan
+
+if TYPE_CHECKING:
+    from edge_sdk.sources import DataSource
+
+__all__ = ["DeviceData", "ReadFailed"]
+
+log = logging.getLogger("edge_sdk.client")  # the device's log, whichever part of it speaks
+
+
+class ReadFailed(NamedTuple):
+    """Why the data source gave nothing to train on: the `no_data` error's text and the status's."""
+
+    error: str
+    status: str
+
+
+def _short(values: tuple[float, ...]) -> str:
+    return "[" + ", ".join(f"{v:.4g}" for v in values[:4]) + (", ...]" if len(values) > 4 else "]")
+
+
+class DeviceData:
+    """A device's data: ``data`` to train on, ``holdout`` to evaluate on (`ClientConfig.holdout`)."""
+
+    def __init__(self, device_id: str, holdout_share: float | None, source: DataSource | None,
+                 data: LocalData | None, test: LocalData | None = None) -> None:
+        self.device_id = device_id
+        #: `ClientConfig.holdout`: the share held out, 0 (none) or None (the source's own test set)
+        self.holdout_share = holdout_share
+        #: where the data comes from, read again at the start of every round the device trains
+        #: (edge_sdk/sources); None: the data as given, for good
+        self.source = source
+        self.data: LocalData  # what it trains on (its held-out share removed)
+        self.holdout: LocalData | None  # what it evaluates on
+        self.holdout_note: str  # why it holds nothing out
+        #: the job's normalisation the last plan named, and the data converted to it (`for_plan`)
+        self._job_preprocessing: Preprocessing | None
+        self._job_data_cache: LocalData
+        self.use(data, test)
+
+    def use(self, data: LocalData | None, test: LocalData | None = None) -> None:
+        """Train on ``data`` less its held-out share (`ClientConfig.holdout`), or hold out ``test``."""
+        holdout = self.holdout_share
+        self._job_preprocessing = None
+        if data is None:
+            self.data = LocalData(np.zeros((0,), np.float32), np.zeros(0, np.int64), 0)
+            self.holdout, self.holdout_note = None, "it has no data"
+        elif holdout is None:
+            self.data, self.holdout = data, test
+            self.holdout_note = "" if test is not None else "its data source names no held-out set"
+        elif holdout == 0:
+            self.data, self.holdout, self.holdout_note = data, None, "it holds out no data ([data] holdout)"
+        else:
+            split = split_holdout(data, holdout)
+            self.data, self.holdout, self.holdout_note = split.train, split.holdout, split.note
+        self._job_data_cache = self.data
+
+    def read_again(self, rnd: int) -> ReadFailed | None:
+        """Read the data source again (it may have grown); a missing or empty one leaves the device
+        no data, and says why: the device answers ``no_data`` and stays in the fleet, training
+        nothing this round."""
+        from edge_sdk.sources import NoData
+
+        assert self.source is not None
+        try:
+            read = self.source.read()
+        except NoData as exc:
+            log.warning("%s: round %d: no data: %s", self.device_id, rnd + 1, exc)
+            self.use(None)
+            return ReadFailed(str(exc)[:1000], f"no data: {exc}"[:200])
+        except (ValueError, OSError) as exc:
+            log.error("%s: round %d: reading %s failed: %s", self.device_id, rnd + 1, self.source.description, exc)
+            return ReadFailed(f"reading its data failed: {exc}"[:1000], f"reading its data failed: {exc}"[:200])
+        before = len(self.data)
+        self.use(read.data, read.test)
+        if len(self.data) != before:
+            log.info("%s: round %d: %d samples to train on (%d before)", self.device_id, rnd + 1,
+                     len(self.data), before)
+        return None
+
+    def for_plan(self, plan: Plan) -> LocalData:
+        """The device's data in the normalisation the plan names (converted once per job and
+        kept: `LocalData.normalised_as`; raw uint8 bytes, a simulated device's shard, are converted
+        each time and not kept); the data as loaded when the plan names none."""
+        if plan.preprocessing is None:
+            return self.data
+        job = Preprocessing.from_dict(plan.preprocessing)
+        own = self.data.preprocessing
+        if own is not None and own.is_raw and self.data.x.dtype == np.uint8:
+            return self.data.normalised_as(job)  # as cheap as a copy: none kept (a simulated device's bytes)
+        if self._job_preprocessing is None or not self._job_preprocessing.same_normalisation(job):
+            if own is not None and not own.same_normalisation(job):
+                log.info("%s: normalising its data with the job's statistics (mean %s, std %s) instead of "
+                         "its own", self.device_id, _short(job.mean), _short(job.std))
+            self._job_data_cache = self.data.normalised_as(job)
+            self._job_preprocessing = job
+        return self._job_data_cache
+
+    def holdout_for(self, request: Evaluate) -> LocalData | None:
+        """The held-out data in the normalisation ``request`` names."""
+        if self.holdout is None or request.preprocessing is None:
+            return self.holdout
+        return self.holdout.normalised_as(Preprocessing.from_dict(request.preprocessing))

@@ -96,7 +96,19 @@ _ONLY_KEEP = ("with only the transfer being added to open, the global budget can
 _HEADER = ("unreachable: a valid chunk's header is at most 384 bytes (docs/protocol.md; "
            "test_every_chunk_fits_even_with_worst_case_header), so a frame is at most chunk_size - 128")
 _LEX = "for the three valid rules (checked in __post_init__), 'mean' is the only one <= 'mean'"
+_RENORMALISE = ("w is normalised already (above); normalising it a second time when nothing was scaled back changes at "
+                "most the last bit of a float64 weight, which the float32 result hides (200 random folds: identical)")
+_GUARD = "if (scales < 1.0).any():  # a screen that scales nothing back changes nothing, to the bit"
+_STRICT = "the lengths are equal by construction (one weight and one scale per tensor set, checked on entry)"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    **{("robust", _GUARD, _GUARD.replace("scales < 1.0", after)): _RENORMALISE
+       for after in ("scales != 1.0", "scales <= 1.0", "scales < 2.0")},
+    ("robust", "for d, w in zip(deltas, weights, strict=True):",
+     "for d, w in zip(deltas, weights, strict=False):"): _STRICT,
+    ("robust", "ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales, strict=True)]",
+     "ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales, strict=False)]"): _STRICT,
+    ("aggregation", "for tensors, w in zip(tensor_sets, weights, strict=True):  # lengths checked above",
+     "for tensors, w in zip(tensor_sets, weights, strict=False):  # lengths checked above"): _STRICT,
     **{("validation", 'if array.dtype.kind == "f" and not np.isfinite(array).all():', after): _FINITE
        for after in ('if array.dtype.kind <= "f" and not np.isfinite(array).all():',
                      'if array.dtype.kind >= "f" and not np.isfinite(array).all():',
@@ -107,8 +119,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "max(k - 1, 1) // 2 == max(k - 1, 0) // 2 for every k >= 0 (both 0 for k = 0, 1, 2)",
     ("robust", 'folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \\',
      'folded = _fold_mean(base[k].shape, ds, w) if config.rule <= "mean" \\'): _LEX,
-    ("robust", 'return self.rule == "mean" and self.clip is None and self.max_share >= 1.0',
-     'return self.rule <= "mean" and self.clip is None and self.max_share >= 1.0'): _LEX,
     ("robust", "total = np.take_along_axis(sums, (k - cut)[None], 0)[0] - np.take_along_axis(sums, cut[None], 0)[0]",
      "total = np.take_along_axis(sums, (k - cut)[None], 0)[ -1] - np.take_along_axis(sums, cut[None], 0)[0]"):
         "the taken array has a leading axis of length 1: [-1] is [0]",
@@ -125,13 +135,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("robust", "full = all(np.shape(t[k]) == np.shape(current[k]) for t in tensor_sets for k in current)",
      "full = all(np.shape(t[k]) >= np.shape(current[k]) for t in tensor_sets for k in current)"):
         "a leading block is nowhere larger than its tensor, so it is >= (lexicographically) only when equal",
-    ("robust", "return number(1e-12, 1e300)(key, text)", "return number(1e-12, 1e+300)(key, text)"):
-        "1e300 + 1 and 1e300 - 1 are 1e300 in floating point: the same program",
-    ("robust", "return self.rule == \"mean\" and self.clip is None and self.max_share >= 1.0",
-     "return self.rule == \"mean\" and self.clip is None and self.max_share == 1.0"):
-        "max_share is checked to be <= 1 in __post_init__",
-    ("robust", 'if clip is None or clip == "auto":', 'if clip is None or clip is "auto":'):
-        "an 'auto' that is not this literal goes on to _clip_factor, which maps it to K = 1: valid all the same",
     ("robust", "cut = np.where(k >= 3, np.maximum(cut, 1), cut)  # at least one per side from 3 holders",
      "cut = np.where(k >= 2, np.maximum(cut, 1), cut)  # at least one per side from 3 holders"): _MIN_CUT,
     **{("aggregation", "rest = np.concatenate([np.cumsum(desc[::-1])[::-1], [0.0]])  # rest[k] = sum of all but "
@@ -212,8 +215,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "w = w * w.sum() if w.sum() > 0 else np.full(len(w), 1.0 / len(w))"): _SCALE,
     ("robust", "w = w / w.sum()", "w = w * w.sum()"): _SCALE,
     ("robust", "w = w / w.sum()", "pass"): _SCALE,
-    ("robust", 'if clip is None or clip == "auto":', "if (clip is None):"):
-        "'auto' then goes on to _clip_factor, which maps it to K = 1: valid all the same",
     ("robust", "cut = np.minimum(cut, np.maximum(k - 1, 0) // 2)  # always keep one or two",
      "pass  # always keep one or two"): _MIN_CUT,
     ("robust", "metrics.update(clip_bound=bound, clipped=float(np.sum(scales < 1.0)))",
@@ -589,12 +590,24 @@ def summarise(module: str, results: list[dict]) -> bool:
     return not unexplained
 
 
+def stale_equivalents(module: str, root: Path = Path(".")) -> list[str]:
+    """The ``EQUIVALENT`` entries of ``module`` quoting a line its source no longer has (the code
+    moved on: the entry explains nothing any more); printed, and they fail the run."""
+    lines = {line.strip() for line in (root / TARGETS[module].path).read_text().splitlines()}
+    stale = [original for (name, original, _), _reason in EQUIVALENT.items()
+             if name == module and original.strip() not in lines]
+    for original in sorted(set(stale)):
+        print(f"  stale EQUIVALENT entry of {module}: {original!r} is no longer in {TARGETS[module].path}")
+    return stale
+
+
 def report(results: list[dict], modules: list[str]) -> int:
     ok = True
     for module in modules:
         mine = [r for r in results if r["key"][0] == module]
         if mine:
             ok &= summarise(module, mine)
+        ok &= not stale_equivalents(module)
     return 0 if ok else 1
 
 
@@ -644,6 +657,7 @@ def main() -> int:
             results += own_mutants(workdir, module, target, timeout, runner)
         print(f"{module}: {time.monotonic() - start:.0f} s")
         failed |= not summarise(module, results)
+        failed |= bool(stale_equivalents(module))
         everything += results
         if opts.json:  # after every module: a run cut short keeps what it did
             opts.json.write_text(json.dumps(everything, indent=1))

@@ -545,8 +545,9 @@ def test_weighted_average_exact():
     np.testing.assert_array_equal(weighted_average(sets[:1], [2.0])["a"], vec(4.0, 0.0))
     many = [{"a": vec(float(k))} for k in range(1, 301)]
     np.testing.assert_array_equal(weighted_average(many, [1.0] * 300)["a"], vec(150.5))
-    with pytest.raises(ValueError):
-        weighted_average(sets, [1.0])  # one weight for two sets
+    for weights in ([1.0], [1.0, 1.0, 1.0]):  # one weight for two sets, three for two: said so, not zip's error
+        with pytest.raises(ValueError, match="^need one weight per tensor set"):
+            weighted_average(sets, weights)
     with pytest.raises(ValueError):
         weighted_average(sets, [1.0, 1.0, 1.0])
 

@@ -160,13 +160,34 @@ def _central_on_the_devices_holdout(config, checkpoint: Path) -> tuple[int, int]
     return samples, correct
 
 
-@pytest.mark.parametrize("version, takes", [("0.4.0", True), ("0.10.1", True), ("1.0", True), ("0.3.0", False),
-                                            ("0.2.9", False), ("", False), ("x.y", False)])
-def test_only_an_sdk_that_answers_evaluations_is_asked(version, takes) -> None:
-    """An older SDK drops an `evaluate` it does not know: asking it would hold every evaluation
-    until its deadline, so the loop does not (the round's `evaluation.sdk_too_old` counts them)."""
+@pytest.mark.parametrize("capabilities, version, takes", [
+    (("fedavg", "evaluate"), "0.5.0", True), (("evaluate",), "", True),  # it says so: its version does not matter
+    (("fedavg",), "0.5.0", False), (("fedavg",), "1.0", False),  # a later SDK that does not say so: not asked
+    (("fedavg",), "0.4.0", True), (("fedavg",), "0.4.7", True),  # SDK 0.4 named only methods, and answers
+    ((), "0.3.0", False), ((), "0.2.9", False), ((), "", False), ((), "x.y", False)])
+def test_only_a_device_that_answers_evaluations_is_asked(capabilities, version, takes) -> None:
+    """A device that does not answer `evaluate` would hold every evaluation until its deadline, so
+    the loop asks only those that name the ``evaluate`` capability (and SDK 0.4 devices, which
+    answer it but named only their methods; the round's `evaluation.sdk_too_old` counts the rest)."""
     from coordinator.core.device_record import DeviceRecord
     from edge_sdk.profiling import load_profile
 
-    record = DeviceRecord("d", load_profile("raspberry-pi-4b"), 10, sdk_version=version)
+    record = DeviceRecord("d", load_profile("raspberry-pi-4b"), 10, sdk_version=version, capabilities=capabilities)
     assert record.takes_evaluations() is takes
+
+
+def test_a_device_names_what_it_can_do_and_the_list_is_bounded() -> None:
+    from edge_sdk.methods import DEVICE_METHODS
+    from edge_sdk.protocol.capabilities import EVALUATE
+    from edge_sdk.protocol.errors import ProtocolError
+    from edge_sdk.protocol.messages import MAX_CAPABILITIES, Envelope, Register, decode_envelope, encode_envelope
+
+    def register(capabilities: tuple[str, ...]) -> Register:
+        env = Envelope.of(Register({"name": "pi"}, 10, capabilities=capabilities), "d1")
+        return decode_envelope(encode_envelope(env)).body
+
+    ours = (*DEVICE_METHODS, EVALUATE)
+    assert register(ours).capabilities == ours
+    for hostile in (("x",) * (MAX_CAPABILITIES + 1), ("x" * 65,)):
+        with pytest.raises(ProtocolError, match="capabilities"):
+            register(hostile)

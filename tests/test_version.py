@@ -50,3 +50,4 @@ def test_a_device_registers_with_it() -> None:
     client.uplink.envelope = sent.append
     client._register()
     assert [env.body.sdk_version for env in sent] == [SDK_VERSION]
+    assert "evaluate" in sent[0].body.capabilities and "fedavg" in sent[0].body.capabilities  # what it can do

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from edge_sdk.profiling import DeviceProfile
+from edge_sdk.protocol.capabilities import EVALUATE
 
 __all__ = ["DeviceRecord", "MAX_KEPT_ACKS", "MISS_WINDOW", "MISS_MASK"]
 
@@ -51,6 +52,9 @@ class DeviceRecord:
     last_evaluation: tuple[int, int, int, str] | None = None
     #: the edgefl SDK version it registered with ("" when it did not say)
     sdk_version: str = ""
+    #: what it said it can do when it registered: the device parts it trains and features
+    #: (`edge_sdk.protocol.capabilities`)
+    capabilities: tuple[str, ...] = ()
     #: of the last `MISS_WINDOW` training rounds it was asked for an update, those in which it sent
     #: nothing (no update, no decline) before the round stopped waiting, as bits (bit 0: the
     #: latest); a late update of the latest takes its miss back (`Fleet.collect`)
@@ -66,13 +70,10 @@ class DeviceRecord:
         return (self.miss_bits & MISS_MASK).bit_count()
 
     def takes_evaluations(self) -> bool:
-        """Does its SDK answer an ``evaluate`` (edgefl 0.4 and later)? An older one would drop it
-        and the evaluation would wait for it until its deadline."""
-        parts = self.sdk_version.split(".")[:2]
-        try:
-            return tuple(int(p) for p in parts) >= (0, 4)
-        except ValueError:
-            return False
+        """Does it answer an ``evaluate``? It says so in its capabilities; an SDK 0.4 device that
+        names only its device parts answers too (its version is the only sign). Any other would drop
+        it, and the evaluation would wait for it until its deadline."""
+        return EVALUATE in self.capabilities or self.sdk_version.split(".")[:2] == ["0", "4"]
 
     def acknowledged(self, msg_id: str) -> bool:
         """Has the device acknowledged the message ``msg_id`` (an `ack` whose ``reply_to`` is it)?"""

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from edge_sdk.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
+from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, Evaluate, Evaluation, Plan, ProfileUpdate, Register, Status, Update,
@@ -520,7 +521,8 @@ class Fleet:
         if self.method is not None and body.capabilities and self.method not in body.capabilities:
             self._reject(device, ErrorCode.UNSUPPORTED_METHOD,
                          f"this job runs method {self.method!r}, which this device's edgefl SDK does not "
-                         f"support (it supports {', '.join(sorted(body.capabilities))}); update the SDK",
+                         f"support (it supports {', '.join(sorted(set(body.capabilities) - set(FEATURES)))}); "
+                         "update the SDK",
                          env.msg_id)
             return
         why = self.task.refuses(body.input_shape, body.num_classes) if self.task is not None else None
@@ -537,6 +539,7 @@ class Fleet:
             self._accept_samples(record, body.num_samples)
         record.connection = max(record.connection, body.connection)
         record.sdk_version = body.sdk_version[:32]
+        record.capabilities = body.capabilities
         if self.on_register is not None:
             self.on_register(record)
         if self.on_device_change is not None:

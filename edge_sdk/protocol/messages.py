@@ -33,6 +33,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 MAX_EVAL_CLASSES = 100_000  # per-class counts an evaluation may carry
 MAX_ID_LEN = 64  # msg_id, reply_to, transfer_id
+MAX_CAPABILITIES = 64  # names in a register's capabilities, each at most MAX_ID_LEN characters
 MAX_PLAIN_DEPTH = 16  # nesting of model_spec / train
 MAX_SIGNATURE_LEN = 1024  # a model's signature (Ed25519: 64 bytes)
 _MISSING = object()
@@ -85,10 +86,13 @@ def _bool(body: dict, name: str, default: Any = _MISSING) -> bool:
     return v
 
 
-def _str_tuple(body: dict, name: str, default: Any = _MISSING) -> tuple[str, ...]:
+def _str_tuple(body: dict, name: str, default: Any = _MISSING, *, max_items: int | None = None,
+               max_len: int | None = None) -> tuple[str, ...]:
     v = _get(body, name, default)
     if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
         raise _bad(f"field {name!r} must be an array of strings")
+    if (max_items is not None and len(v) > max_items) or (max_len is not None and any(len(x) > max_len for x in v)):
+        raise _bad(f"field {name!r} must hold at most {max_items} strings of at most {max_len} characters")
     return tuple(v)
 
 
@@ -183,7 +187,8 @@ class Register(Message):
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Register:
         return cls(_map(body, "profile", _MISSING, (int, float, str, bool)),
-                   _int(body, "num_samples", lo=0), _str_tuple(body, "capabilities", ()),
+                   _int(body, "num_samples", lo=0),
+                   _str_tuple(body, "capabilities", (), max_items=MAX_CAPABILITIES, max_len=MAX_ID_LEN),
                    _str(body, "sdk_version", ""), _int(body, "connection", 0, lo=0),
                    _shape(body, "input_shape", ()), _int(body, "num_classes", 0, lo=0, hi=1_000_000))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edge_sdk.holdout import check_holdout
+from edge_sdk.holdout import NO_HOLDOUT, SOURCE_TEST_SET, check_holdout
 from edge_sdk.link import LinkConfig
 from edge_sdk.schedule import SchedulePolicy
 from edge_sdk.transport import TransportConfig
@@ -40,9 +40,9 @@ class ClientConfig:
     #: seconds a (re-)measurement takes (`edge_sdk.profiling.measure_flops_detail`)
     measure_seconds: float = 1.0
     #: share of its data the device holds out of training for federated evaluation, chosen by each
-    #: sample's stable key (edge_sdk/holdout.py): a fraction in (0, 0.9]; 0: none (it answers an
-    #: evaluation with none); None: the held-out set its data source names (an npz's x_test/y_test)
-    holdout: float | None = 0.0
+    #: sample's stable key (edge_sdk/holdout.py): a fraction in (0, 0.9]; `NO_HOLDOUT`: none (it
+    #: answers an evaluation with none); `SOURCE_TEST_SET`: the held-out set its source names
+    holdout: float | None = NO_HOLDOUT
     #: an update the coordinator has not answered (ack or error) after this many seconds is sent
     #: again, then after twice and four times as long, while its round is open (0: never); its loss
     #: on the way (e.g. the broker's queue to the coordinator full after a flood) costs no round
@@ -51,7 +51,7 @@ class ClientConfig:
     update_resends: int = 3
 
     def __post_init__(self) -> None:
-        if self.holdout is not None and self.holdout != 0:
+        if self.holdout is not SOURCE_TEST_SET and self.holdout != NO_HOLDOUT:
             check_holdout(self.holdout, "holdout")
         if not (isinstance(self.update_resend_s, (int, float)) and 0 <= self.update_resend_s < float("inf")):
             raise ValueError(f"update_resend_s must be a number of seconds >= 0, got {self.update_resend_s!r}")

@@ -10,7 +10,7 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import DATASETS
-from edge_sdk.holdout import check_holdout
+from edge_sdk.holdout import SOURCE_TEST_SET, check_holdout
 from edge_sdk.methods import LocalData
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
@@ -107,14 +107,14 @@ def _windows(data: dict) -> WindowSpec | None:
 
 def holdout_from_toml(config: dict) -> float | None:
     """`[data] holdout`: the share of its data a device holds out for federated evaluation, a
-    fraction in (0, 0.9]; default DEFAULT_HOLDOUT, or None ("use the source's own held-out set")
-    when the source is an npz holding x_test and y_test and no holdout is given."""
+    fraction in (0, 0.9]; default DEFAULT_HOLDOUT, or `SOURCE_TEST_SET` when the source is an npz
+    holding x_test and y_test and no holdout is given."""
     data = section(config, "data", _DATA_KEYS)
     if "holdout" in data:
         return check_holdout(data["holdout"], "[data] holdout")
     source = data_source_from_toml(config)
     if isinstance(source, NpzSource) and npz_has_test(source.path):
-        return None
+        return SOURCE_TEST_SET
     return DEFAULT_HOLDOUT
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from edge_sdk.holdout import split_holdout
+from edge_sdk.holdout import NO_HOLDOUT, SOURCE_TEST_SET, split_holdout
 from edge_sdk.methods import LocalData
 from edge_sdk.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Evaluate, Plan
@@ -59,10 +59,10 @@ class DeviceData:
         if data is None:
             self.data = LocalData(np.zeros((0,), np.float32), np.zeros(0, np.int64), 0)
             self.holdout, self.holdout_note = None, "it has no data"
-        elif holdout is None:
+        elif holdout is SOURCE_TEST_SET:
             self.data, self.holdout = data, test
             self.holdout_note = "" if test is not None else "its data source names no held-out set"
-        elif holdout == 0:
+        elif holdout == NO_HOLDOUT:
             self.data, self.holdout, self.holdout_note = data, None, "it holds out no data ([data] holdout)"
         else:
             split = split_holdout(data, holdout)

@@ -18,7 +18,16 @@ import numpy as np
 
 from edge_sdk.methods.base import LocalData
 
-__all__ = ["MIN_CLASS_SAMPLES", "MIN_HOLDOUT", "HoldoutSplit", "check_holdout", "sample_keys", "split_holdout"]
+__all__ = ["MIN_CLASS_SAMPLES", "MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout",
+           "sample_keys", "split_holdout"]
+
+#: A device's holdout setting has three meanings: a fraction in (0, 0.9] of its samples, chosen by
+#: key; this one, nothing (it trains on everything and answers an evaluation with no samples: the
+#: Python API's and a simulation's default); or `SOURCE_TEST_SET`. A real device's TOML holds out
+#: `edge_sdk.device_config.DEFAULT_HOLDOUT` unless told.
+NO_HOLDOUT = 0.0
+#: The held-out set its data source names (an npz's x_test/y_test), none of its training samples.
+SOURCE_TEST_SET = None
 
 #: A class with fewer samples than this on a device is not held out from (it stays in training).
 MIN_CLASS_SAMPLES = 5

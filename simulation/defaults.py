@@ -12,11 +12,7 @@ from dataclasses import dataclass, field
 
 from edge_sdk.train_config import TrainConfig
 
-__all__ = ["SimulationDefaults", "SIMULATION", "NO_HOLDOUT"]
-
-#: a device holds out nothing, and the job has no federated evaluation (a real device's TOML holds
-#: out `edge_sdk.device_config.DEFAULT_HOLDOUT`, or its source's own test set)
-NO_HOLDOUT = 0.0
+__all__ = ["SimulationDefaults", "SIMULATION"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +36,9 @@ class SimulationDefaults:
     seed: int = 0
     eval_every: int = 1
     publish_every: int = 0  # the final model only
-    #: each device holds out nothing: the simulation evaluates on the dataset's test set
-    holdout: float = NO_HOLDOUT
+    #: each device holds out nothing (`edge_sdk.holdout.NO_HOLDOUT`; that module needs torch): the
+    #: simulation evaluates on the dataset's test set
+    holdout: float = 0.0
     #: ``edgefl simulate``'s training: two local epochs, the rest `TrainConfig`'s. A real device
     #: trains what its coordinator's ``[train]`` says (one epoch unless set), and so does a job built
     #: in Python with `sim_federation` (the tests and benches rely on its one epoch)

@@ -47,6 +47,7 @@ def test_a_literal_default_would_be_caught() -> None:
 
 def test_simulate_without_options_is_the_simulation_defaults() -> None:
     from edge_sdk.cli import build_parser
+    from edge_sdk.holdout import NO_HOLDOUT
 
     args = build_parser().parse_args(["simulate"])
     assert (args.method, args.clients, args.rounds, args.dataset, args.model, args.holdout) == (
@@ -55,7 +56,7 @@ def test_simulate_without_options_is_the_simulation_defaults() -> None:
     assert (args.local_epochs, args.lr, args.batch_size, args.momentum) == (
         SIMULATION.train.epochs, SIMULATION.train.lr, SIMULATION.train.batch_size, SIMULATION.train.momentum)
     # where a simulation differs from a real fleet, it does so on purpose and says so (defaults.py)
-    assert SIMULATION.train.epochs != TrainConfig().epochs and SIMULATION.holdout == 0.0
+    assert SIMULATION.train.epochs != TrainConfig().epochs and SIMULATION.holdout == NO_HOLDOUT
 
 
 def test_the_api_reads_the_same_defaults() -> None:

@@ -5,7 +5,7 @@ scheduler injects faults at random, again and again; reports what each kind of f
 
 Everything is a real process: mosquitto, an `edgefl coordinator` (checkpointing every round),
 and `--devices` `edgefl client` processes that reach the broker through the TCP fault proxy
-(tests/faultproxy.py), which throughout the job duplicates, delays (so reorders) and now and
+(tests/support/faultproxy.py), which throughout the job duplicates, delays (so reorders) and now and
 then drops chunks in both directions. Every `--every` seconds on average (exponential gaps) the
 scheduler injects one of:
 
@@ -43,10 +43,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/faultproxy.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/support/faultproxy.py
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker  # noqa: E402
-from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks  # noqa: E402
+from tests.support.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks  # noqa: E402
 
 EDGEFL = str(Path(sys.executable).parent / "edgefl")
 KINDS = ("broker_restart", "device_kill", "connection_drop", "stall", "coordinator_kill")

@@ -1,5 +1,5 @@
 """Shared pytest fixtures: private MQTT brokers on free loopback ports; the ``requires`` marker
-(tests/requirements.py: a missing part skips a test, or fails it under CI=true)."""
+(tests/support/requirements.py: a missing part skips a test, or fails it under CI=true)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
-from tests.requirements import require
+from tests.support.requirements import require
 
 __all__ = ["amqtt_broker", "broker", "mosquitto_broker", "topic_prefix"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.runtime.broker import BrokerConfig, BrokerError, EmbeddedBroker, find_mosquitto, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 KINDS = [pytest.param("mosquitto", marks=needs("mosquitto")), "amqtt"]
 

@@ -18,7 +18,7 @@ from edge_sdk.protocol import (
     encode_envelope,
     split_envelope_payload,
 )
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.device_configs import device_toml
+from tests.support.device_configs import device_toml
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from edge_sdk.cli import build_parser
-from tests.requirements import expected_pruning_backend
+from tests.support.requirements import expected_pruning_backend
 
 EDGEFL = [sys.executable, "-m", "edge_sdk.cli"]
 

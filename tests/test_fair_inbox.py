@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from edge_sdk.fair_inbox import FairInbox, InboxLimits
-from tests.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock
 
 
 

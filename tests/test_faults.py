@@ -4,7 +4,7 @@ Each test runs a short FedAvg job (an MLP of width 0.25 on real MNIST digits, 2-
 updates sent in ~2 KiB chunks) and breaks one thing: a device killed mid-upload, a device
 whose connection drops or whose client restarts mid-round, the coordinator killed and
 restarted from its checkpoint, the broker restarted, and chunks duplicated, delayed and
-reordered by a fault-injecting proxy (tests/faultproxy.py). Waits are on events (messages
+reordered by a fault-injecting proxy (tests/support/faultproxy.py). Waits are on events (messages
 seen on the broker, rounds recorded), with generous timeouts for a loaded machine.
 """
 
@@ -49,9 +49,9 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
 
-from tests.device_configs import device_toml
-from tests.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks
-from tests.requirements import require
+from tests.support.device_configs import device_toml
+from tests.support.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks
+from tests.support.requirements import require
 
 pytestmark = pytest.mark.slow  # whole federations on a real broker with faults injected: ~3 min
 

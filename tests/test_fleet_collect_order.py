@@ -8,7 +8,7 @@ import time
 
 from edge_sdk.protocol.messages import Ack, Update, decode_envelope
 from edge_sdk.transport import MqttTransport
-from tests.raw_devices import registered_fleet, send_as
+from tests.support.raw_devices import registered_fleet, send_as
 
 JOB = "collect-order"
 

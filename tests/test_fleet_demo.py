@@ -21,7 +21,7 @@ import pytest
 from coordinator.runtime.broker import find_mosquitto
 from edge_sdk.config import read_toml
 from edge_sdk.data import load_dataset
-from tests.requirements import HOME_TOOLS, needs
+from tests.support.requirements import HOME_TOOLS, needs
 
 pytestmark = pytest.mark.slow  # the whole demo: broker, coordinator and two client processes
 

@@ -16,8 +16,8 @@ from coordinator.homeassistant.discovery import HaTopics
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
-from tests.home_broker import HOME, start_home_broker
-from tests.requirements import HOME_TOOLS, needs, require
+from tests.support.home_broker import HOME, start_home_broker
+from tests.support.requirements import HOME_TOOLS, needs, require
 
 pytestmark = [needs(*HOME_TOOLS), pytest.mark.slow]  # a TLS mosquitto per module
 

@@ -1,5 +1,5 @@
 """Home Assistant's discovery payloads and the coordinator's bridge without a broker (issue 41):
-payloads follow Home Assistant's rules (tests/homeassistant_rules.py, transcribed from its source),
+payloads follow Home Assistant's rules (tests/support/homeassistant_rules.py, transcribed from its source),
 ids map to Home Assistant's uniquely and stably, device strings are bounded; and, over a real broker,
 the bridge publishes retained, answers a birth message (at most every REPUBLISH_EVERY_S), takes only
 two words on its command topic and clears a removed device."""
@@ -23,7 +23,7 @@ from edge_sdk.link import MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.homeassistant_rules import VALID_ID_RE, validate_device_discovery
+from tests.support.homeassistant_rules import VALID_ID_RE, validate_device_discovery
 
 
 class Observer:

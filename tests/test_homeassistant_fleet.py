@@ -25,7 +25,7 @@ from edge_sdk.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.homeassistant_rules import validate_device_discovery
+from tests.support.homeassistant_rules import validate_device_discovery
 
 pytestmark = pytest.mark.slow
 

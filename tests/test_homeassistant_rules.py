@@ -1,4 +1,4 @@
-"""Tests of tests/homeassistant_rules.py, the hand-transcribed Home Assistant device-discovery rules."""
+"""Tests of tests/support/homeassistant_rules.py, the hand-transcribed Home Assistant device-discovery rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.homeassistant_rules import (
+from tests.support.homeassistant_rules import (
     DEVICE_CLASS_STATE_CLASSES,
     DISCOVERY_TOPIC_RE,
     SENSOR_DEVICE_CLASS_NAMES,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.requirements import HOME_TOOLS, needs
+from tests.support.requirements import HOME_TOOLS, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "hostile.py"

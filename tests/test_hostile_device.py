@@ -1,5 +1,5 @@
 """A fleet member gone bad (issue 35), on the shipped broker set-up: deploy/homeserver's mosquitto.conf,
-ACL, certificates and users templated onto a free port (tests/home_broker.py). The device `pi-evil`
+ACL, certificates and users templated onto a free port (tests/support/home_broker.py). The device `pi-evil`
 has valid credentials and attacks the coordinator; the honest devices must lose nothing."""
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from edge_sdk.protocol.messages import (Ack, Chunk, Envelope, Error, Plan, Regis
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
 from edge_sdk.transport import MqttTransport
-from tests.fleet_job import run_job
-from tests.home_broker import HomeBroker, start_home_broker
-from tests.requirements import HOME_TOOLS, needs
+from tests.support.fleet_job import run_job
+from tests.support.home_broker import HomeBroker, start_home_broker
+from tests.support.requirements import HOME_TOOLS, needs
 
 pytestmark = [needs(*HOME_TOOLS), pytest.mark.slow]  # a TLS mosquitto per module, jobs on it
 

@@ -17,7 +17,7 @@ from edge_sdk.inference import OnnxClassifier, default_model_path, load_batch, n
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.training import TrainConfig, train_local
-from tests.requirements import needs, require
+from tests.support.requirements import needs, require
 
 pytestmark = needs("onnxruntime")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from edge_sdk.signing import ModelSigner, load_public_key, public_key_pem
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

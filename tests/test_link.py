@@ -15,7 +15,7 @@ from edge_sdk.protocol.chunking import split_envelope_payload
 from edge_sdk.protocol.messages import Envelope, Error, Register, Update, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.requirements import require
+from tests.support.requirements import require
 
 SMALL_PACKETS = 64 * 1024
 

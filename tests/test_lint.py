@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 ROOT = Path(__file__).parents[1]
 

@@ -48,7 +48,7 @@ from edge_sdk.signing import (
     verify_model,
 )
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "deploy" / "homeserver"

@@ -12,8 +12,8 @@ import pytest
 from edge_sdk.config import read_toml
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
-from tests.home_broker import HOME, start_home_broker
-from tests.requirements import HOME_TOOLS, needs
+from tests.support.home_broker import HOME, start_home_broker
+from tests.support.requirements import HOME_TOOLS, needs
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = Topics(job="home")

@@ -14,7 +14,7 @@ import pytest
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from edge_sdk.network_loop import NetworkLoop
 from edge_sdk.transport import MqttTransport, TransportConfig, Will
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 CONNECTIONS = 1100  # file descriptors above 1,024: out of select()'s reach
 

@@ -24,7 +24,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Envelope, Plan, decode_envelope, encode_envelope
 from edge_sdk.training import TrainConfig, train_local
-from tests.requirements import require
+from tests.support.requirements import require
 
 NO_TORCH = "import sys; sys.modules['torch'] = None; from edge_sdk.cli import main; sys.exit(main(sys.argv[1:]))"
 

@@ -15,7 +15,7 @@ from edge_sdk.methods.settings.pruning import DEFAULT_LEVELS, parse_levels
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.models.zoo import cnn4, mlp, resnet_small
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 
 

@@ -22,7 +22,7 @@ import pytest
 from simulation.ray_devices import _ray
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.training import TrainConfig
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 RAY = Path(sys.executable).with_name("ray")
 needs_ray = needs("ray")

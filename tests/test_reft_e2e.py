@@ -10,7 +10,7 @@ from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from edge_sdk.models.zoo import cnn4
 from edge_sdk.models.spec import count_params
 from edge_sdk.training import TrainConfig
-from tests.requirements import expected_pruning_backend
+from tests.support.requirements import expected_pruning_backend
 
 pytestmark = pytest.mark.slow  # a whole simulated job over a real broker
 

@@ -1,4 +1,4 @@
-"""A missing part skips its tests locally and fails them under CI=true (tests/requirements.py);
+"""A missing part skips its tests locally and fails them under CI=true (tests/support/requirements.py);
 .ci/run stops with one line when a system tool is still missing under CI=true."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import requirements
-from tests.requirements import needs, require
+from tests.support import requirements
+from tests.support.requirements import needs, require
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ from edge_sdk.protocol.topics import Topics
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, train_local
 from edge_sdk.transport import MqttTransport, TransportConfig
-from tests.fleet_job import run_job
+from tests.support.fleet_job import run_job
 
 DEVICES = 7
 PLAIN = RobustConfig(clip=None, max_share=1.0)  # FedAvg's plain sample-weighted mean

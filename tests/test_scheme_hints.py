@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
-from tests.requirements import needs
+from tests.support.requirements import needs
 
 MAKE_CERTS = Path(__file__).resolve().parents[1] / "deploy" / "homeserver" / "make-certs.sh"
 

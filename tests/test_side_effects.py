@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.run_python import run_python
+from tests.support.run_python import run_python
 from edge_sdk.accelerator import check_device_name
 from simulation.config import SimulationConfig, sim_federation
 from simulation.simulate import JOB_FILE, check_same_job, keep_job_settings

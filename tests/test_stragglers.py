@@ -9,7 +9,7 @@ import threading
 import time
 
 from edge_sdk.protocol.messages import Update
-from tests.raw_devices import registered_fleet, send_as
+from tests.support.raw_devices import registered_fleet, send_as
 
 JOB = "stragglers"
 DEADLINE_S = 5.0
@@ -103,8 +103,8 @@ def test_the_round_loop_reports_the_stragglers_it_did_not_wait_for(broker):
     from edge_sdk.protocol.topics import Topics
     from edge_sdk.training import TrainConfig
     from edge_sdk.transport import MqttTransport, TransportConfig
-    from tests.fleet_job import run_job
-    from tests.raw_devices import raw_device
+    from tests.support.fleet_job import run_job
+    from tests.support.raw_devices import raw_device
 
     job, digits = JOB + "-loop", load_dataset("digits")
     strategy = FedAvg(FederationConfig(rounds=4, min_devices=3, round_deadline_s=DEADLINE_S, seed=0, publish=False,

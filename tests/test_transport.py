@@ -12,8 +12,8 @@ import pytest
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.fair_inbox import InboxLimits
 from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
-from tests.faultproxy import FaultProxy
-from tests.requirements import needs, require
+from tests.support.faultproxy import FaultProxy
+from tests.support.requirements import needs, require
 
 needs_mosquitto = needs("mosquitto")
 

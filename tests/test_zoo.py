@@ -6,7 +6,7 @@ import msgpack
 import pytest
 import torch
 
-from tests.run_python import run_python
+from tests.support.run_python import run_python
 from edge_sdk.models import (MODEL_FAMILIES, SpecError, build_model, cnn4, count_flops,
                              count_params, infer_shapes, mlp, model_for_dataset, resnet_small)
 from edge_sdk.models.zoo import scale_width

@@ -28,7 +28,7 @@ import pytest
 
 __all__ = ["HOME_TOOLS", "expected_pruning_backend", "have", "in_ci", "needs", "require"]
 
-#: what deploy/homeserver's broker set-up needs (tests/home_broker.py)
+#: what deploy/homeserver's broker set-up needs (tests/support/home_broker.py)
 HOME_TOOLS = ("mosquitto", "mosquitto_passwd", "openssl")
 NNI_MACHINES = ("x86_64", "AMD64")  # NNI 3.0's wheels (pyproject.toml)
 

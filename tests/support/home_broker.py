@@ -13,7 +13,7 @@ from edge_sdk.transport import MqttTransport, TransportConfig
 
 __all__ = ["HOME", "HomeBroker", "start_home_broker"]
 
-HOME = Path(__file__).resolve().parents[1] / "deploy" / "homeserver"
+HOME = Path(__file__).resolve().parents[2] / "deploy" / "homeserver"
 
 
 def _conf_lines(tls_port: int, passwd: Path, acl: Path, certs: Path) -> tuple[str, ...]:

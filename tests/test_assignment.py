@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from tests.support.labels import assign, observe
+
 from coordinator.strategies.assignment import LevelAssigner, assign_levels
 from coordinator.core.device_record import DeviceRecord
 from coordinator.runtime.fleet import Fleet
@@ -105,11 +107,11 @@ def test_static_labels_freeze_dynamic_labels_follow_new_profiles():
         assigner = LevelAssigner(AssignmentConfig(dynamic=dynamic), LEVELS)
         records = [_record("pi", "raspberry-pi-3b"), _record("orin", "jetson-orin-nano"), _record("mid", "jetson-nano")]
         for r in records:
-            r.label = assigner.observe(r)
+            observe(assigner, r, records)
         assert [r.label for r in records] == ["0.25", "1.0", "0.75"]  # 3 groups spread over 4 levels
         assigner.freeze()
         records[1].profile = load_profile("raspberry-pi-3b")  # throttled hard: re-registers
-        records[1].label = assigner.observe(records[1])
+        observe(assigner, records[1], records)
         assert records[1].label == ("0.25" if dynamic else "1.0")
         assert assigner.groups()[records[1].label] == sorted(
             r.device_id for r in records if r.label == records[1].label)
@@ -127,7 +129,8 @@ def test_device_reports_new_capacity_and_is_reassigned_over_a_real_broker(broker
     strategy = Flanc.create(ctx)
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="assign-coordinator"))
     transport.connect()
-    fleet = Fleet(MessageLink(transport), Topics(job="assign"), on_register=lambda device: setattr(device, "label", strategy.assign(device)))
+    fleet = Fleet(MessageLink(transport), Topics(job="assign"),
+                  on_register=lambda device: assign(strategy, device, fleet.devices.values()))
     fleet.start()
     client = DeviceClient(
         ClientConfig(device_id="phone", transport=TransportConfig(url=broker.url, client_id="assign-phone"),
@@ -166,7 +169,7 @@ def test_random_sampling_never_exceeds_capacity_and_covers_smaller_levels():
     assigner = LevelAssigner(AssignmentConfig(sample="random"), levels)
     devices = [_device(f"d{i}", g) for i, g in enumerate([1, 10, 100, 1000])]
     for device in devices:
-        device.label = assigner.observe(device)
+        observe(assigner, device, devices)
     seen: dict[str, set[str]] = {d.device_id: set() for d in devices}
     for rnd in range(40):
         for device in devices:

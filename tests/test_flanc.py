@@ -7,6 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.support.labels import assign
+
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
@@ -41,9 +43,8 @@ def make_flanc(mnist, **options) -> Flanc:
 def fleet(strategy: Flanc) -> dict[str, DeviceRecord]:
     records = {}
     for label, profile in PROFILES.items():
-        record = DeviceRecord(f"dev-{label}", load_profile(profile), 300)
-        record.label = strategy.assign(record)
-        records[label] = record
+        records[label] = DeviceRecord(f"dev-{label}", load_profile(profile), 300)
+        assign(strategy, records[label], records.values())
     return records
 
 

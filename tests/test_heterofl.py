@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from tests.support.labels import assign
 import torch
 
 from coordinator.core.device_record import DeviceRecord
@@ -43,7 +45,7 @@ def fleet(strategy) -> dict[str, DeviceRecord]:
     records = {}
     for label, profile in PROFILES.items():
         records[label] = DeviceRecord(f"dev-{label}", load_profile(profile), 300)
-        records[label].label = strategy.assign(records[label])
+        assign(strategy, records[label], records.values())
     return records
 
 

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from tests.support.labels import assign, reassign
+
 from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.device_budgets import FleetLimits
@@ -229,11 +231,11 @@ def test_heterofl_dynamic_relabels_the_fleet() -> None:
     records = {d: DeviceRecord(d, load_profile(p), 100) for d, p in
                (("a", "raspberry-pi-3b"), ("b", "raspberry-pi-4b"), ("c", "laptop"))}
     for record in records.values():
-        record.label = strategy.assign(record)
+        assign(strategy, record, records.values())
     assert [records[d].label for d in "abc"] == ["0.25", "0.75", "1.0"]  # 3 groups over 4 widths
     strategy.assigner.freeze()
     records["a"].profile = load_profile("laptop")  # its new figure
-    records["a"].label = strategy.reassign(records["a"])
+    reassign(strategy, records["a"], records.values())
     assert records["a"].label == "1.0" and records["b"].label == "0.25"  # b is now the slowest group
 
 

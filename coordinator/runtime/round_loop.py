@@ -77,10 +77,19 @@ class RoundLoop:
     # -- fleet events -------------------------------------------------------
     def _on_register(self, device: DeviceRecord) -> None:
         device.label = self.strategy.assign(device)
+        self._write_relabelled()
 
     def _on_profile_update(self, device: DeviceRecord) -> None:
         """Between rounds: a registered device measured itself again; its label from now on."""
         device.label = self.strategy.reassign(device)
+        self._write_relabelled()
+
+    def _write_relabelled(self) -> None:
+        """The labels of other devices that a (re)assignment changed: the loop writes the fleet's
+        records, the method only says what changed."""
+        for device_id, label in self.strategy.relabelled().items():
+            if device_id in self.fleet.devices:
+                self.fleet.devices[device_id].label = label
 
     # -- the job ------------------------------------------------------------
     def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> RunReport:

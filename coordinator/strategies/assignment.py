@@ -146,6 +146,7 @@ class LevelAssigner:
         self.records: dict[str, DeviceRecord] = {}
         self.frozen = False
         self._drawn: tuple[int, dict[str, str]] = (-1, {})  # sample=every: (round, device -> level)
+        self._relabelled: dict[str, str] = {}  # other devices' new levels, until `take_relabelled`
         assign_levels({}, self.levels, override=dict(config.override))  # validates the override
 
     def _compute(self) -> dict[str, str]:
@@ -156,16 +157,28 @@ class LevelAssigner:
             work_by_device={d: r.num_samples * self.epochs for d, r in self.records.items()})
 
     def observe(self, device: DeviceRecord) -> str:
-        """Record a (re-)registration; returns the device's level (others may be relabelled)."""
+        """Record a (re-)registration; returns the device's level (others may be relabelled:
+        :meth:`take_relabelled`)."""
         known = device.device_id in self.records and device.label in self.levels
         self.records[device.device_id] = device
         labels = self._compute()
         if self.frozen and not self.config.dynamic:
             return device.label if known else labels[device.device_id]  # type: ignore[return-value]
-        for d, record in self.records.items():
-            if d != device.device_id:
-                record.label = labels[d]
+        self._relabel(device.device_id, labels, say=False)  # the fleet is still registering
         return labels[device.device_id]
+
+    def _relabel(self, observed: str, labels: Mapping[str, str], say: bool = True) -> None:
+        """The other devices whose level ``labels`` changes, for the round loop to write."""
+        for d, record in self.records.items():
+            if d != observed and self._relabelled.get(d, record.label) != labels[d]:
+                if say:
+                    log.info("device %s: level %s -> %s (the fleet's figures changed)", d, record.label, labels[d])
+                self._relabelled[d] = labels[d]
+
+    def take_relabelled(self) -> dict[str, str]:
+        """The other devices' new levels since the last call (device -> level), once."""
+        relabelled, self._relabelled = self._relabelled, {}
+        return relabelled
 
     def reassess(self, device: DeviceRecord) -> str:
         """A registered device measured itself again (`ProfileUpdate`): its level from the new
@@ -175,10 +188,7 @@ class LevelAssigner:
         self.records[device.device_id] = device
         labels = self._compute()
         if not self.frozen or self.config.dynamic:
-            for d, record in self.records.items():
-                if d != device.device_id and record.label != labels[d]:
-                    log.info("device %s: level %s -> %s (the fleet's figures changed)", d, record.label, labels[d])
-                    record.label = labels[d]
+            self._relabel(device.device_id, labels)
         return labels[device.device_id]
 
     def draw_round(self, participants: Sequence[str], rnd: int, seed: int = 0) -> None:

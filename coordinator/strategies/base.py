@@ -164,6 +164,11 @@ class Strategy(ABC):
         """The label of a registered device after a new measurement (default: :meth:`assign`)."""
         return self.assign(device)
 
+    def relabelled(self) -> dict[str, str]:
+        """Other devices whose label the last :meth:`assign` or :meth:`reassign` changed (device ->
+        label), once: the round loop writes them into the fleet's records (default: none)."""
+        return {}
+
     def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> Mapping[str, str] | None:
         """Called once before the first round this run trains (a resumed job too), when the
         fleet has registered: decisions that need the fleet (e.g. a pruning level for the weakest

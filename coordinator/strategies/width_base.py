@@ -51,6 +51,10 @@ class WidthStrategy(Strategy):
         """A device's width after a new measurement (:meth:`LevelAssigner.reassess`)."""
         return self.assign(device) if self.assigner is None else self.assigner.reassess(device)
 
+    def relabelled(self) -> dict[str, str]:
+        """The other devices' widths that the last (re)assignment changed (:class:`LevelAssigner`)."""
+        return {} if self.assigner is None else self.assigner.take_relabelled()
+
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         """The width ``device`` trains in round ``rnd``, recorded: its update must be of that width."""
         assert self.assigner is not None, "a method with one width overrides plan_label"

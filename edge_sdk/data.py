@@ -27,7 +27,7 @@ import numpy as np
 from edge_sdk.preprocessing import Preprocessing, uint8_normaliser
 from edge_sdk.spilled_arrays import SPILL_BYTES, spill
 
-__all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx", "write_idx"]
+__all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx"]
 
 #: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``); the last three are sensor time
 #: series (`edge_sdk.sensor_datasets`, the ``sensors`` extra).
@@ -248,24 +248,6 @@ def read_idx(path: str | Path) -> np.ndarray:
         raise ValueError(f"{path}: idx dims {dims} need {expected} bytes, file has {len(raw)}")
     arr = np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim).reshape(dims)
     return arr.astype(dtype.newbyteorder("="), copy=False)
-
-
-def write_idx(path: str | Path, array: np.ndarray) -> Path:
-    """Write ``array`` in idx format (gzip-compressed if ``path`` ends in .gz)."""
-    array = np.asarray(array)
-    found = next(((code, dt) for code, dt in _IDX_CODES.items()
-                  if array.dtype.kind == dt.kind and array.dtype.itemsize == dt.itemsize), None)
-    if found is None:
-        raise ValueError(f"idx cannot store dtype {array.dtype}; use uint8, int8, int16, "
-                         "int32, float32 or float64")
-    code, dt = found
-    if not 1 <= array.ndim <= 255 or any(d >= 2**32 for d in array.shape):
-        raise ValueError(f"idx cannot store shape {array.shape}")
-    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
-    data = header + np.ascontiguousarray(array, dtype=dt).tobytes()
-    path = Path(path)
-    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
-    return path
 
 
 # ----------------------------------------------------------------------------- loaders

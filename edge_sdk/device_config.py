@@ -11,7 +11,6 @@ from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data import DATASETS
 from edge_sdk.holdout import SOURCE_TEST_SET, check_holdout
-from edge_sdk.methods import LocalData
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
@@ -23,7 +22,7 @@ from edge_sdk.sources import (
 from edge_sdk.sources.npz import npz_has_test
 from edge_sdk.training import default_threads
 
-__all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "holdout_from_toml", "local_data_from_toml",
+__all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "holdout_from_toml",
            "remeasure_settings", "schedule_from_toml", "training_device", "trusted_keys"]
 
 log = logging.getLogger(__name__)
@@ -43,12 +42,6 @@ DEFAULT_HOLDOUT = 0.2
 _DEVICE_KEYS = {"profile", "measure_seconds", "device", "remeasure_every_s"}
 #: `[device] remeasure_every_s` when the profile is measured ("measure") and the key is absent
 DEFAULT_REMEASURE_S = 3600.0
-
-
-def local_data_from_toml(config: dict) -> LocalData:
-    """The device's private training data named by the `[data]` table, read once
-    (:func:`data_source_from_toml`; a missing or empty source raises `edge_sdk.sources.NoData`)."""
-    return data_source_from_toml(config).read().data
 
 
 def data_source_from_toml(config: dict) -> DataSource:

@@ -9,11 +9,10 @@ a seed and return disjoint index arrays that together cover every sample.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import numpy as np
 
-__all__ = ["label_counts", "parse_spec", "partition"]
+__all__ = ["parse_spec", "partition"]
 
 
 def parse_spec(spec: str) -> tuple[str, float]:
@@ -168,17 +167,3 @@ def _dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.rando
             return merged
     raise ValueError(f"dirichlet:{alpha:g} left a client with {smallest} < {min_size} samples "
                      f"after {max_retries} draws; use a larger alpha, fewer clients or min_size")
-
-
-def label_counts(labels: np.ndarray, indices: np.ndarray | Sequence[np.ndarray],
-                 num_classes: int) -> np.ndarray:
-    """Per-class sample counts: 1-D for one index array, clients x classes for a list."""
-    labels = _check_labels(labels)
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
-    if labels.size and labels.max() >= num_classes:
-        raise ValueError(f"labels reach {labels.max()} but num_classes={num_classes}")
-    if isinstance(indices, np.ndarray) and indices.ndim == 1 and indices.dtype.kind in "iu":
-        return np.bincount(labels[indices], minlength=num_classes)
-    return np.stack([np.bincount(labels[np.asarray(ix, dtype=np.int64)], minlength=num_classes)
-                     for ix in indices]) if len(indices) else np.zeros((0, num_classes), np.int64)

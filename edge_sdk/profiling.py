@@ -30,7 +30,7 @@ import torch
 
 __all__ = ["DeviceProfile", "MeasureQuality", "NOMINAL_MBPS", "QUANTILE", "REPORT_CHANGE", "TRIALS",
            "CpuWatch", "available_profiles", "changed_enough", "high_quantile", "judge_measurement",
-           "load_profile", "measure_bandwidth", "measure_device", "measure_flops", "measure_flops_detail",
+           "load_profile", "measure_bandwidth", "measure_device", "measure_flops_detail",
            "profile_to_toml", "read_cpu_mhz", "save_profile", "with_measurement"]
 
 #: Link speed assumed when bandwidth is not measured (typical 2.4 GHz home Wi-Fi).
@@ -522,15 +522,6 @@ def measure_flops_detail(seconds: float = 1.0, dtype: torch.dtype = torch.float3
             "matmul_n": n, "conv_batch": batch, "conv_shape": f"{chans}->{chans}ch {k}x{k} {hw}x{hw}",
             "threads": used_threads, "dtype": str(dtype).removeprefix("torch."), "device": str(dev),
             "torch": torch.__version__, "trial_gflops": conv_trials, "quality": quality}
-
-
-def measure_flops(seconds: float = 1.0, dtype: torch.dtype = torch.float32,
-                  threads: int | None = None, device: str = "cpu") -> float:
-    """Sustained GFLOPS of conv2d forward+backward (the training-relevant figure).
-
-    See :func:`measure_flops_detail` for the matmul figure and the method.
-    """
-    return float(measure_flops_detail(seconds, dtype, threads, device)["conv_train_gflops"])
 
 
 def changed_enough(reported: float, measured: float, share: float = REPORT_CHANGE) -> bool:

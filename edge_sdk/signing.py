@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from edge_sdk.protocol.messages import Model
 
 __all__ = ["PURPOSE", "SIGNATURE_BYTES", "PUBLIC_KEY_BYTES", "SignatureRejected", "ModelSigner", "key_id",
-           "manifest_bytes", "verify_model", "load_public_key", "public_key_pem"]
+           "manifest_bytes", "verify_model", "load_public_key"]
 
 #: Names what the signed bytes are, so a signature over a manifest means nothing anywhere else.
 PURPOSE = "edgefl model v1"
@@ -154,12 +154,6 @@ def load_public_key(path: str | Path) -> bytes:
     if not isinstance(key, Ed25519PublicKey):
         raise ValueError(f"trusted key {path} is not an Ed25519 public key (the coordinator's model-signing.pub is)")
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def public_key_pem(public_key: bytes) -> bytes:
-    """A raw 32-byte public key as a SubjectPublicKeyInfo PEM file's contents."""
-    return Ed25519PublicKey.from_public_bytes(public_key).public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _read_key_file(path: str | Path, what: str, if_missing: str) -> bytes:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.data import DATASETS, ImageDataset, load_dataset, read_idx, write_idx
+from edge_sdk.data import DATASETS, ImageDataset, load_dataset, read_idx
+from tests.support.files import write_idx
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_sdk.signing import ModelSigner, load_public_key, public_key_pem
+from edge_sdk.signing import ModelSigner, load_public_key
+from tests.support.keys import public_key_pem
 from tests.support.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]

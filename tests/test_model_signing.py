@@ -44,9 +44,9 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import (
-    SIGNATURE_BYTES, ModelSigner, SignatureRejected, key_id, load_public_key, manifest_bytes, public_key_pem,
-    verify_model,
+    SIGNATURE_BYTES, ModelSigner, SignatureRejected, key_id, load_public_key, manifest_bytes, verify_model,
 )
+from tests.support.keys import public_key_pem
 from edge_sdk.transport import MqttTransport, TransportConfig
 from tests.support.requirements import needs
 

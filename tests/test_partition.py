@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from edge_sdk.data import load_dataset
-from edge_sdk.partition import label_counts, parse_spec, partition
+from edge_sdk.partition import parse_spec, partition
+from tests.support.files import label_counts
 
 
 @pytest.fixture(scope="module")

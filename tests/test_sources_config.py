@@ -10,7 +10,7 @@ import pytest
 
 from edge_sdk.data import load_dataset
 from edge_sdk.device_config import (
-    DEFAULT_HOLDOUT, client_from_toml, data_source_from_toml, holdout_from_toml, local_data_from_toml,
+    DEFAULT_HOLDOUT, client_from_toml, data_source_from_toml, holdout_from_toml,
 )
 from edge_sdk.partition import partition
 from edge_sdk.sources import CsvSource, DatasetSource, NoData, NpzSource, PythonSource, SqliteSource
@@ -45,17 +45,17 @@ def test_each_source_key_names_its_source(tmp_path):
     assert csv.data.y.tolist() == [1] and csv.data.keys.tolist() == [1]
 
 
-def test_local_data_from_toml_reads_the_source(tmp_path):
+def test_the_data_table_names_a_source_that_reads(tmp_path):
     (tmp_path / "s.csv").write_text("ts,t,label\n1,2,0\n2,3,1\n")
-    data = local_data_from_toml({"data": {"csv": str(tmp_path / "s.csv"), "key": "ts", "max_samples": 1}})
+    data = data_source_from_toml({"data": {"csv": str(tmp_path / "s.csv"), "key": "ts", "max_samples": 1}}).read().data
     assert data.x.tolist() == [[3.0]] and data.keys.tolist() == [2]
     with pytest.raises(NoData):
-        local_data_from_toml({"data": {"csv": str(tmp_path / "none.csv")}})
+        data_source_from_toml({"data": {"csv": str(tmp_path / "none.csv")}}).read()
 
 
 def test_a_public_dataset_shard_is_todays_shard_with_its_indices_as_keys():
     config = {"seed": 3, "data": {"dataset": "digits", "partition": "shards:2", "shard": 1, "shards": 4}}
-    data = local_data_from_toml(config)
+    data = data_source_from_toml(config).read().data
     dataset = load_dataset("digits")
     part = partition(dataset.y_train, 4, "shards:2", seed=3)[1]
     assert np.array_equal(data.x, dataset.x_train[part]) and np.array_equal(data.y, dataset.y_train[part])

@@ -131,11 +131,6 @@ class Strategy(ABC):
         return None if own is None else own()
 
     @classmethod
-    def options_help(cls) -> str:
-        """The table of options, defaults and help that ``--option help`` prints."""
-        return find_method(cls.name).help()
-
-    @classmethod
     @abstractmethod
     def create(cls, ctx: StrategyContext) -> "Strategy":
         """Build the method from a context (model family, shapes, options)."""

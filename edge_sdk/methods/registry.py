@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from edge_sdk.methods.settings.fdnnc import FdnncSettings
 from edge_sdk.methods.settings.fedavg import FedAvgSettings
@@ -22,7 +22,7 @@ from edge_sdk.methods.settings.fedpara import FedParaSettings, LowRankSettings, 
 from edge_sdk.methods.settings.fedprox import FedProxSettings
 from edge_sdk.methods.settings.flanc import FlancSettings
 from edge_sdk.methods.settings.heterofl import HeteroFLSettings
-from edge_sdk.methods.settings.options import help_text, parse
+from edge_sdk.methods.settings.options import help_text
 from edge_sdk.methods.settings.reft import ReftSettings
 from edge_sdk.methods.settings.static_prune import StaticPruneSettings
 
@@ -65,9 +65,6 @@ class Method:
         """The table ``--option help`` prints."""
         return help_text(self.settings, self.name, self.doc_path)
 
-    def parse(self, options: Mapping[str, Any]) -> Any:
-        """The settings from ``--option`` text (one-line ValueError naming the method)."""
-        return parse(self.settings, self.name, options)
 
 
 def _method(name: str, settings: type, module: str, strategy: str, train: str | None = None, *,

@@ -84,7 +84,7 @@ def test_stages_of_each_pattern(digits) -> None:
 
 def test_half_upload_splits_small_devices_and_check_update_rejects_bad_updates(digits) -> None:
     s = _strategy(digits)
-    assert _strategy(digits, freeze="true").options.freeze is True
+    assert _strategy(digits, freeze="true").settings.freeze is True
     devices = [_device(f"d{i}", "raspberry-pi-4b") for i in range(4)] + [_device("big", "laptop")]
     _plan_and_label(s, 0, devices)
     modes = {d.device_id: s.configure_train(0, d).train["upload"] for d in devices}

@@ -149,7 +149,7 @@ def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
     config = coordinator_config_from_toml(path)
     strategy = create_strategy(config.method, StrategyContext(FederationConfig(), "mlp", (1, 8, 8), 10,
                                                               options=config.options))
-    assert strategy.options.server == ServerOptConfig("fedyogi", lr=0.003)
+    assert strategy.settings.server == ServerOptConfig("fedyogi", lr=0.003)
     assert strategy.config.train.prox_mu == 0.01
 
 

@@ -71,7 +71,7 @@ def test_robust_options_bound_a_poisoned_update() -> None:
     ctx = StrategyContext(federation=FederationConfig(), model_family="mlp", input_shape=(1, 8, 8), num_classes=10,
                           options={"ratio": "0.4", "backend": "torch-pruning", "aggregate": "median"})
     strategy = StaticPrune.create(ctx)
-    assert strategy.options.robust.rule == "median"
+    assert strategy.settings.robust.rule == "median"
     config = strategy.method_config()
     assert config["server_opt"] == "none"
     assert {k: config[k] for k in ("aggregate", "trim", "clip", "max_share")} == {"aggregate": "median", "trim": 0.1,

@@ -142,7 +142,7 @@ class Strategy(ABC):
         return with_prox_mu(ctx.federation, settings.prox)
 
     #: the method's typed settings (an instance of ``settings_type``), set by the subclass
-    options: Any
+    settings: Any
 
     def __init__(self, config: FederationConfig) -> None:
         self.config = config
@@ -207,13 +207,13 @@ class Strategy(ABC):
     def plan_train(self, rnd: int, *round_settings: Any) -> dict[str, Any]:
         """A plan's ``train`` in round ``rnd``, built here for every method: :meth:`own_train` under
         the job's lr schedule (applied here, once), every device setting of the method's settings
-        (``to_wire(self.options)``: each travels in every plan), then ``round_settings``, the
+        (``to_wire(self.settings)``: each travels in every plan), then ``round_settings``, the
         round's own settings dataclasses (e.g. what FDNNC asks a device to upload)."""
         train = self.own_train(self.config.train)
         factor = lr_factor(self.config.lr_decay, rnd)
         if factor != 1.0:
             train = replace(train, lr=train.lr * factor)
-        wire = {**train.to_dict(), **to_wire(self.options)}
+        wire = {**train.to_dict(), **to_wire(self.settings)}
         for settings in round_settings:
             wire.update(to_wire(settings))
         return wire

@@ -79,7 +79,7 @@ class Fdnnc(Strategy):
 
     def __init__(self, config: FederationConfig, options: FdnncSettings, dense_spec: dict) -> None:
         super().__init__(config)
-        self.options = options
+        self.settings = options
         self.dense_spec = dense_spec
         self.small_spec = lowrank_spec(dense_spec, options.rank)
         self.lowrank = lowrank_layers(dense_spec, options.rank)
@@ -106,7 +106,7 @@ class Fdnnc(Strategy):
     # -- tensors ------------------------------------------------------------
     def _decompose(self) -> None:
         for i in self.lowrank:
-            a, b = decompose(self.dense[f"layers.{i}.weight"], self.options.rank)
+            a, b = decompose(self.dense[f"layers.{i}.weight"], self.settings.rank)
             self.factors[f"layers.{i}.A"], self.factors[f"layers.{i}.B"] = a, b
 
     def _compose(self) -> None:
@@ -133,31 +133,31 @@ class Fdnnc(Strategy):
         self._records[device.device_id] = device
         if self._floor is not None:
             return BIG if self._capacity(device) >= self._floor else SMALL
-        big = device.profile.gflops >= self.options.big_gflops and device.profile.ram_mb >= self.options.big_ram_mb
+        big = device.profile.gflops >= self.settings.big_gflops and device.profile.ram_mb >= self.settings.big_ram_mb
         return BIG if big else SMALL
 
     def _fix_fraction(self, registered: Mapping[str, DeviceRecord]) -> dict[str, str]:
         """Under `big_fraction`: the round(F * N) most capable registered devices are big; returns
         every registered device's label."""
         devices = sorted(registered.values(), key=lambda d: (*self._capacity(d), d.device_id), reverse=True)
-        n_big = int(math.floor(self.options.big_fraction * len(devices) + 0.5))
+        n_big = int(math.floor(self.settings.big_fraction * len(devices) + 0.5))
         self._floor = self._capacity(devices[n_big - 1]) if n_big else (math.inf, 0)
         return {device.device_id: BIG if k < n_big else SMALL for k, device in enumerate(devices)}
 
     # -- scheduling ---------------------------------------------------------
     def stages(self, rnd: int, present: set[str]) -> list[tuple[str, ...]]:
         """The groups that train, stage by stage, in round `rnd` (groups absent from the fleet skipped)."""
-        pattern = self.options.pattern
+        pattern = self.settings.pattern
         if pattern == "both" or not present:
             return [(BIG, SMALL)]
         if pattern == "switch":
             return [(g,) for g in (BIG, SMALL) if g in present]
-        big_rounds = self.options.big_rounds if self.options.big_rounds is not None else self.config.rounds // 2
+        big_rounds = self.settings.big_rounds if self.settings.big_rounds is not None else self.config.rounds // 2
         wanted = BIG if rnd < big_rounds else SMALL
         return [(wanted,)] if wanted in present else [tuple(present)]
 
     def setup(self, devices: Mapping[str, DeviceRecord], online: Sequence[str]) -> dict[str, str] | None:
-        if self.options.big_fraction is not None and self._floor is None:
+        if self.settings.big_fraction is not None and self._floor is None:
             return self._fix_fraction(devices)  # the round loop labels the devices
         return None
 
@@ -174,9 +174,9 @@ class Fdnnc(Strategy):
         """What each participant uploads: everything, or with ``upload=half`` a small device's A or B."""
         small = [d for d in participants if self._records[d].label == SMALL]
         self._asked = {d: "full" for d in participants}
-        if self.options.upload == "half":
+        if self.settings.upload == "half":
             for k, device_id in enumerate(small):  # alternate A/B; a device switches every round
-                turn = rnd if self.options.half_split == "rounds" else k + rnd
+                turn = rnd if self.settings.half_split == "rounds" else k + rnd
                 self._asked[device_id] = "a" if turn % 2 == 0 else "b"
 
     # -- round hooks --------------------------------------------------------
@@ -185,7 +185,7 @@ class Fdnnc(Strategy):
         if device.label == BIG:
             return Plan(method=self.device_part(), label=BIG, model_spec=self.dense_spec, tensors=self.dense,
                         train=self.plan_train(rnd, FdnncRound(upload="full", freeze=False)))
-        asked = FdnncRound(upload=mode, freeze=self.options.freeze and mode != "full")
+        asked = FdnncRound(upload=mode, freeze=self.settings.freeze and mode != "full")
         return Plan(method=self.device_part(), label=SMALL, model_spec=self.small_spec, tensors=self.small_tensors(),
                     train=self.plan_train(rnd, asked))
 
@@ -212,7 +212,7 @@ class Fdnnc(Strategy):
         # The rule folds each group; the server optimizer, if any, steps the composed dense model
         # once at the end (factors are re-derived from it by SVD, so their own moments would be
         # meaningless from one decomposition to the next).
-        robust, server = self.options.robust, self.options.server
+        robust, server = self.settings.robust, self.settings.server
         before = dict(self.dense)
 
         screened: dict[str, float] = {}
@@ -232,7 +232,7 @@ class Fdnnc(Strategy):
             if senders:  # a group of its own: its trusted norm is its own, not another factor's
                 self.factors[name] = fold(f"factor {name}", {name: self.factors[name]}, senders)[name]
         share_big = 0.5
-        if self.options.both_weight == "samples" and big and small:
+        if self.settings.both_weight == "samples" and big and small:
             n_big = sum(u.num_samples for u in big)
             share_big = n_big / (n_big + sum(u.num_samples for u in small))
         if small and not big:
@@ -290,5 +290,5 @@ class Fdnnc(Strategy):
         self.dense, self.factors = groups["dense"], groups["factors"]
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
+        return {**as_report(self.settings), "lowrank_layers": self.lowrank, "dense_spec": self.dense_spec,
                 "small_spec": self.small_spec}

@@ -47,7 +47,7 @@ class FedAvg(Strategy):
         super().__init__(config)
         self._label = label
         settings = FedAvgSettings() if settings is None else settings
-        self.options = settings  # FedAvgSettings, or a subclass's settings with robust and server groups
+        self.settings = settings  # FedAvgSettings, or a subclass's settings with robust and server groups
         self.robust, self.server = settings.robust, settings.server
         self.model_spec = model_spec
         with seeded_init(config.seed):
@@ -113,4 +113,4 @@ class FedAvg(Strategy):
         self.weights = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "model_spec": self.model_spec}
+        return {**as_report(self.settings), "model_spec": self.model_spec}

@@ -84,7 +84,7 @@ class FedPara(WidthStrategy):
     def __init__(self, config: FederationConfig, options: LowRankSettings, family: str,
                  input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__(config)
-        self.options = options
+        self.settings = options
         self.family, self.input_shape, self.num_classes = family, tuple(input_shape), num_classes
         self.zoo_kw = options.width.zoo_kwargs()
         widths = options.width.widths
@@ -116,8 +116,8 @@ class FedPara(WidthStrategy):
     def spec_for(self, gamma: float, width: float) -> dict:
         """The network a width-``width`` device trains at ``γ`` (subclasses change the layers)."""
         return fedpara_spec(self.family, self.input_shape, self.num_classes, gamma, width=width,
-                            tanh=self.options.tanh, personal=self.personal,
-                            layer_gammas=dict(self.options.layer_gammas), **self.zoo_kw)
+                            tanh=self.settings.tanh, personal=self.personal,
+                            layer_gammas=dict(self.settings.layer_gammas), **self.zoo_kw)
 
     @staticmethod
     def _sent_names(model: torch.nn.Module) -> list[str]:
@@ -158,7 +158,7 @@ class FedPara(WidthStrategy):
             return
         if not self.devices:
             raise RuntimeError(f"{self.name}: gamma=auto needs the registered fleet before the first round")
-        gamma, self.budget = choose_gamma(self.devices.values(), self.sent_bytes, self.options.comm_s)
+        gamma, self.budget = choose_gamma(self.devices.values(), self.sent_bytes, self.settings.comm_s)
         self._build(gamma)
 
     def _shapes(self, label: str) -> dict[str, tuple[int, ...]]:
@@ -185,8 +185,8 @@ class FedPara(WidthStrategy):
 
     def own_train(self, train: TrainConfig) -> TrainConfig:
         """The job's training with this method's optimizer, and its own lr when it has one."""
-        train = replace(train, optimizer=self.options.optimizer)
-        return train if self.options.lr is None else replace(train, lr=self.options.lr)
+        train = replace(train, optimizer=self.settings.optimizer)
+        return train if self.settings.lr is None else replace(train, lr=self.settings.lr)
 
     def plan_label(self, rnd: int, device: DeviceRecord) -> str:
         if self.assigner is not None:
@@ -232,7 +232,7 @@ class FedPara(WidthStrategy):
         if stored is None or stored.shape != (1,) or not np.isfinite(stored).all() or not 0 <= stored[0] <= 1:
             raise ValueError(f"checkpoint has no valid {GAMMA_KEY!r}; is it a {self.name} checkpoint?")
         if self.gamma != float(stored[0]):
-            if self.options.gamma is not None:
+            if self.settings.gamma is not None:
                 raise ValueError(f"checkpoint was trained at gamma={float(stored[0])}, options say {self.gamma}")
             self._build(float(stored[0]))
         if set(tensors) != set(self.weights) or any(
@@ -241,7 +241,7 @@ class FedPara(WidthStrategy):
         self.weights = {k: np.asarray(v, dtype=self.weights[k].dtype) for k, v in tensors.items()}
 
     def method_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = {**as_report(self.options), "train": self.train_settings(GLOBAL, 0)}
+        config: dict[str, Any] = {**as_report(self.settings), "train": self.train_settings(GLOBAL, 0)}
         if self.gamma is not None:
             config["ranks"] = {label: layer_ranks(spec) for label, spec in self.specs.items()}
         return config

@@ -54,7 +54,7 @@ class Flanc(WidthStrategy):
 
     def __init__(self, config: FederationConfig, options: FlancSettings, specs: dict[str, dict]) -> None:
         super().__init__(config)
-        self.options = options
+        self.settings = options
         self.specs = specs
         self.labels = list(specs)
         self.export_dir = options.width.export
@@ -98,7 +98,7 @@ class Flanc(WidthStrategy):
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         weights = [u.update.num_samples for u in updates]
-        robust, server = self.options.robust, self.options.server
+        robust, server = self.settings.robust, self.settings.server
         self.basis, metrics = self.fold(
             BASIS, self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust,
             server)
@@ -113,7 +113,7 @@ class Flanc(WidthStrategy):
                 if "clipped" in screened:  # every group's screen counts, not the basis's alone
                     metrics["clipped"] = metrics.get("clipped", 0.0) + screened["clipped"]
                 stats = [k for k in keys if k.endswith(STAT_SUFFIXES)]
-                if stats and self.options.static_bn:  # exact statistics: pool them as a mixture
+                if stats and self.settings.static_bn:  # exact statistics: pool them as a mixture
                     self.private[label].update(pool_bn_stats(list(zip(sets, counts, strict=True)), stats))
         metrics["train_loss"] = mean_train_loss([u.update for u in updates])
         return metrics
@@ -139,5 +139,5 @@ class Flanc(WidthStrategy):
         self.private = groups
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
+        return {**as_report(self.settings), "basis_tensors": {k: list(v.shape) for k, v in self.basis.items()},
                 "model_specs": self.specs}

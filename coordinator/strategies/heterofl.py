@@ -55,7 +55,7 @@ class HeteroFL(WidthStrategy):
     def __init__(self, config: FederationConfig, options: HeteroFLSettings, global_spec: dict,
                  specs: dict[str, dict]) -> None:
         super().__init__(config)
-        self.options = options
+        self.settings = options
         self.global_spec = global_spec
         self.specs = specs
         self.labels = list(specs)
@@ -103,7 +103,7 @@ class HeteroFL(WidthStrategy):
         return {**sliced, **self.stats[label]}
 
     def _smaller(self, label: str) -> list[str]:
-        if not self.options.static_bn or not any(self.stats.values()):
+        if not self.settings.static_bn or not any(self.stats.values()):
             return []
         return self.labels[:self.labels.index(label)]
 
@@ -159,4 +159,4 @@ class HeteroFL(WidthStrategy):
                       for q, ts in self.stats.items()}
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "global_spec": self.global_spec}
+        return {**as_report(self.settings), "global_spec": self.global_spec}

@@ -24,4 +24,4 @@ class LowRank(FedPara):
 
     def spec_for(self, gamma: float, width: float) -> dict:
         return naive_lowrank_spec(self.family, self.input_shape, self.num_classes, gamma, width=width,
-                                  layer_gammas=dict(self.options.layer_gammas), **self.zoo_kw)
+                                  layer_gammas=dict(self.settings.layer_gammas), **self.zoo_kw)

@@ -67,7 +67,7 @@ class Reft(Strategy):
 
     def __init__(self, config: FederationConfig, options: ReftSettings, spec: dict, public_x: np.ndarray) -> None:
         super().__init__(config)
-        self.options = options
+        self.settings = options
         self.spec = spec
         self.backend = resolve_backend(options.backend)
         with seeded_init(config.seed):
@@ -135,19 +135,19 @@ class Reft(Strategy):
                 self.pruned(self.levels[device_id])
 
     def assign(self, device: DeviceRecord) -> str:
-        level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
+        level = capacity_level(device.profile.gflops, self.settings.f_lambda, self.settings.levels)
         self.levels[device.device_id] = level
         return level_label(level)
 
     # -- round hooks --------------------------------------------------------
     def own_train(self, train: TrainConfig) -> TrainConfig:
         """The job's training with REFT's local optimizer, lr and epochs."""
-        return self.options.local_train(train)
+        return self.settings.local_train(train)
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         level = self.levels.get(device.device_id)
         if level is None:
-            level = capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
+            level = capacity_level(device.profile.gflops, self.settings.f_lambda, self.settings.levels)
             self.levels[device.device_id] = level
         pruned = self.pruned(level)
         tensors = dict(pruned.tensors)
@@ -170,11 +170,11 @@ class Reft(Strategy):
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""
         n, classes = len(self.public_x), int(self.spec["num_classes"])
-        out = {"logits": TensorSpec((n, classes), self.options.logits_dtype),
+        out = {"logits": TensorSpec((n, classes), self.settings.logits_dtype),
                "counts": TensorSpec((classes,), "int64")}
-        if self.options.logits_dtype == "int8":
+        if self.settings.logits_dtype == "int8":
             out["logits.scale"] = TensorSpec((n,), "float32")
-        if self.options.device_eval:
+        if self.settings.device_eval:
             out.update(expected_from(self.pruned(level).tensors))
         return out
 
@@ -195,16 +195,16 @@ class Reft(Strategy):
                   failures: Mapping[str, str] | None = None) -> dict[str, float]:
         logits = [dequantize_logits(u.update.tensors) for u in updates]
         counts = np.stack([u.update.tensors["counts"] for u in updates])
-        clip = clip_factor(self.options.clip)
-        teacher = ensemble_logits(logits, counts, self.options.aggregate, clip_factor=clip,
-                                  max_share=self.options.max_share)
-        if self.options.device_eval:
+        clip = clip_factor(self.settings.clip)
+        teacher = ensemble_logits(logits, counts, self.settings.aggregate, clip_factor=clip,
+                                  max_share=self.settings.max_share)
+        if self.settings.device_eval:
             self._device_models = {u.device_id: (self._sent[u.device_id], {
                 k: v for k, v in u.update.tensors.items() if k.startswith("layers.")}) for u in updates}
         load_numpy_state(self.model, self.weights)
         self.last_distill = distill(self.model, self.public_x, teacher, DistillConfig(
-            temperature=self.options.temperature, lr=self.options.distill_lr,
-            epochs=self.options.distill_epochs, batch_size=self.options.distill_batch,
+            temperature=self.settings.temperature, lr=self.settings.distill_lr,
+            epochs=self.settings.distill_epochs, batch_size=self.settings.distill_batch,
             seed=self.config.seed + rnd))
         self.weights = state_to_numpy(self.model, copy=True)
         self.version += 1
@@ -247,7 +247,7 @@ class Reft(Strategy):
         self._has_public.clear()  # devices may have lost it: resend
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "pruning_backend": self.backend, "model_spec": self.spec,
+        return {**as_report(self.settings), "pruning_backend": self.backend, "model_spec": self.spec,
                 "public_samples": int(len(self.public_x)),
                 "public_bytes": int(sum(a.nbytes for a in self.public.values())),
                 "rounds": self.config.rounds}

@@ -51,7 +51,7 @@ class StaticPrune(FedAvg):
 
     def __init__(self, config: FederationConfig, options: StaticPruneSettings, spec: dict) -> None:
         super().__init__(config, spec, settings=options)  # the dense model, seeded
-        self.options = options
+        self.settings = options
         self.dense_spec = spec
         self.backend = resolve_backend(options.backend)
         self.initial = dict(self.weights)
@@ -69,7 +69,7 @@ class StaticPrune(FedAvg):
 
     # -- the level ----------------------------------------------------------
     def device_level(self, device: DeviceRecord) -> float:
-        return capacity_level(device.profile.gflops, self.options.f_lambda, self.options.levels)
+        return capacity_level(device.profile.gflops, self.settings.f_lambda, self.settings.levels)
 
     def fix_level(self, level: float) -> None:
         """Prune the initial model to ``level``; from now on every device trains it."""
@@ -102,7 +102,7 @@ class StaticPrune(FedAvg):
     # -- round hooks --------------------------------------------------------
     def own_train(self, train: TrainConfig) -> TrainConfig:
         """The job's training with the pruned model's own optimizer and lr."""
-        return replace(train, optimizer=self.options.local_optimizer, lr=self.options.local_lr)
+        return replace(train, optimizer=self.settings.local_optimizer, lr=self.settings.local_lr)
 
     def configure_train(self, rnd: int, device: DeviceRecord) -> Plan:
         assert self.pruned is not None
@@ -133,4 +133,4 @@ class StaticPrune(FedAvg):
                                       "static-prune model")["model"]
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.options), "pruning_backend": self.backend, "dense_spec": self.dense_spec}
+        return {**as_report(self.settings), "pruning_backend": self.backend, "dense_spec": self.dense_spec}

@@ -93,7 +93,7 @@ class WidthStrategy(Strategy):
         it, sample-weighted, under the method's robust rule and server optimizer; the rule's metrics."""
         sets = [{k: u.update.tensors[k] for k in self.weights} for u in updates]
         self.weights, metrics = self.fold("weights", self.weights, sets, [u.update.num_samples for u in updates],
-                                          self.options.robust, self.options.server)
+                                          self.settings.robust, self.settings.server)
         return metrics
 
     @classmethod

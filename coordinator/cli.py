@@ -136,7 +136,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def _coordinator(args: argparse.Namespace) -> int:
-    from coordinator.runtime.server import coordinator_config_from_toml, run_coordinator
+    from coordinator.runtime.coordinator_command import coordinator_config_from_toml, run_coordinator
     from coordinator.strategies import strategy_class
 
     config = coordinator_config_from_toml(args.config)

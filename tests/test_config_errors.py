@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from coordinator.runtime.server import coordinator_config_from_toml
+from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 from edge_sdk.device_config import client_from_toml
 from edge_sdk.paths import writable_dir, writable_file
 
@@ -84,7 +84,7 @@ def test_a_coordinator_config_error_names_the_file_and_the_key(tmp_path, toml, w
 
 
 def test_the_task_of_the_toml_and_of_the_held_out_data_must_agree(tmp_path):
-    from coordinator.runtime.server import job_task
+    from coordinator.runtime.coordinator_command import job_task
     from coordinator.runtime.task import Task
 
     path = tmp_path / "coordinator.toml"

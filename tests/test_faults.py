@@ -29,7 +29,7 @@ from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RoundRecord, RunReport
 from coordinator.runtime.round_loop import RoundLoop
-from coordinator.runtime.server import coordinator_config_from_toml, run_coordinator
+from coordinator.runtime.coordinator_command import coordinator_config_from_toml, run_coordinator
 from coordinator.runtime.state import load_checkpoint
 from coordinator.strategies import create_strategy
 from coordinator.core.federation import EvalData, FederationConfig

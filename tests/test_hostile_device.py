@@ -263,7 +263,7 @@ def test_one_poisoning_device_does_not_destroy_the_model_under_the_defaults(home
 
 
 def test_the_coordinator_toml_sets_the_per_device_budgets(tmp_path):
-    from coordinator.runtime.server import coordinator_config_from_toml
+    from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('dataset = "digits"\n[limits]\nerror_replies_per_s = 5.0\nplan_resends_per_round = 2\nmessages_per_s = 50.0\n')

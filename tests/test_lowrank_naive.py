@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coordinator.strategies.lowrank import LowRank
+from coordinator.strategies.naive_lowrank import LowRank
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.models.fedpara import FedParaLinear, precompose, rank_from_gamma

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from coordinator.core.device_record import DeviceRecord
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import attach_signer, publish_models
-from coordinator.runtime.server import coordinator_config_from_toml
+from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext

@@ -155,7 +155,7 @@ def test_the_cli_rejects_a_bad_lr_decay_in_one_line() -> None:
 
 
 def test_the_coordinator_toml_takes_the_protocol(tmp_path) -> None:
-    from coordinator.runtime.server import coordinator_config_from_toml
+    from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('dataset = "digits"\n[federation]\nrounds = 200\ndevices_per_round = 10\neval_every = 10\n'

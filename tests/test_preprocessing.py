@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coordinator.runtime.export import export_onnx
-from coordinator.runtime.server import coordinator_config_from_toml, job_preprocessing
+from coordinator.runtime.coordinator_command import coordinator_config_from_toml, job_preprocessing
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.data import load_dataset
 from edge_sdk.inference import OnnxClassifier

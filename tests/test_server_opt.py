@@ -142,7 +142,7 @@ def test_flanc_steps_its_basis_and_each_width_as_groups(tmp_path, broker) -> Non
 
 
 def test_the_coordinator_toml_takes_the_same_names(tmp_path) -> None:
-    from coordinator.runtime.server import coordinator_config_from_toml
+    from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 
     path = tmp_path / "coordinator.toml"
     path.write_text('method = "heterofl"\ndataset = "digits"\n[options]\nserver_opt = "fedyogi"\nserver_lr = 0.003\nprox_mu = 0.01\n')

@@ -12,7 +12,7 @@ every element over the devices that hold it, weighted by sample counts (elements
 nobody held keep their value). Evaluation is per width on the held-out data;
 ``export=DIR`` writes every width pre-composed to a dense network as ONNX.
 :class:`coordinator.strategies.pfedpara.PFedPara` and
-:class:`coordinator.strategies.lowrank.LowRank` reuse all of this.
+:class:`coordinator.strategies.naive_lowrank.LowRank` reuse all of this.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     _method("fedpara", FedParaSettings, "fedpara", "FedPara", "edge_sdk.methods.fedpara:train_fedpara"),
     _method("pfedpara", PFedParaSettings, "pfedpara", "PFedPara", "edge_sdk.methods.pfedpara:train_pfedpara",
             doc_page="fedpara", served="edge_sdk.methods.pfedpara:personal_model"),
-    _method("lowrank", LowRankSettings, "lowrank", "LowRank", "edge_sdk.methods.fedpara:train_fedpara",
+    _method("lowrank", LowRankSettings, "naive_lowrank", "LowRank", "edge_sdk.methods.fedpara:train_fedpara",
             doc_page="fedpara"),
     _method("reft", ReftSettings, "reft", "Reft", "edge_sdk.methods.reft:train_reft"),
     _method("static-prune", StaticPruneSettings, "static_prune", "StaticPrune", device_part="fedavg"),

@@ -408,7 +408,7 @@ class Fleet:
 
     def coordinator_client_id(self) -> str:
         """The MQTT client id the coordinator connects with, as the product forms it."""
-        from coordinator.runtime.server import coordinator_config_from_toml
+        from coordinator.runtime.coordinator_command import coordinator_config_from_toml
 
         return coordinator_config_from_toml(self.coordinator_toml).transport.client_id
 

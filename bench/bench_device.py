@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the markdown table to this file")
     args = parser.parse_args(argv)
 
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
 
     import torch
 

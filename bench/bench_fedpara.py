@@ -42,13 +42,13 @@ from coordinator.strategies.fedpara import choose_gamma
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods.pfedpara import PERSONAL_FILE
 from edge_sdk.models.fedpara import FedParaConv2d, FedParaLinear
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks, naive_lowrank_spec
 from edge_sdk.models.spec import count_params
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.tensors import load_numpy_state
 from edge_sdk.training import TrainConfig, evaluate

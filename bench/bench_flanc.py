@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
 from edge_sdk.models.flanc import flanc_modules

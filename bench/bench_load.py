@@ -60,10 +60,10 @@ def run_worker(args: argparse.Namespace) -> None:
     """A child process hosting every ``workers``-th device."""
     from edge_sdk import methods
     from edge_sdk.client import ClientConfig, DeviceClient
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
     from edge_sdk.methods import LocalData
     from edge_sdk.profiling import load_profile
-    from edge_sdk.transport import TransportConfig
+    from edge_sdk.networking.transport import TransportConfig
 
     methods.DEVICE_METHODS["fedavg"] = _echo_update
     logging.basicConfig(level=logging.ERROR)
@@ -92,11 +92,11 @@ def run_fleet(devices: int, args: argparse.Namespace, url: str) -> dict:
     from coordinator.core.federation import EvalData
     from coordinator.runtime.round_loop import RoundLoop
     from simulation.simulate import SimulationConfig, build_strategy, sim_federation
-    from edge_sdk.data import load_dataset
-    from edge_sdk.link import MessageLink
+    from edge_sdk.data.datasets import load_dataset
+    from edge_sdk.networking.link import MessageLink
     from edge_sdk.protocol.topics import Topics
     from edge_sdk.training import TrainConfig
-    from edge_sdk.transport import MqttTransport, TransportConfig
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
     job = f"{JOB}{devices}"
     dataset = load_dataset(args.dataset)

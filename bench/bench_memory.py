@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
     from edge_sdk.models.spec import count_params
     from edge_sdk.protocol.messages import Envelope, encode_envelope
     from edge_sdk.training import TrainConfig

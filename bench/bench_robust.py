@@ -63,7 +63,7 @@ def poisoned_round(method: str, data, robust: dict[str, str], scale: float | Non
     from coordinator.core.federation import FederationConfig
     from coordinator.strategies.base import StrategyContext
     from edge_sdk.methods import DeviceContext, LocalData, device_method
-    from edge_sdk.partition import partition
+    from edge_sdk.data.partition import partition
     from edge_sdk.profiling import DeviceProfile
     from edge_sdk.protocol.messages import Update
     from edge_sdk.training import TrainConfig
@@ -114,7 +114,7 @@ def distance(a: dict, b: dict) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from coordinator.core.federation import EvalData
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
 
     data = load_dataset("digits")
     print("| method | " + " / ".join(RULES) + " (distance from the honest aggregate, honest steps) |")

@@ -32,11 +32,11 @@ import torch
 
 from simulation import sim_devices
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, evaluate, train_local
 

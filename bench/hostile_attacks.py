@@ -60,7 +60,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from edge_sdk.link import MessageLink, Received, Rejected
+from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.protocol.codec import encode_frame
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
@@ -68,7 +68,7 @@ from edge_sdk.protocol.messages import (
     encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
 
 __all__ = ["ATTACKS", "BARRAGE", "OPTIONS", "AttackConfig", "Attacker", "Pacer", "Tally", "flood_frames", "padded_chunk_frame"]
 

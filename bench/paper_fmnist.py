@@ -39,7 +39,7 @@ import numpy as np
 import simulation.simulate as simulate
 from edge_sdk.methods.settings.options import option_pairs
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
-from edge_sdk.data import ImageDataset
+from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.training import TrainConfig
 
 #: The paper's Table 1, Fashion-MNIST: mean accuracy over widths (%).

@@ -26,7 +26,7 @@ thread, seed 0; the global model is evaluated on the 10,000 test images after th
 What makes the three the same job (the final accuracies agree to the digit when they are):
   * data: the arrays edgefl's ``load_dataset`` gives (normalised with the training set's
     statistics), saved once as .npy and memory-mapped by the peers; the IID split is
-    ``edge_sdk.partition.partition(y, N, "iid", seed)``, re-implemented here and checked equal;
+    ``edge_sdk.data.partition.partition(y, N, "iid", seed)``, re-implemented here and checked equal;
   * sampling: round r draws ``np.random.default_rng([seed, r]).choice(ids, 10, replace=False)``
     over the sorted device ids ``dev000``... as coordinator/runtime/round_loop.py ``_sample`` does;
   * initial weights: edgefl's FedAvg model (``build_model`` under ``seeded_init(seed)``), exported
@@ -192,7 +192,7 @@ class Cnn4(nn.Module):
 
 
 def iid_partition(num_samples: int, clients: int, seed: int) -> list[np.ndarray]:
-    """``edge_sdk.partition.partition(y, clients, "iid", seed)``: a seeded permutation split in
+    """``edge_sdk.data.partition.partition(y, clients, "iid", seed)``: a seeded permutation split in
     ``clients`` near-equal parts, each sorted (checked equal by `check_peer_job`)."""
     parts = np.array_split(np.random.default_rng(seed).permutation(num_samples), clients)
     return [np.sort(p).astype(np.int64) for p in parts]
@@ -367,7 +367,7 @@ def edgefl_dataset(total: int, cache: Path) -> str:
         raise ValueError(f"{total} images: use N*M below 60,000 or a multiple of it")
     path = cache / f"fmnist-{total}.npz"
     if not path.exists():
-        from edge_sdk.data import _default_root, _find_idx, read_idx  # raw uint8 idx files
+        from edge_sdk.data.datasets import _default_root, _find_idx, read_idx  # raw uint8 idx files
         root = _default_root("fashion-mnist")
         raw = {split: (read_idx(_find_idx(root, f"{split}-images-idx3-ubyte", "fashion-mnist")),
                        read_idx(_find_idx(root, f"{split}-labels-idx1-ubyte", "fashion-mnist")))
@@ -390,7 +390,7 @@ def prepare_data(total: int, cache: Path) -> Path:
     folder = cache / f"data-{total}"
     if (folder / "y_test.npy").exists():
         return folder
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
     dataset = load_dataset(edgefl_dataset(total, cache))
     base = min(total, BASE_IMAGES)
     folder.mkdir(parents=True, exist_ok=True)
@@ -428,7 +428,7 @@ def prepare_job(clients: int, per_device: int, rounds: int, seed: int, cache: Pa
 
 def check_peer_job(job: JobSpec) -> None:
     """The peers' split, draws, averaging and model are edgefl's: the partition equals
-    ``edge_sdk.partition``'s, every round's draw ``RoundLoop._sample``'s, `fold` equals
+    ``edge_sdk.data.partition``'s, every round's draw ``RoundLoop._sample``'s, `fold` equals
     ``weighted_average`` bit for bit, and `Cnn4` with the initial weights gives ``SpecModel``'s
     outputs."""
     from types import SimpleNamespace
@@ -437,7 +437,7 @@ def check_peer_job(job: JobSpec) -> None:
     from coordinator.runtime.round_loop import RoundLoop
     from edge_sdk.models.spec import build_model
     from edge_sdk.models.zoo import model_for_dataset
-    from edge_sdk.partition import partition
+    from edge_sdk.data.partition import partition
 
     peer = PeerJob(job)
     ours = peer.shards

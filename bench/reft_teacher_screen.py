@@ -78,7 +78,7 @@ def capture_job(seed: int, partition: str, out: Path) -> dict[str, np.ndarray]:
     """The teacher's inputs of ``edgefl simulate --method reft --clients 8 --rounds 1``, and the labels."""
     import coordinator.strategies.reft as reft
     from edge_sdk.cli import main as edgefl
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
     from edge_sdk.methods.reft import dequantize_logits
 
     saved: dict[str, np.ndarray] = {}

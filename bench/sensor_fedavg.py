@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edge_sdk.data import load_dataset  # noqa: E402
+from edge_sdk.data.datasets import load_dataset  # noqa: E402
 from coordinator.strategies.base import seeded_init  # noqa: E402
 from edge_sdk.models.spec import build_model  # noqa: E402
 from edge_sdk.models.zoo import model_for_dataset  # noqa: E402

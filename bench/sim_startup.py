@@ -102,8 +102,8 @@ def whole_job(clients: int, idle_s: float = 0.0, backend: str = "local", connect
 
 def bare_loop(clients: int, threads: int) -> None:
     from coordinator.runtime.broker import EmbeddedBroker
-    from edge_sdk.network_loop import NetworkLoop
-    from edge_sdk.transport import MqttTransport, TransportConfig, Will
+    from edge_sdk.networking.network_loop import NetworkLoop
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig, Will
     from simulation.open_files import ensure_open_files
 
     ensure_open_files(clients)

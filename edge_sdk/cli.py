@@ -47,7 +47,7 @@ def _profile_transport(args: argparse.Namespace):  # -> MqttTransport | None
     [broker] table (URL, user, password file, CA), with --broker/--ca-file/... on top."""
     from dataclasses import replace
 
-    from edge_sdk.transport import MqttTransport, TransportConfig
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
     if args.config is None and args.broker is None:
         return None

@@ -12,14 +12,14 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.client_config import ClientConfig
-from edge_sdk.device_connection import open_connection
-from edge_sdk.device_data import DeviceData
-from edge_sdk.device_rounds import DeviceRounds, RoundTrained, plan_digest
-from edge_sdk.link import MessageLink, Received, Rejected
+from edge_sdk.device.client_config import ClientConfig
+from edge_sdk.device.device_connection import open_connection
+from edge_sdk.device.device_data import DeviceData
+from edge_sdk.device.device_rounds import DeviceRounds, RoundTrained, plan_digest
+from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.methods import DEVICE_METHODS, LocalData
-from edge_sdk.model_install import ModelInstaller
-from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.device.model_install import ModelInstaller
+from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
@@ -27,11 +27,11 @@ from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, Evaluate, Model, Plan, Register, RoundStart, Status, Stop, Update,
 )
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.remeasure import Remeasuring
-from edge_sdk.sim_hooks import SimHooks
+from edge_sdk.device.remeasure import Remeasuring
+from edge_sdk.device.sim_hooks import SimHooks
 from edge_sdk.throttle import Throttle
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
-from edge_sdk.uplink import Uplink
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.device.uplink import Uplink
 from edge_sdk.version import SDK_VERSION
 
 if TYPE_CHECKING:

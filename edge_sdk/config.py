@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge_sdk.link import LinkConfig
-from edge_sdk.transport import TransportConfig
+from edge_sdk.networking.link import LinkConfig
+from edge_sdk.networking.transport import TransportConfig
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,8 +9,8 @@ from pathlib import Path
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
-from edge_sdk.data import DATASETS
-from edge_sdk.holdout import SOURCE_TEST_SET, check_holdout
+from edge_sdk.data.datasets import DATASETS
+from edge_sdk.data.holdout import SOURCE_TEST_SET, check_holdout
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from edge_sdk.preprocessing import ONNX_METADATA_KEY, Preprocessing
+from edge_sdk.data.preprocessing import ONNX_METADATA_KEY, Preprocessing
 
 __all__ = ["MODEL_FILENAME", "OnnxClassifier", "Predictions", "default_model_path", "load_batch",
            "normalize"]

@@ -7,7 +7,7 @@ import argparse
 from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
 from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
-from edge_sdk.link import LinkConfig
+from edge_sdk.networking.link import LinkConfig
 from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["simulate_command"]

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from edge_sdk.accelerator import check_device_name
-from edge_sdk.data import ImageDataset
-from edge_sdk.holdout import check_holdout
-from edge_sdk.link import LinkConfig
+from edge_sdk.data.datasets import ImageDataset
+from edge_sdk.data.holdout import check_holdout
+from edge_sdk.networking.link import LinkConfig
 from edge_sdk.throttle import MODES
 from edge_sdk.train_config import available_cpus
 from edge_sdk.training import TrainConfig, default_threads
@@ -28,7 +28,7 @@ __all__ = ["SimulationConfig", "sim_federation", "STOP_AFTER_FAILED_ROUNDS", "DE
 
 #: The simulated devices with connections of their own (`--connections own`) one process hosts at
 #: most: one file descriptor each, here and in the broker. Their connections share one network
-#: thread on an epoll selector (edge_sdk/network_loop.py; paho's own threads polled with select(),
+#: thread on an epoll selector (edge_sdk/networking/network_loop.py; paho's own threads polled with select(),
 #: which stopped at file descriptor 1024: about 200 devices). `--backend ray` spreads larger fleets
 #: over processes; devices on shared connections have no such limit.
 MAX_DEVICES_PER_PROCESS = 10_000

@@ -36,7 +36,7 @@ class SimulationDefaults:
     seed: int = 0
     eval_every: int = 1
     publish_every: int = 0  # the final model only
-    #: each device holds out nothing (`edge_sdk.holdout.NO_HOLDOUT`; that module needs torch): the
+    #: each device holds out nothing (`edge_sdk.data.holdout.NO_HOLDOUT`; that module needs torch): the
     #: simulation evaluates on the dataset's test set
     holdout: float = 0.0
     #: ``edgefl simulate``'s training: two local epochs, the rest `TrainConfig`'s. A real device

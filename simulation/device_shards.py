@@ -4,7 +4,7 @@ not a copy. Saved to a folder, the arrays open memory-mapped in any process of t
 Ray actor), which then shares one copy in the page cache and reads only the shards of the devices
 that train; a device that never trains costs none of its images' memory.
 
-A training split too large to hold (`edge_sdk.spilled_arrays`) gives shards in a temporary file,
+A training split too large to hold (`edge_sdk.data.spilled_arrays`) gives shards in a temporary file,
 memory-mapped: the process holds only the pages of the shards it reads. The simulation loads an
 image dataset's training split raw (uint8, `load_dataset`'s ``keep_raw_train``): a quarter of the
 bytes to write and map (470 MB, not 1.9 GB, at 10,000 devices × 60 images), normalised by each
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edge_sdk.data import ImageDataset
+from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.methods import LocalData
-from edge_sdk.partition import partition
-from edge_sdk.preprocessing import Preprocessing
-from edge_sdk.spilled_arrays import copy_spilled, spill_rows
+from edge_sdk.data.partition import partition
+from edge_sdk.data.preprocessing import Preprocessing
+from edge_sdk.data.spilled_arrays import copy_spilled, spill_rows
 
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig

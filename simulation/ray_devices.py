@@ -70,7 +70,7 @@ def node_slot(slots: Any) -> Callable[[int], contextlib.AbstractContextManager[N
 def build_shards(config: "SimulationConfig") -> "DeviceShards":
     """The devices' `DeviceShards`, from the dataset loaded here (an actor on a node without the
     driver's folder)."""
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
 
     from simulation.config import split_public
     from simulation.device_shards import DeviceShards

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from edge_sdk.fair_inbox import FairInbox
-from edge_sdk.network_loop import NetworkLoop
-from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, WillSource
+from edge_sdk.networking.fair_inbox import FairInbox
+from edge_sdk.networking.network_loop import NetworkLoop
+from edge_sdk.networking.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, WillSource
 
 __all__ = ["SharedConnection", "DeviceChannel", "CONNECTIONS", "OWN_CONNECTIONS_UP_TO"]
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
-from edge_sdk.transport import TransportConfig
+from edge_sdk.networking.transport import TransportConfig
 
 from simulation.device_shards import DeviceShards
 from simulation.long_lived import FREEZE_EVERY, building_long_lived

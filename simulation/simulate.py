@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.data import ImageDataset, load_dataset
-from edge_sdk.fair_inbox import InboxLimits
+from edge_sdk.data.datasets import ImageDataset, load_dataset
+from edge_sdk.networking.fair_inbox import InboxLimits
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import load_profile
 from edge_sdk.signing import ModelSigner
 from edge_sdk.training import torch_threads, warm_up_optimizer
-from edge_sdk.transport import TransportConfig
+from edge_sdk.networking.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker

@@ -139,7 +139,7 @@ def test_the_coordinator_evaluates_where_simulated_devices_train() -> None:
     from coordinator.core.federation import EvalData, FederationConfig
     from coordinator.runtime.report import RunReport
     from coordinator.runtime.round_loop import RoundLoop
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
 
     dataset = load_dataset("digits", seed=0)
     strategy = build_strategy(SimulationConfig(model="mlp", dataset="digits", sim_device="auto"), dataset, None)

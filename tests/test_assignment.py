@@ -17,14 +17,14 @@ from coordinator.strategies.flanc import Flanc
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
-from edge_sdk.link import MessageLink
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.methods.settings.options import parse
 from edge_sdk.methods.settings.shared import AssignmentConfig
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 LEVELS = ["0.25", "0.5", "0.75", "1.0"]
 

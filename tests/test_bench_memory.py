@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.protocol.messages import Envelope, decode_envelope, encode_envelope
 from edge_sdk.training import TrainConfig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.runtime.broker import BrokerConfig, BrokerError, EmbeddedBroker, find_mosquitto, free_port
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.requirements import needs
 
 KINDS = [pytest.param("mosquitto", marks=needs("mosquitto")), "amqtt"]

@@ -47,7 +47,7 @@ def test_a_literal_default_would_be_caught() -> None:
 
 def test_simulate_without_options_is_the_simulation_defaults() -> None:
     from edge_sdk.cli import build_parser
-    from edge_sdk.holdout import NO_HOLDOUT
+    from edge_sdk.data.holdout import NO_HOLDOUT
 
     args = build_parser().parse_args(["simulate"])
     assert (args.method, args.clients, args.rounds, args.dataset, args.model, args.holdout) == (

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from edge_sdk.client import ClientConfig, DeviceClient, plan_digest
-from edge_sdk.data import load_dataset
-from edge_sdk.link import MessageLink, Received
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import MessageLink, Received
 from edge_sdk.methods import LocalData
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
@@ -26,7 +26,7 @@ from edge_sdk.protocol.messages import Ack, Envelope, Plan, Register, RoundStart
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.tensors import state_to_numpy
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 
 def _next(link: MessageLink, kind: type, timeout: float = 20.0) -> Envelope:

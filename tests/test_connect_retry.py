@@ -12,7 +12,7 @@ from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.methods import LocalData
 from edge_sdk.profiling import load_profile
-from edge_sdk.transport import TransportConfig, TransportError
+from edge_sdk.networking.transport import TransportConfig, TransportError
 
 
 def _client(port: int, retry_s: float, connect_timeout: float = 10.0) -> DeviceClient:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.data import DATASETS, ImageDataset, load_dataset, read_idx
+from edge_sdk.data.datasets import DATASETS, ImageDataset, load_dataset, read_idx
 from tests.support.files import write_idx
 
 
@@ -129,7 +129,7 @@ def test_mnist_missing_or_inconsistent_files(tmp_path: Path) -> None:
 
 
 def test_fashion_mnist_is_found_in_debians_folder(tmp_path: Path, monkeypatch) -> None:
-    import edge_sdk.data as data
+    import edge_sdk.data.datasets as data
 
     debian = tmp_path / "usr-share-datasets" / "fashion-mnist"
     debian.mkdir(parents=True)
@@ -144,7 +144,7 @@ def test_fashion_mnist_is_found_in_debians_folder(tmp_path: Path, monkeypatch) -
 
 
 def test_a_missing_fashion_mnist_names_the_package_and_the_flag(tmp_path: Path, monkeypatch) -> None:
-    import edge_sdk.data as data
+    import edge_sdk.data.datasets as data
 
     monkeypatch.setenv("EDGEFL_DATA", str(tmp_path))
     monkeypatch.setitem(data.DEBIAN_DATASETS, "fashion-mnist", ("dataset-fashion-mnist", tmp_path / "absent"))
@@ -219,7 +219,7 @@ def test_image_dataset_validates() -> None:
 
 @pytest.mark.parametrize("shape", [(700, 1, 28, 28), (300, 3, 8, 8), (200, 6, 100)])
 def test_bytes_are_normalised_by_table_to_the_very_floats_of_the_arithmetic(shape) -> None:
-    from edge_sdk.data import _channel_stats, _normalise, _per_channel
+    from edge_sdk.data.datasets import _channel_stats, _normalise, _per_channel
 
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256, size=shape, dtype=np.uint8)

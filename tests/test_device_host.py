@@ -13,11 +13,11 @@ import numpy as np
 from coordinator.runtime.broker import EmbeddedBroker
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.methods import LocalData
-from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Ack, Envelope, Register, Status, Stop, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from simulation.config import SimulationConfig
 from simulation.sim_devices import DeviceHost
 from simulation.simulate import run_simulation

@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edge_sdk.data import load_dataset
-from edge_sdk.partition import partition
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.data.partition import partition
 from simulation.config import SimulationConfig, split_public
 from simulation.device_shards import DeviceShards
 
@@ -60,8 +60,8 @@ def test_a_folder_whose_arrays_do_not_fit_is_refused(job, tmp_path) -> None:
 @pytest.mark.parametrize("method, partition_name", [("fedavg", "iid"), ("fedavg", "dirichlet:0.5"), ("reft", "iid")])
 def test_a_split_loaded_in_the_devices_order_gives_the_same_shards_without_a_gather(method, partition_name,
                                                                                      monkeypatch) -> None:
-    from edge_sdk import data as data_module
-    from edge_sdk.spilled_arrays import is_spilled
+    from edge_sdk.data import datasets as data_module
+    from edge_sdk.data.spilled_arrays import is_spilled
     from simulation.device_shards import DeviceOrder
 
     config = SimulationConfig(method=method, dataset="mnist-sample", clients=9, partition=partition_name)
@@ -89,8 +89,8 @@ def test_a_raw_split_gives_each_device_the_very_floats_of_the_normalised_one(met
     """`keep_raw_train`: the shards hold the bytes (a quarter of the floats' size, spilled as they
     would be); a device normalising its own with the job's statistics gets the same floats, bit for
     bit, and the coordinator's public set is normalised as before."""
-    from edge_sdk import data as data_module
-    from edge_sdk.spilled_arrays import is_spilled
+    from edge_sdk.data import datasets as data_module
+    from edge_sdk.data.spilled_arrays import is_spilled
     from simulation.device_shards import DeviceOrder
 
     config = SimulationConfig(method=method, dataset="mnist-sample", clients=9, partition="dirichlet:0.5")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from coordinator.runtime.export import export_onnx, onnx_max_abs_diff
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.models.flanc import to_dense
 from edge_sdk.models.flanc_zoo import flanc_specs
 from edge_sdk.models.spec import build_model
@@ -47,7 +47,7 @@ def test_bad_inputs_are_rejected(tmp_path, bad):
 
 def test_a_1d_model_with_series_norm_exports_and_matches_on_quiet_series(tmp_path):
     from edge_sdk.models.zoo import cnn1d
-    from edge_sdk.preprocessing import Preprocessing
+    from edge_sdk.data.preprocessing import Preprocessing
 
     torch.manual_seed(0)
     model = build_model(cnn1d(in_channels=2, num_classes=5, length=120)).eval()
@@ -68,8 +68,8 @@ def test_a_resampling_series_model_takes_any_length_and_resamples_as_the_loader_
     the published model does the same in its graph, so `edgefl predict` takes a series of any length."""
     from edge_sdk.inference import OnnxClassifier
     from edge_sdk.models.zoo import cnn1d
-    from edge_sdk.preprocessing import Preprocessing
-    from edge_sdk.sensor_datasets import resample
+    from edge_sdk.data.preprocessing import Preprocessing
+    from edge_sdk.data.sensor_datasets import resample
 
     torch.manual_seed(0)
     model = build_model(cnn1d(in_channels=1, num_classes=3, length=60)).eval()
@@ -94,7 +94,7 @@ def test_a_resampling_series_model_takes_any_length_and_resamples_as_the_loader_
 
 
 def test_exporting_with_preprocessing_leaves_the_model_in_its_mode(tmp_path):
-    from edge_sdk.preprocessing import Preprocessing
+    from edge_sdk.data.preprocessing import Preprocessing
 
     model = build_model(resnet_small(in_channels=1, num_classes=3, image_size=8))
     x = np.random.default_rng(0).normal(size=(4, 1, 8, 8)).astype(np.float32)

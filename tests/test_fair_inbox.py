@@ -1,4 +1,4 @@
-"""The receive queue that is fair between sources (edge_sdk/fair_inbox.py): exact orders and drops."""
+"""The receive queue that is fair between sources (edge_sdk/networking/fair_inbox.py): exact orders and drops."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from edge_sdk.fair_inbox import FairInbox, InboxLimits
+from edge_sdk.networking.fair_inbox import FairInbox, InboxLimits
 from tests.support.fake_clock import FakeClock
 
 

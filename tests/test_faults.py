@@ -35,10 +35,10 @@ from coordinator.strategies import create_strategy
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
-from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import Reassembler, split_envelope_payload
 from edge_sdk.protocol.errors import ProtocolError
@@ -47,7 +47,7 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 from tests.support.device_configs import device_toml
 from tests.support.faultproxy import FaultPolicy, FaultProxy, edgefl_chunks

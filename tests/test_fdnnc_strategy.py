@@ -11,7 +11,7 @@ from edge_sdk.methods.settings.fdnnc import FdnncSettings
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
 from edge_sdk.methods.fdnnc import train_fdnnc
 from edge_sdk.models.lowrank import compose, decompose

@@ -139,12 +139,12 @@ def _central_on_the_devices_holdout(config, checkpoint: Path) -> tuple[int, int]
     """(samples, correct) of the checkpointed final model on every device's held-out share, rebuilt
     here from the dataset, the partition and the sample keys as the simulated devices chose it."""
     from coordinator.runtime.state import load_checkpoint
-    from edge_sdk.data import load_dataset
-    from edge_sdk.holdout import split_holdout
+    from edge_sdk.data.datasets import load_dataset
+    from edge_sdk.data.holdout import split_holdout
     from edge_sdk.methods import LocalData
     from edge_sdk.models.spec import build_model
     from edge_sdk.models.zoo import model_for_dataset
-    from edge_sdk.partition import partition
+    from edge_sdk.data.partition import partition
     from edge_sdk.tensors import load_numpy_state
     from edge_sdk.training import evaluate_counts
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from edge_sdk.protocol.messages import Ack, Update, decode_envelope
-from edge_sdk.transport import MqttTransport
+from edge_sdk.networking.transport import MqttTransport
 from tests.support.raw_devices import registered_fleet, send_as
 
 JOB = "collect-order"

@@ -20,7 +20,7 @@ import pytest
 
 from coordinator.runtime.broker import find_mosquitto
 from edge_sdk.config import read_toml
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from tests.support.requirements import HOME_TOOLS, needs
 
 pytestmark = pytest.mark.slow  # the whole demo: broker, coordinator and two client processes

@@ -13,14 +13,14 @@ from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
 from coordinator.core.federation import FederationConfig
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.messages import (Ack, Envelope, Error, Register, Status, Update, decode_envelope,
                                         encode_envelope)
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 JOB = "rejects"
 DEVICE = "rogue"

@@ -19,11 +19,11 @@ from coordinator.runtime.task import Task
 from coordinator.strategies.base import StrategyContext
 from coordinator.strategies.fedavg import FedAvg
 from edge_sdk.device_config import client_from_toml
-from edge_sdk.link import MessageLink
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.networking.link import MessageLink
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 JOB = "growing"
 FEATURES = [f"p{i}" for i in range(64)]

@@ -16,7 +16,7 @@ from coordinator.strategies.heterofl import HeteroFL
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData, device_method
 from edge_sdk.methods.batchnorm import static_bn_stats
 from edge_sdk.models.heterofl import Scaler, heterofl_spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_sdk.holdout import MIN_CLASS_SAMPLES, check_holdout, sample_keys, split_holdout
+from edge_sdk.data.holdout import MIN_CLASS_SAMPLES, check_holdout, sample_keys, split_holdout
 from edge_sdk.methods import LocalData
 
 

@@ -15,7 +15,7 @@ import pytest
 from coordinator.homeassistant.discovery import HaTopics
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
 from tests.support.home_broker import HOME, start_home_broker
 from tests.support.requirements import HOME_TOOLS, needs, require
 

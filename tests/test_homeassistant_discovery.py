@@ -19,10 +19,10 @@ from coordinator.homeassistant.discovery import HaTopics, coordinator_config, de
 from coordinator.homeassistant.names import MAX_TEXT, clean_text, ha_id
 from coordinator.core.device_record import DeviceRecord
 from coordinator.runtime.fleet import Fleet
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.homeassistant_rules import VALID_ID_RE, validate_device_discovery
 
 

@@ -19,12 +19,12 @@ from coordinator.runtime.report import RunReport
 from coordinator.strategies.base import StrategyContext
 from coordinator.strategies.fedavg import FedAvg
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import LocalData
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.homeassistant_rules import validate_device_discovery
 
 pytestmark = pytest.mark.slow

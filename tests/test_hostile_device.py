@@ -17,11 +17,11 @@ from coordinator.strategies.fedavg import FedAvg
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
-from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.models.zoo import mlp
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import split_envelope_payload
 from edge_sdk.protocol.codec import encode_frame
@@ -29,7 +29,7 @@ from edge_sdk.protocol.messages import (Ack, Chunk, Envelope, Error, Plan, Regis
                                         encode_envelope)
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport
+from edge_sdk.networking.transport import MqttTransport
 from tests.support.fleet_job import run_job
 from tests.support.home_broker import HomeBroker, start_home_broker
 from tests.support.requirements import HOME_TOOLS, needs

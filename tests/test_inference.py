@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.inference import OnnxClassifier, default_model_path, load_batch, normalize
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset

@@ -9,12 +9,12 @@ import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from coordinator.runtime.fleet import Fleet
-from edge_sdk.link import LinkConfig, MessageLink, Received
+from edge_sdk.networking.link import LinkConfig, MessageLink, Received
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import split_envelope_payload
 from edge_sdk.protocol.messages import Envelope, Error, Register, Update, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.requirements import require
 
 SMALL_PACKETS = 64 * 1024

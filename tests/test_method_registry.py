@@ -11,13 +11,13 @@ import pytest
 from coordinator.runtime.fleet import Fleet
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.strategies import STRATEGIES
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.methods import DEVICE_METHODS
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Ack, Envelope, Error, Register, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 #: The smallest job of each method that still exercises its own path (digits, mlp, one round).
 OPTIONS = {"fdnnc": {"pattern": "both"}, "reft": {"f_lambda": "50"}, "static-prune": {"f_lambda": "50"}}

@@ -19,16 +19,16 @@ from coordinator.strategies.fedavg import FedAvg
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.inference import OnnxClassifier
-from edge_sdk.link import LinkConfig, MessageLink
+from edge_sdk.networking.link import LinkConfig, MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.model_store import MAX_MODEL_BYTES, ModelRejected, read_model_info, save_model
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Envelope, Error, Model, Register, decode_envelope
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 
 @pytest.mark.slow

@@ -31,9 +31,9 @@ from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import read_toml
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.device_config import trusted_keys
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.model_store import read_model_info
 from edge_sdk.profiling import load_profile
@@ -47,7 +47,7 @@ from edge_sdk.signing import (
     SIGNATURE_BYTES, ModelSigner, SignatureRejected, key_id, load_public_key, manifest_bytes, verify_model,
 )
 from tests.support.keys import public_key_pem
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.requirements import needs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pytest
 
 from edge_sdk.config import read_toml
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
 from tests.support.home_broker import HOME, start_home_broker
 from tests.support.requirements import HOME_TOOLS, needs
 

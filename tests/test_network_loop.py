@@ -12,8 +12,8 @@ import time
 import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
-from edge_sdk.network_loop import NetworkLoop
-from edge_sdk.transport import MqttTransport, TransportConfig, Will
+from edge_sdk.networking.network_loop import NetworkLoop
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, Will
 from tests.support.requirements import needs
 
 CONNECTIONS = 1100  # file descriptors above 1,024: out of select()'s reach

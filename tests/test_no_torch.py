@@ -42,8 +42,8 @@ def test_the_listed_test_files_import_without_torch() -> None:
 def test_the_cli_front_door_and_the_torch_free_modules() -> None:
     proc = _without_torch(
         "import contextlib, io\n"
-        "import edge_sdk.protocol.messages, edge_sdk.transport, edge_sdk.link, edge_sdk.config\n"
-        "import edge_sdk.inference, edge_sdk.signing, edge_sdk.data, edge_sdk.schedule\n"
+        "import edge_sdk.protocol.messages, edge_sdk.networking.transport, edge_sdk.networking.link, edge_sdk.config\n"
+        "import edge_sdk.inference, edge_sdk.signing, edge_sdk.data.datasets, edge_sdk.schedule\n"
         "from edge_sdk.cli import main\n"
         "for argv in (['--version'], ['--help'], ['predict', '--help']):\n"
         "    out = io.StringIO()\n"

@@ -18,7 +18,7 @@ from coordinator.runtime.fleet import Fleet
 from coordinator.core.lr_schedule import lr_factor, parse_lr_decay
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
 from coordinator.core.federation import EvalData, FederationConfig
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import cnn4, mlp
 from edge_sdk.profiling import load_profile
@@ -211,7 +211,7 @@ def test_the_static_fleet_of_the_paper_bench_puts_a_quarter_of_the_devices_on_ea
 
 
 def test_the_paper_bench_can_normalise_images_as_the_official_code() -> None:
-    from edge_sdk.data import ImageDataset
+    from edge_sdk.data.datasets import ImageDataset
 
     raw = np.array([0.0, 51.0, 255.0], dtype=np.float64)  # pixels
     mean, std = 72.9, 90.0

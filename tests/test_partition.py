@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_sdk.data import load_dataset
-from edge_sdk.partition import parse_spec, partition
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.data.partition import parse_spec, partition
 from tests.support.files import label_counts
 
 

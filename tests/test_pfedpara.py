@@ -14,8 +14,8 @@ from coordinator.strategies.pfedpara import PFedPara
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
-from edge_sdk.data import load_dataset
-from edge_sdk.link import MessageLink, Received
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import MessageLink, Received
 from edge_sdk.methods import LocalData
 from edge_sdk.methods.base import DeviceContext
 from edge_sdk.models.fedpara import personal_names
@@ -24,7 +24,7 @@ from edge_sdk.methods.pfedpara import (PERSONAL_FILE, load_personal, save_person
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.training import TrainConfig
-from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig
+from edge_sdk.networking.transport import IncomingMessage, MqttTransport, TransportConfig
 
 PERSONAL = (".x2", ".y2", ".t2")
 

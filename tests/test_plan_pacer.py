@@ -9,7 +9,7 @@ import pytest
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.runtime.plan_pacer import PlanPacer
 from edge_sdk.protocol.messages import Ack, Plan, Update, decode_envelope
-from edge_sdk.transport import MqttTransport
+from edge_sdk.networking.transport import MqttTransport
 from tests.support.raw_devices import registered_fleet, send_as
 
 JOB = "plan-pacing"

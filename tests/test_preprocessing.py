@@ -14,12 +14,12 @@ import torch
 from coordinator.runtime.export import export_onnx
 from coordinator.runtime.coordinator_command import coordinator_config_from_toml, job_preprocessing
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.inference import OnnxClassifier
 from edge_sdk.methods import LocalData
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Envelope, Plan, decode_envelope, encode_envelope

@@ -20,10 +20,10 @@ from coordinator.strategies.flanc import Flanc
 from coordinator.strategies.heterofl import HeteroFL
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
-from edge_sdk import remeasure as remeasure_module
+from edge_sdk.device import remeasure as remeasure_module
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
-from edge_sdk.link import MessageLink
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.profiling import MeasureQuality, load_profile
 from edge_sdk.protocol.codec import packb
@@ -32,7 +32,7 @@ from edge_sdk.protocol.messages import (
     Ack, Envelope, Error, ProfileUpdate, Register, decode_envelope, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 JOB = "remeasure"
 

@@ -164,7 +164,7 @@ def test_measure_device_without_transport() -> None:
 
 
 def test_measure_bandwidth_through_a_real_broker(broker, topic_prefix) -> None:
-    from edge_sdk.transport import MqttTransport, TransportConfig
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
     with MqttTransport(TransportConfig(url=broker.url, connect_timeout=5.0)) as t:
         mbps = measure_bandwidth(t, f"{topic_prefix}/bw", nbytes=64 * 1024, rounds=2, timeout=5.0)

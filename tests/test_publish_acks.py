@@ -10,13 +10,13 @@ import pytest
 from coordinator.core.device_record import DeviceRecord
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Ack, Envelope, Model
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 pytest.importorskip("onnxruntime")
 DEVICE = "pi-ack"

@@ -16,7 +16,7 @@ from coordinator.strategies.reft import Reft
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from coordinator.aggregate.validation import UpdateRejected
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData
 from edge_sdk.methods.reft import (decode_public, dequantize_logits, encode_public, public_digest,
                                    quantize_logits, train_reft)

@@ -15,18 +15,18 @@ from coordinator.strategies.fedavg import FedAvg
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
 from edge_sdk.client import ClientConfig, DeviceClient
-from edge_sdk.data import load_dataset
-from edge_sdk.link import MessageLink
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.methods import LocalData
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import model_for_dataset
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Update
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import TrainConfig, train_local
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from tests.support.fleet_job import run_job
 
 DEVICES = 7

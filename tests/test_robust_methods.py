@@ -17,7 +17,7 @@ import pytest
 from coordinator.strategies import create_strategy
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies.base import StrategyContext
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_robust import METHODS, PLAIN, RULES, distance, float_state, poisoned_round  # noqa: E402
@@ -63,7 +63,7 @@ def _honest_fedavg_job(digits, options: dict[str, str], rounds: int = 3) -> tupl
     from coordinator.core.device_record import DeviceRecord
     from coordinator.core.received_update import ReceivedUpdate
     from edge_sdk.methods import DeviceContext, LocalData, device_method
-    from edge_sdk.partition import partition
+    from edge_sdk.data.partition import partition
     from edge_sdk.profiling import load_profile
     from edge_sdk.training import TrainConfig
 

@@ -18,7 +18,7 @@ import pytest
 
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.device_config import client_from_toml
-from edge_sdk.link import MessageLink, Received
+from edge_sdk.networking.link import MessageLink, Received
 from edge_sdk.methods import LocalData
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import mlp
@@ -30,7 +30,7 @@ from edge_sdk.schedule import (
     read_mem_available_mb, read_temperature_c, read_throttled,
 )
 from edge_sdk.tensors import state_to_numpy
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 NIGHT = dt.datetime(2026, 11, 3, 2, 30)
 NOON = dt.datetime(2026, 11, 3, 12, 0)

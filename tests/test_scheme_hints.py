@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
 from tests.support.requirements import needs
 
 MAKE_CERTS = Path(__file__).resolve().parents[1] / "deploy" / "homeserver" / "make-certs.sh"

@@ -19,11 +19,11 @@ import pytest
 from coordinator.runtime.broker import EmbeddedBroker
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.methods import LocalData
-from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Ack, Envelope, Register, Status, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig, TransportError
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
 from simulation.config import SimulationConfig
 from simulation.shared_connection import OWN_CONNECTIONS_UP_TO, SharedConnection
 from simulation.sim_devices import DEVICES_PER_CONNECTION, DeviceHost, host_connections

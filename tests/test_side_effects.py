@@ -66,14 +66,14 @@ def test_the_job_settings_of_an_older_edgefl_are_refused_in_one_line(tmp_path) -
 
 
 def test_importing_the_transport_installs_no_logging_filter() -> None:
-    run_python("import logging, edge_sdk.transport as t",
-               "assert not logging.getLogger('edge_sdk.transport.paho').filters",
+    run_python("import logging, edge_sdk.networking.transport as t",
+               "assert not logging.getLogger('edge_sdk.networking.transport.paho').filters",
                "assert t._paho_logger().filters == [t._BENIGN_PAHO_NOISE]",
                "assert t._paho_logger().filters == [t._BENIGN_PAHO_NOISE]  # installed once")
 
 
 def test_paho_noise_after_a_clean_disconnect_goes_to_debug(caplog) -> None:
-    from edge_sdk.transport import _paho_logger
+    from edge_sdk.networking.transport import _paho_logger
 
     logger = _paho_logger()
     with caplog.at_level(logging.INFO, logger=logger.name):

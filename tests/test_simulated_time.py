@@ -12,7 +12,7 @@ import time
 import pytest
 
 from simulation.simulate import SimulationConfig, run_simulation, sim_federation
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import DeviceContext, LocalData
 from edge_sdk.methods.fedavg import train_fedavg
 from edge_sdk.models.spec import build_model, count_flops

@@ -8,11 +8,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.device_config import (
     DEFAULT_HOLDOUT, client_from_toml, data_source_from_toml, holdout_from_toml,
 )
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.sources import CsvSource, DatasetSource, NoData, NpzSource, PythonSource, SqliteSource
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import edge_sdk.data as data_module
-from edge_sdk import spilled_arrays
-from edge_sdk.data import load_dataset
-from edge_sdk.spilled_arrays import copy_spilled, is_spilled, spill, spill_rows
+import edge_sdk.data.datasets as data_module
+from edge_sdk.data import spilled_arrays
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.data.spilled_arrays import copy_spilled, is_spilled, spill, spill_rows
 from simulation.config import SimulationConfig, split_public
 from simulation.device_shards import DeviceShards
 

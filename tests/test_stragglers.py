@@ -94,15 +94,15 @@ def test_the_round_loop_reports_the_stragglers_it_did_not_wait_for(broker):
     from coordinator.runtime.fleet import Fleet
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.client import ClientConfig, DeviceClient
-    from edge_sdk.data import load_dataset
-    from edge_sdk.link import MessageLink
+    from edge_sdk.data.datasets import load_dataset
+    from edge_sdk.networking.link import MessageLink
     from edge_sdk.methods import LocalData
     from edge_sdk.models.zoo import model_for_dataset
     from edge_sdk.profiling import load_profile
     from edge_sdk.protocol.messages import Register
     from edge_sdk.protocol.topics import Topics
     from edge_sdk.training import TrainConfig
-    from edge_sdk.transport import MqttTransport, TransportConfig
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
     from tests.support.fleet_job import run_job
     from tests.support.raw_devices import raw_device
 

@@ -128,7 +128,7 @@ def test_each_round_holds_the_slot_asking_with_how_many_rounds_wait() -> None:
 def test_a_simulation_runs_every_devices_round_on_the_coordinators_thread(tmp_path, broker, monkeypatch) -> None:
     """The in-process backend: the coordinator's thread (here, the test's) trains the devices while
     it waits for them and evaluates on the same thread, so torch has one OpenMP team in the process."""
-    import edge_sdk.device_rounds as rounds_module
+    import edge_sdk.device.device_rounds as rounds_module
     from simulation.simulate import SimulationConfig, run_simulation, sim_federation
     from edge_sdk.training import TrainConfig
 
@@ -158,7 +158,7 @@ def test_a_sleeping_throttle_sleeps_on_the_devices_thread_not_the_shared_one(mon
     """`--throttle sleep`: a device's round runs on the shared thread with a counting throttle,
     and the device sleeps what it owes afterwards on its own thread, so slow devices overlap."""
     from edge_sdk.client import ClientConfig, DeviceClient
-    from edge_sdk.data import load_dataset
+    from edge_sdk.data.datasets import load_dataset
     from edge_sdk.methods import LocalData
     from edge_sdk.models.spec import build_model
     from edge_sdk.models.zoo import model_for_dataset

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
-from edge_sdk.fair_inbox import InboxLimits
-from edge_sdk.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
+from edge_sdk.networking.fair_inbox import InboxLimits
+from edge_sdk.networking.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
 from tests.support.faultproxy import FaultProxy
 from tests.support.requirements import needs, require
 

@@ -8,9 +8,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from edge_sdk.data import load_dataset
-from edge_sdk.sensor_datasets import PLAID_LENGTH, resample
-from edge_sdk.ts_format import TsFormatError, parse_ts, read_ts
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.data.sensor_datasets import PLAID_LENGTH, resample
+from edge_sdk.data.ts_format import TsFormatError, parse_ts, read_ts
 
 HEADER = """# a comment
 @problemName Toy

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from edge_sdk.client import SDK_VERSION
-from edge_sdk.transport import MqttTransport, Will
+from edge_sdk.networking.transport import MqttTransport, Will
 
 from coordinator.homeassistant.config import HomeAssistantConfig
 from coordinator.homeassistant.names import clean_text
 from coordinator.homeassistant.discovery import PAUSE, RESUME, HaTopics, coordinator_config, device_config
 
 if TYPE_CHECKING:
-    from edge_sdk.link import MessageLink
+    from edge_sdk.networking.link import MessageLink
 
     from coordinator.core.device_record import DeviceRecord
 

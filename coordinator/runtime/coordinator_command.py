@@ -11,12 +11,12 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
-from edge_sdk.data import ImageDataset, load_dataset
-from edge_sdk.link import LinkConfig
+from edge_sdk.data.datasets import ImageDataset, load_dataset
+from edge_sdk.networking.link import LinkConfig
 from edge_sdk.paths import writable_dir
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.signing import ModelSigner
-from edge_sdk.transport import TransportConfig
+from edge_sdk.networking.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig, homeassistant_from_toml
 from coordinator.runtime.device_budgets import FleetLimits

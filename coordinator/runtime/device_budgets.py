@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edge_sdk.token_bucket import TokenBucket
+from edge_sdk.networking.token_bucket import TokenBucket
 
 __all__ = ["FleetLimits", "TokenBucket", "grown_sample_limit"]
 

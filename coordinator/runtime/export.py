@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from edge_sdk.models.spec import count_params
-from edge_sdk.preprocessing import ONNX_METADATA_KEY, Preprocessing
+from edge_sdk.data.preprocessing import ONNX_METADATA_KEY, Preprocessing
 
 if TYPE_CHECKING:
     from coordinator.strategies.base import OnnxExport
@@ -61,7 +61,7 @@ def onnx_max_abs_diff(model: nn.Module, path: str | Path, inputs: np.ndarray | t
 class Normalised(nn.Module):
     """``model`` after the job's per-channel normalisation: the exported graph takes raw inputs
     (with ``preprocessing.resample``, series of any length: each is first resampled to the model's
-    length, linearly over its whole span, as `edge_sdk.sensor_datasets.resample` does)."""
+    length, linearly over its whole span, as `edge_sdk.data.sensor_datasets.resample` does)."""
 
     def __init__(self, model: nn.Module, preprocessing: Preprocessing) -> None:
         super().__init__()

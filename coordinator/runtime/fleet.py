@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from edge_sdk.link import MessageLink, Received, Rejected
+from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
 from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode
@@ -29,7 +29,7 @@ from edge_sdk.protocol.messages import (
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
-from edge_sdk.token_bucket import TokenBucket
+from edge_sdk.networking.token_bucket import TokenBucket
 
 from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 from coordinator.core.device_record import MISS_MASK, MISS_WINDOW, DeviceRecord

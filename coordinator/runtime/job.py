@@ -8,11 +8,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from edge_sdk.link import LinkConfig, MessageLink
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.networking.link import LinkConfig, MessageLink
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.runtime.device_budgets import FleetLimits

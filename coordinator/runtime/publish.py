@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Envelope, Model
 from edge_sdk.signing import ModelSigner
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan, RoundStart, Stop
 

@@ -12,7 +12,7 @@ import torch
 
 from edge_sdk.methods.settings.options import from_wire
 from edge_sdk.models.spec import build_model, count_flops
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -34,7 +34,7 @@ class LocalData:
     preprocessing: Preprocessing | None = None
     #: one stable uint64 key per sample (a row key, a timestamp, a hash of the sample), which does
     #: not change as the data grows: the federated-evaluation holdout is chosen by it
-    #: (:mod:`edge_sdk.holdout`); None: none known (the holdout then hashes the samples)
+    #: (:mod:`edge_sdk.data.holdout`); None: none known (the holdout then hashes the samples)
     keys: np.ndarray | None = None
 
     def __post_init__(self) -> None:

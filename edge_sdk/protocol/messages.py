@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Union
 import msgpack
 import numpy as np
 
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 
 from .codec import Blob, CodecLimits, DataRegion, decode_frame, encode_frame, pack_tensors, unpack_tensors
 from .errors import ErrorCode, ProtocolError
@@ -203,7 +203,7 @@ class Plan(Message):
     model_spec: dict[str, Any]
     tensors: dict[str, np.ndarray]
     train: dict[str, Any]
-    #: the job's input normalisation (edge_sdk/preprocessing.py `Preprocessing.to_dict`): the device
+    #: the job's input normalisation (edge_sdk/data/preprocessing.py `Preprocessing.to_dict`): the device
     #: normalises its raw data with it; None: the device keeps its own (a coordinator before it)
     preprocessing: dict[str, Any] | None = None
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.data import load_dataset
+from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods.base import LocalData
-from edge_sdk.partition import partition
+from edge_sdk.data.partition import partition
 from edge_sdk.sources.base import NoData, SourceRead
 
 __all__ = ["DatasetSource"]

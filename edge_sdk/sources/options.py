@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edge_sdk.preprocessing import MAX_CHANNELS, MAX_CLASS_NAME, Preprocessing
+from edge_sdk.data.preprocessing import MAX_CHANNELS, MAX_CLASS_NAME, Preprocessing
 
 __all__ = ["MAX_CLASSES", "ReadOptions", "raw_preprocessing"]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.data import _IDX_CODES
-from edge_sdk.partition import _check_labels
+from edge_sdk.data.datasets import _IDX_CODES
+from edge_sdk.data.partition import _check_labels
 
 __all__ = ["label_counts", "write_idx"]
 

@@ -11,7 +11,7 @@ from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.strategies.base import Strategy
 from edge_sdk.client import DeviceClient
-from edge_sdk.transport import MqttTransport
+from edge_sdk.networking.transport import MqttTransport
 
 __all__ = ["run_job"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker, free_port
 from edge_sdk.config import read_toml, transport_from_toml
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 __all__ = ["HOME", "HomeBroker", "start_home_broker"]
 

@@ -10,12 +10,12 @@ from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.core.federation import FederationConfig
 from coordinator.runtime.fleet import Fleet
 from coordinator.strategies.fedavg import FedAvg
-from edge_sdk.link import MessageLink
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.messages import Ack, Envelope, Register, decode_envelope, encode_envelope
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.transport import MqttTransport, TransportConfig
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 __all__ = ["raw_device", "register_all", "registered_fleet", "send_as"]
 

@@ -9,7 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
-from edge_sdk.client_config import ClientConfig
+from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.profiling import (
     BUSY_OTHERS_MIN, BUSY_OTHERS_SHARE, REPORT_CHANGE, CpuWatch, DeviceProfile, changed_enough,
     measure_flops_detail, with_measurement,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from edge_sdk.network_loop import NetworkLoop
-    from edge_sdk.transport import MqttTransport, TransportConfig
+    from edge_sdk.networking.network_loop import NetworkLoop
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
 
 __all__ = ["SimHooks"]
 
@@ -21,7 +21,7 @@ class SimHooks:
     #: devices of one process hand it to one shared thread (simulation/training_queue.py)
     run_compute: Callable[[Callable[[], object]], object] | None = None
     #: the loop that drives this device's MQTT connection with others' (a simulation's); None:
-    #: a network thread of its own (edge_sdk/network_loop.py)
+    #: a network thread of its own (edge_sdk/networking/network_loop.py)
     network: NetworkLoop | None = None
     #: builds this device's connection from its settings (a simulation's host carries many
     #: devices over one: simulation/shared_connection.py); None: an `MqttTransport` of its own

@@ -9,11 +9,11 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from edge_sdk.client_config import ClientConfig
+from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.protocol.messages import Envelope, Status, encode_envelope
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.sim_hooks import SimHooks
-from edge_sdk.transport import MqttTransport, TransportError, Will
+from edge_sdk.device.sim_hooks import SimHooks
+from edge_sdk.networking.transport import MqttTransport, TransportError, Will
 
 __all__ = ["open_connection", "presence"]
 

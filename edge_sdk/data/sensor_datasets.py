@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.ts_format import TsData, read_ts
+from edge_sdk.data.ts_format import TsData, read_ts
 
 __all__ = ["SENSOR_DATASETS", "PLAID_LENGTH", "resample", "sensor_files", "load_sensor_arrays"]
 

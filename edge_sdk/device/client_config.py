@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edge_sdk.holdout import NO_HOLDOUT, SOURCE_TEST_SET, check_holdout
-from edge_sdk.link import LinkConfig
+from edge_sdk.data.holdout import NO_HOLDOUT, SOURCE_TEST_SET, check_holdout
+from edge_sdk.networking.link import LinkConfig
 from edge_sdk.schedule import SchedulePolicy
-from edge_sdk.transport import TransportConfig
+from edge_sdk.networking.transport import TransportConfig
 
 __all__ = ["ClientConfig"]
 
@@ -40,14 +40,14 @@ class ClientConfig:
     #: seconds a (re-)measurement takes (`edge_sdk.profiling.measure_flops_detail`)
     measure_seconds: float = 1.0
     #: share of its data the device holds out of training for federated evaluation, chosen by each
-    #: sample's stable key (edge_sdk/holdout.py): a fraction in (0, 0.9]; `NO_HOLDOUT`: none (it
+    #: sample's stable key (edge_sdk/data/holdout.py): a fraction in (0, 0.9]; `NO_HOLDOUT`: none (it
     #: answers an evaluation with none); `SOURCE_TEST_SET`: the held-out set its source names
     holdout: float | None = NO_HOLDOUT
     #: an update the coordinator has not answered (ack or error) after this many seconds is sent
     #: again, then after twice and four times as long, while its round is open (0: never); its loss
     #: on the way (e.g. the broker's queue to the coordinator full after a flood) costs no round
     update_resend_s: float = 15.0
-    #: how many times at most (edge_sdk/update_resend.py)
+    #: how many times at most (edge_sdk/device/update_resend.py)
     update_resends: int = 3
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from edge_sdk.protocol.chunking import DEFAULT_CHUNK_SIZE, Reassembler, split_en
 from edge_sdk.protocol.codec import CodecLimits
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Chunk, Envelope, decode_envelope, encode_envelope, peek_header
-from edge_sdk.transport import MqttTransport
+from edge_sdk.networking.transport import MqttTransport
 
 __all__ = ["LinkConfig", "Received", "Rejected", "MessageLink"]
 

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = ["SPILL_BYTES", "is_spilled", "spill", "spill_rows", "copy_spilled"]
 
-#: an array larger than this is spilled to a file by the loaders that can (`edge_sdk.data`)
+#: an array larger than this is spilled to a file by the loaders that can (`edge_sdk.data.datasets`)
 SPILL_BYTES = 256 * 2**20
 #: bytes per chunk written or gathered: the most a spill maps or holds at once
 _CHUNK_BYTES = 32 * 2**20

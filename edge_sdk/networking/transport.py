@@ -48,8 +48,8 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from edge_sdk.fair_inbox import FairInbox, InboxLimits
-from edge_sdk.network_loop import NetworkLoop
+from edge_sdk.networking.fair_inbox import FairInbox, InboxLimits
+from edge_sdk.networking.network_loop import NetworkLoop
 
 __all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "WillSource",
            "publish_packet_size"]
@@ -187,7 +187,7 @@ class MqttTransport:
     def __init__(self, config: TransportConfig, network: NetworkLoop | None = None) -> None:
         self.config = config
         #: the loop that drives this connection's socket, shared with other connections (None: a
-        #: network thread of its own, paho's `loop_start`); see edge_sdk/network_loop.py
+        #: network thread of its own, paho's `loop_start`); see edge_sdk/networking/network_loop.py
         self._network = network
         self._host, self._port, self._tls, url_user, url_pw = config.endpoint()
         self._username = config.username if config.username is not None else url_user

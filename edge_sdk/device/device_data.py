@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from edge_sdk.holdout import NO_HOLDOUT, SOURCE_TEST_SET, split_holdout
+from edge_sdk.data.holdout import NO_HOLDOUT, SOURCE_TEST_SET, split_holdout
 from edge_sdk.methods import LocalData
-from edge_sdk.preprocessing import Preprocessing
+from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Evaluate, Plan
 
 if TYPE_CHECKING:

@@ -1,19 +1,19 @@
 """What a device sends the coordinator over its `MessageLink`: messages on its uplink topic, its
 retained status, and its latest update, kept and sent again while the coordinator has not answered
-it (edge_sdk/update_resend.py); and a request for a message from the coordinator that stalled."""
+it (edge_sdk/device/update_resend.py); and a request for a message from the coordinator that stalled."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from edge_sdk.client_config import ClientConfig
-from edge_sdk.link import MessageLink
+from edge_sdk.device.client_config import ClientConfig
+from edge_sdk.networking.link import MessageLink
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
 from edge_sdk.protocol.messages import Ack, Envelope, Error, Status, Update
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.schedule import Decision
-from edge_sdk.update_resend import UnansweredUpdate
+from edge_sdk.device.update_resend import UnansweredUpdate
 
 __all__ = ["Uplink"]
 
@@ -29,7 +29,7 @@ class Uplink:
         self.topics = topics
         self.link: MessageLink | None = None
         self.status_at = 0.0  # when it last said its status (time.monotonic())
-        #: its latest update while the coordinator has not answered it (edge_sdk/update_resend.py)
+        #: its latest update while the coordinator has not answered it (edge_sdk/device/update_resend.py)
         self.unanswered: UnansweredUpdate | None = None
         self.unanswered_resends: list[int] = []  # rounds whose update was sent again for want of an answer
 

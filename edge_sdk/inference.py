@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edge_sdk.command_defaults import DEVICE_COMMANDS
 from edge_sdk.data.preprocessing import ONNX_METADATA_KEY, Preprocessing
 
 __all__ = ["MODEL_FILENAME", "OnnxClassifier", "Predictions", "default_model_path", "load_batch",
@@ -46,7 +47,7 @@ class Predictions:
     classes: np.ndarray  # (N,) int64
     probabilities: np.ndarray  # (N, num_classes) float32
 
-    def to_json_lines(self, top: int = 1, labels: Sequence[str] = ()) -> str:
+    def to_json_lines(self, top: int = DEVICE_COMMANDS.predict_top, labels: Sequence[str] = ()) -> str:
         """One JSON object per sample: ``{"index", "class", "score", ["label"], ["top"]}``."""
         lines = []
         for i, (k, p) in enumerate(zip(self.classes, self.probabilities, strict=True)):
@@ -106,7 +107,7 @@ class OnnxClassifier:
             except ValueError as exc:
                 raise ValueError(f"{self.path}: unreadable preprocessing metadata: {exc}") from None
 
-    def logits(self, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    def logits(self, x: np.ndarray, batch_size: int = DEVICE_COMMANDS.predict_batch_size) -> np.ndarray:
         """Raw model outputs for a batch ``x`` of shape ``(N, *sample_shape)``."""
         x = self._check(x)
         if type(batch_size) is not int or batch_size < 1:
@@ -118,7 +119,7 @@ class OnnxClassifier:
             raise ValueError(f"model output has shape {out.shape}; expected (N, classes) logits")
         return out
 
-    def predict(self, x: np.ndarray, batch_size: int = 256) -> Predictions:
+    def predict(self, x: np.ndarray, batch_size: int = DEVICE_COMMANDS.predict_batch_size) -> Predictions:
         """Most likely class and softmax probabilities per sample."""
         z = self.logits(x, batch_size).astype(np.float64)
         z -= z.max(axis=1, keepdims=True)

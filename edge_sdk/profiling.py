@@ -28,6 +28,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from edge_sdk.command_defaults import DEVICE_COMMANDS
+
 __all__ = ["DeviceProfile", "MeasureQuality", "NOMINAL_MBPS", "QUANTILE", "REPORT_CHANGE", "TRIALS",
            "CpuWatch", "available_profiles", "changed_enough", "high_quantile", "judge_measurement",
            "load_profile", "measure_bandwidth", "measure_device", "measure_flops_detail",
@@ -621,7 +623,8 @@ def _cpu_count() -> int:
     return max(1, len(usable))
 
 
-def measure_device(name: str = "this-device", seconds: float = 1.0, transport: Any = None,
+def measure_device(name: str = DEVICE_COMMANDS.profile_name, seconds: float = DEVICE_COMMANDS.measure_seconds,
+                   transport: Any = None,
                    topic: str | None = None, device: str = "auto") -> DeviceProfile:
     """Measure this machine into a :class:`DeviceProfile` (``measured=True``).
 

@@ -1,5 +1,6 @@
 """One default per setting: a command line reads its defaults from the dataclass that holds them
-(``edgefl simulate``: `simulation.defaults.SIMULATION`), never from a literal of its own."""
+(``edgefl simulate``: `simulation.defaults.SIMULATION`; ``edgefl profile`` and ``predict``:
+`edge_sdk.command_defaults.DEVICE_COMMANDS`), never from a literal of its own."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from edge_sdk.train_config import TrainConfig
 from simulation.defaults import SIMULATION
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the command lines checked (edge_sdk/cli.py's `profile` and `predict` options are not yet)
-CLIS = ("simulation/cli.py", "coordinator/cli.py")
-#: literal defaults that hold no setting: "not given" and empty lists
-NOT_A_SETTING = (None, False, True)
+#: the command lines checked
+CLIS = ("simulation/cli.py", "coordinator/cli.py", "edge_sdk/cli.py")
+#: literal defaults that hold no setting: "not given", an -v count from 0, predict's "-" (stdin)
+NOT_A_SETTING = (None, False, True, 0, "-")
 
 
 def literal_defaults(source: str) -> list[tuple[int, str]]:
@@ -67,3 +68,20 @@ def test_the_api_reads_the_same_defaults() -> None:
         SIMULATION.method, SIMULATION.clients, SIMULATION.dataset, SIMULATION.partition, SIMULATION.model,
         SIMULATION.holdout)
     assert sim_federation().rounds == SIMULATION.rounds
+
+
+def test_the_device_commands_and_what_they_call_read_the_same_defaults() -> None:
+    import inspect
+
+    from edge_sdk.cli import build_parser
+    from edge_sdk.command_defaults import DEVICE_COMMANDS
+    from edge_sdk.inference import OnnxClassifier
+    from edge_sdk.profiling import measure_device
+
+    profile = build_parser().parse_args(["profile"])
+    predict = build_parser().parse_args(["predict"])
+    assert (profile.name, profile.seconds) == (DEVICE_COMMANDS.profile_name, DEVICE_COMMANDS.measure_seconds)
+    assert (predict.top, predict.batch_size) == (DEVICE_COMMANDS.predict_top, DEVICE_COMMANDS.predict_batch_size)
+    measure = inspect.signature(measure_device).parameters
+    assert (measure["name"].default, measure["seconds"].default) == (profile.name, profile.seconds)
+    assert inspect.signature(OnnxClassifier.predict).parameters["batch_size"].default == predict.batch_size

@@ -7,7 +7,7 @@ FDNNC: big; REFT: dense) and 3 narrow (width 0.5; FDNNC: small; REFT: pruned to 
 Device d0 (wide) uploads its update sign-flipped × 20 around what it was sent (REFT: its logits
 × −20). Weight methods: the distance of the aggregate from the honest plain-mean aggregate, in
 honest steps (how far an honest round moves the model). REFT: the distilled global model's
-accuracy on the held-out digits. tests/test_robust_methods.py asserts on the same rounds.
+accuracy on the held-out digits. tests/coordinator/test_robust_methods.py asserts on the same rounds.
 """
 
 from __future__ import annotations

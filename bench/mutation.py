@@ -64,14 +64,14 @@ class Target:
 
 
 TARGETS = {
-    "robust": Target("coordinator/aggregate/robust.py", ("tests/test_robust_exact.py",), "not real_broker",
-                     ("tests/test_robust.py",)),
-    "aggregation": Target("coordinator/aggregate/averaging.py", ("tests/test_robust_exact.py",), "not real_broker",
-                          ("tests/test_robust.py",)),
+    "robust": Target("coordinator/aggregate/robust.py", ("tests/coordinator/test_robust_exact.py",), "not real_broker",
+                     ("tests/coordinator/test_robust.py",)),
+    "aggregation": Target("coordinator/aggregate/averaging.py", ("tests/coordinator/test_robust_exact.py",), "not real_broker",
+                          ("tests/coordinator/test_robust.py",)),
     "validation": Target("coordinator/aggregate/validation.py",
-                         ("tests/test_validation_exact.py", "tests/test_fuzz_validation.py")),
-    "chunking": Target("edge_sdk/protocol/chunking.py", ("tests/test_reassembly_exact.py",), "",
-                       ("tests/test_chunking.py",)),
+                         ("tests/coordinator/test_validation_exact.py", "tests/coordinator/test_fuzz_validation.py")),
+    "chunking": Target("edge_sdk/protocol/chunking.py", ("tests/edge_sdk/protocol/test_reassembly_exact.py",), "",
+                       ("tests/edge_sdk/protocol/test_chunking.py",)),
 }
 
 #: Survivors that are equivalent: ``(module, original line, mutated line)`` -> why nothing

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-#: README.md's commands, verbatim (tests/test_readme_figures.py checks that README.md has them)
+#: README.md's commands, verbatim (tests/project/test_readme_figures.py checks that README.md has them)
 QUICK_START = "edgefl simulate --method fedavg --clients 8 --rounds 5 --partition iid --out runs/fedavg"
 NON_IID = "edgefl simulate --method fedavg --clients 8 --rounds 15 --partition shards:3 --out runs/noniid"
 SEEDS = (0, 1, 2)

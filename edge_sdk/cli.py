@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from edge_sdk.command_defaults import DEVICE_COMMANDS
-from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/test_version.py)
+from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/edge_sdk/test_version.py)
 
 __all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
 

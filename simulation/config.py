@@ -144,7 +144,7 @@ class SimulationConfig:
         """Where the devices run: `backend`, with "auto" resolved by the fleet's size."""
         return devices_backend(self.backend, self.clients)
 
-    def job_federation(self) -> FederationConfig:
+    def simulated_federation(self) -> FederationConfig:
         """The round loop's settings of this simulated job: ``federation`` waiting for every
         device and evaluating on ``sim_device``."""
         return replace(self.federation, min_devices=self.clients, eval_device=self.sim_device,

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 def build_strategy(config: SimulationConfig, dataset: ImageDataset, public_data: np.ndarray | None) -> Strategy:
     """The coordinator strategy `config.method` names, with its model and public data."""
     return create_strategy(config.method, StrategyContext(
-        federation=config.job_federation(), model_family=config.model, input_shape=dataset.input_shape,
+        federation=config.simulated_federation(), model_family=config.model, input_shape=dataset.input_shape,
         num_classes=dataset.num_classes, public_data=public_data, options=dict(config.options),
     ))
 

@@ -5,5 +5,5 @@ method's checkpoint tensors as named groups (`tensor_groups`).
 
 This layer sits below both: it imports nothing of ``coordinator.strategies``,
 ``coordinator.runtime``, ``coordinator.homeassistant`` or ``coordinator.cli``
-(tests/test_import_graph.py).
+(tests/project/test_import_graph.py).
 """

@@ -5,7 +5,7 @@ topic. Fire-and-forget: retained messages, and nothing in the job waits for Home
 
 The runtime builds the bridge and hands it its fleet and rounds; the bridge knows them only as
 the small protocols below (`FleetView`, `Progress`, `RoundView`), so it imports nothing of
-``coordinator.runtime`` (tests/test_import_graph.py)."""
+``coordinator.runtime`` (tests/project/test_import_graph.py)."""
 
 from __future__ import annotations
 

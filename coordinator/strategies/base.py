@@ -136,7 +136,7 @@ class Strategy(ABC):
         """Build the method from a context (model family, shapes, options)."""
 
     @classmethod
-    def job_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:
+    def method_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:
         """The job's federation settings as the method's ``settings`` change them: ``prox_mu``
         (every method's) goes into the training settings that every plan carries."""
         return with_prox_mu(ctx.federation, settings.prox)

@@ -101,7 +101,7 @@ class Fdnnc(Strategy):
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
         options = cls.parse_options(ctx.options)
         spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
-        return cls(cls.job_federation(ctx, options), options, spec)
+        return cls(cls.method_federation(ctx, options), options, spec)
 
     # -- tensors ------------------------------------------------------------
     def _decompose(self) -> None:

@@ -63,7 +63,7 @@ class FedAvg(Strategy):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedAvg":
         options = cls.parse_options(ctx.options)
-        federation = cls.job_federation(ctx, options)
+        federation = cls.method_federation(ctx, options)
         kw: dict[str, Any] = {}
         if options.norm is not None:
             kw["norm"] = None if options.norm == "none" else options.norm

@@ -109,7 +109,7 @@ class FedPara(WidthStrategy):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "FedPara":
         options = cls.parse_options(dict(ctx.options))
-        return cls(cls.job_federation(ctx, options), options, ctx.model_family, tuple(ctx.input_shape),
+        return cls(cls.method_federation(ctx, options), options, ctx.model_family, tuple(ctx.input_shape),
                    ctx.num_classes)
 
     # -- the networks -------------------------------------------------------

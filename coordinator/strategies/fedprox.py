@@ -29,6 +29,6 @@ class FedProx(FedAvg):
     name = "fedprox"
 
     @classmethod
-    def job_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:
+    def method_federation(cls, ctx: StrategyContext, settings: Any) -> FederationConfig:
         """The proximal weight every plan carries: ``mu``, or ``prox_mu`` when that is larger."""
         return with_prox_mu(ctx.federation, settings.prox, at_least=settings.mu)

@@ -87,7 +87,7 @@ class Flanc(WidthStrategy):
                                 flanc_config(options), **options.width.zoo_kwargs_for(ctx.model_family))
         except TypeError as exc:
             raise ValueError(f"flanc: model family {ctx.model_family!r} does not take these options: {exc}") from None
-        return cls(cls.job_federation(ctx, options), options, specs)
+        return cls(cls.method_federation(ctx, options), options, specs)
 
     # -- tensors ------------------------------------------------------------
     def tensors(self, label: str) -> dict[str, np.ndarray]:

@@ -94,7 +94,7 @@ class HeteroFL(WidthStrategy):
         except TypeError as exc:
             raise ValueError(f"heterofl: model family {ctx.model_family!r} does not take these options: "
                              f"{exc}") from None
-        return cls(cls.job_federation(ctx, options), options, global_spec, specs)
+        return cls(cls.method_federation(ctx, options), options, global_spec, specs)
 
     def tensors(self, label: str) -> dict[str, np.ndarray]:
         """The width-``label`` sub-network: prefix slices of the global tensors, its BN statistics."""

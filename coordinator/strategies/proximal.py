@@ -6,7 +6,7 @@ global one when its data is unlike the others'. Any method takes the option (the
 settings (``TrainConfig.prox_mu``), which every plan carries, and
 :func:`edge_sdk.training.train_local` adds the term over the parameters the device trains (for
 factorised models: the factors). That is the one road to the term: FedProx's ``mu`` takes it too
-(:meth:`coordinator.strategies.fedprox.FedProx.job_federation`).
+(:meth:`coordinator.strategies.fedprox.FedProx.method_federation`).
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class Reft(Strategy):
         if ctx.public_data is None or len(ctx.public_data) == 0:
             raise ValueError("reft distils on a public unlabeled set: the context has none "
                              "(simulation holds out public_fraction of the training inputs)")
-        federation = cls.job_federation(ctx, options)
+        federation = cls.method_federation(ctx, options)
         if options.oneshot and federation.rounds != 1:
             log.warning("reft is one-shot: running 1 round, not %d (--option oneshot=false for further "
                         "rounds that send the distilled model back)", federation.rounds)

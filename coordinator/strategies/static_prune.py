@@ -64,7 +64,7 @@ class StaticPrune(FedAvg):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "StaticPrune":
         options = cls.parse_options(ctx.options)
-        return cls(cls.job_federation(ctx, options), options,
+        return cls(cls.method_federation(ctx, options), options,
                    model_for_dataset(ctx.model_family, ctx.input_shape, ctx.num_classes))
 
     # -- the level ----------------------------------------------------------

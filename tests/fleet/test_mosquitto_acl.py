@@ -1,0 +1,176 @@
+"""The home server's broker set-up, for real: deploy/homeserver's mosquitto.conf and ACL,
+certificates from make-certs.sh and users/bundles from add-device.sh, on a private mosquitto."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from edge_sdk.config import read_toml
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.networking.transport import MqttTransport, TransportConfig, TransportError
+from tests.support.home_broker import HOME, start_home_broker
+from tests.support.requirements import HOME_TOOLS, needs
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
+TOPICS = Topics(job="home")
+
+pytestmark = [needs(*HOME_TOOLS), pytest.mark.slow]  # a TLS mosquitto per module, jobs on it
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = start_home_broker(tmp_path_factory.mktemp("home"))
+    yield {"tmp": home.tmp, "port": home.port, "ca": home.ca, "broker": home.broker, "acl": home.acl,
+           "passwd": home.passwd, "home": home}
+    home.stop()
+
+
+def _device(home: dict, name: str) -> MqttTransport:
+    """A device connected with the bundle add-device.sh wrote for it (paths made local)."""
+    return home["home"].device(name)
+
+
+def _coordinator(home: dict) -> MqttTransport:
+    return home["home"].coordinator()
+
+
+def _drain(transport: MqttTransport, seconds: float) -> list[tuple[str, bytes]]:
+    end, got = time.monotonic() + seconds, []
+    while (left := end - time.monotonic()) > 0:
+        msg = transport.receive(timeout=left)
+        if msg is not None:
+            got.append((msg.topic, msg.payload))
+    return got
+
+
+def test_bundle_is_a_complete_device_config(home):
+    config = read_toml(home["tmp"] / "pi-a" / "client.toml")
+    assert config["device_id"] == config["broker"]["username"] == "pi-a"
+    assert config["broker"]["url"] == f"mqtts://127.0.0.1:{home['port']}"
+    assert (home["tmp"] / "pi-a" / "password").stat().st_mode & 0o077 == 0
+
+
+def test_unauthenticated_and_wrong_password_are_refused(home):
+    url = f"mqtts://127.0.0.1:{home['port']}"
+    for username, password in ((None, None), ("pi-a", "not-the-password")):
+        transport = MqttTransport(TransportConfig(url=url, username=username, password=password,
+                                                  ca_file=str(home["ca"]), connect_timeout=3))
+        with pytest.raises(TransportError, match="(?i)not authori[sz]ed|bad user name or password"):
+            transport.connect()
+        transport.close()
+
+
+def test_plain_mqtt_on_the_tls_port_is_refused(home):
+    transport = MqttTransport(TransportConfig(url=f"mqtt://127.0.0.1:{home['port']}", username="pi-a",
+                                              password=(home["tmp"] / "pi-a" / "password").read_text().strip(),
+                                              connect_timeout=2, protocol="5"))
+    with pytest.raises(TransportError):
+        transport.connect()
+    transport.close()
+
+
+def test_device_reads_only_its_own_downlink(home):
+    a, b, coord = _device(home, "pi-a"), _device(home, "pi-b"), _coordinator(home)
+    try:
+        a.subscribe(TOPICS.downlink("pi-b"))
+        a.subscribe(f"{TOPICS.prefix}/down/#")
+        a.subscribe(TOPICS.downlink("pi-a"))
+        b.subscribe(TOPICS.downlink("pi-b"))
+        time.sleep(0.3)
+        coord.publish(TOPICS.downlink("pi-b"), b"plan for b")
+        coord.publish(TOPICS.downlink("pi-a"), b"plan for a")
+        assert coord.wait_published(5)
+        got_b, got_a = _drain(b, 1.0), _drain(a, 0.5)
+        assert got_b == [(TOPICS.downlink("pi-b"), b"plan for b")]
+        # its own (once per overlapping subscription: 'down/#' and 'down/pi-a'), never b's
+        assert got_a and set(got_a) == {(TOPICS.downlink("pi-a"), b"plan for a")}
+    finally:
+        for t in (a, b, coord):
+            t.close()
+
+
+def test_device_cannot_write_another_uplink_and_coordinator_reads_all(home):
+    a, b, coord = _device(home, "pi-a"), _device(home, "pi-b"), _coordinator(home)
+    try:
+        coord.subscribe(TOPICS.all_uplinks())
+        a.subscribe(TOPICS.all_uplinks())  # a device must not see other devices' updates
+        time.sleep(0.3)
+        a.publish(TOPICS.uplink("pi-b"), b"forged by a")
+        a.publish(TOPICS.downlink("pi-b"), b"fake plan by a")
+        a.publish(TOPICS.uplink("pi-a"), b"update a")
+        b.publish(TOPICS.uplink("pi-b"), b"update b")
+        a.wait_published(5)
+        b.wait_published(5)
+        got = sorted(_drain(coord, 1.0))
+        assert got == [(TOPICS.uplink("pi-a"), b"update a"), (TOPICS.uplink("pi-b"), b"update b")]
+        assert a.failed >= 2  # MQTT 5: the broker answered "not authorized" to both forgeries
+        assert _drain(a, 0.3) == []
+    finally:
+        for t in (a, b, coord):
+            t.close()
+
+
+def test_mosquitto_accepts_the_acl_without_warnings(home):
+    log = home["broker"].log_text()
+    assert "Opening ipv4 listen socket on port" in log  # the log is the broker's start-up log
+    # (a test run as root also gets "Warning: Mosquitto should not be run as root")
+    warnings = [line for line in log.splitlines() if "Warning" in line and "run as root" not in line]
+    assert warnings == [], log
+
+
+def test_add_device_writes_each_device_once_into_the_acl(home):
+    text = home["acl"].read_text()
+    template = (HOME / "edgefl.acl").read_text()
+    assert text.startswith(template)
+    assert text.count("\nuser pi-a\n") == 1 and text.count("\nuser pi-b\n") == 1
+    assert text.count("\nuser coordinator\n") == 1
+    # again for pi-a (a new password): the ACL keeps one block for it
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "EDGEFL_CA_FILE": str(home["ca"])}
+    subprocess.run([HOME / "add-device.sh", "--passwd", home["passwd"], "--out", home["tmp"] / "pi-a-again",
+                    "--no-reload", "pi-a"], check=True, env=env, capture_output=True)
+    assert home["acl"].read_text() == text
+
+
+def test_every_device_reads_the_broadcast(home):
+    a, b, coord = _device(home, "pi-a"), _device(home, "pi-b"), _coordinator(home)
+    try:
+        for device in (a, b):
+            device.subscribe(TOPICS.broadcast())
+        time.sleep(0.3)
+        coord.publish(TOPICS.broadcast(), b"round 0 starts")
+        a.publish(TOPICS.broadcast(), b"forged broadcast by a")  # devices only read it
+        assert coord.wait_published(5)
+        a.wait_published(5)
+        for device in (a, b):
+            assert _drain(device, 0.7) == [(TOPICS.broadcast(), b"round 0 starts")]
+    finally:
+        for t in (a, b, coord):
+            t.close()
+
+
+def test_a_device_cannot_take_over_another_clients_id(home):
+    """use_username_as_clientid: a device's credentials with another client's id get a connection
+    of its own (named after its user), and the device and coordinator keep theirs."""
+    a, coord = _device(home, "pi-a"), _coordinator(home)
+    coord.subscribe(TOPICS.all_uplinks())
+    time.sleep(0.3)
+    thieves = [home["home"].device("pi-b", client_id=victim) for victim in ("pi-a", "coord", "edgefl-coordinator-home")]
+    try:
+        time.sleep(1.0)
+        assert a.connected and a.connect_count == 1
+        assert coord.connected and coord.connect_count == 1
+        a.publish(TOPICS.uplink("pi-a"), b"still here")
+        assert a.wait_published(5)
+        assert (TOPICS.uplink("pi-a"), b"still here") in _drain(coord, 1.0)
+        log = home["broker"].log_text()
+        # each thief got a connection named after its own user; no client named pi-a or
+        # coordinator was replaced (pi-b's own connections do replace each other: one per user)
+        assert "u'pi-b')" in log and "as pi-b (" in log
+        assert "Client pi-a already connected" not in log and "Client coordinator already connected" not in log
+    finally:
+        for t in (a, coord, *thieves):
+            t.close()

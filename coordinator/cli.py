@@ -71,6 +71,27 @@ def _accuracies(accuracy: dict[str, float], describe: Callable[[str], str]) -> s
     return ", ".join(f"{describe(k)} {v:.3f}" for k, v in sorted(accuracy.items()))
 
 
+def federated_figures(accuracy: dict[str, float], evaluation: dict[str, Any], describe: Callable[[str], str]) -> str:
+    """Each label's federated accuracy with its 95 % interval, or "not enough held-out data"
+    (fewer than ``min_eval_samples``), then the samples and devices they rest on."""
+    from coordinator.aggregate.evaluation import NOT_ENOUGH
+
+    figures = evaluation.get("by_label") or {}
+    parts = []
+    for label, value in sorted(accuracy.items()):
+        figure = figures.get(label)
+        if figure is None:
+            parts.append(f"{describe(label)} {value:.3f}")
+        elif not figure["enough"]:
+            parts.append(f"{describe(label)}: {NOT_ENOUGH} ({plural(figure['samples'], 'sample')}, at least "
+                         f"{evaluation.get('min_samples')})")
+        else:
+            parts.append(f"{describe(label)} {value:.3f} [{figure['low']:.3f}, {figure['high']:.3f}]")
+    samples, devices = evaluation.get("samples", 0), evaluation.get("devices", 0)
+    return (f"{', '.join(parts)} ({plural(samples, 'held-out sample')} on {plural(devices, 'device')}"
+            f"{'; 95% intervals over the pooled samples' if any(f['enough'] for f in figures.values()) else ''})")
+
+
 class Display:
     """What a person sees of a job: one line per round and a live status line while it runs."""
 
@@ -91,9 +112,7 @@ class Display:
         if record.accuracy:
             parts.append(f"accuracy {_accuracies(record.accuracy, self.describe)}  loss {record.loss:.3f}")
         if record.federated_accuracy:
-            ev = record.evaluation
-            parts.append(f"federated {_accuracies(record.federated_accuracy, self.describe)} "
-                         f"({ev.get('samples', 0)} held-out samples on {ev.get('devices', 0)} devices)")
+            parts.append(f"federated {federated_figures(record.federated_accuracy, record.evaluation, self.describe)}")
         elif record.evaluation.get("asked"):
             parts.append(f"no federated evaluation ({record.evaluation.get('no_evaluation', 0)} devices had no "
                          f"held-out data, {record.evaluation.get('missing', 0)} did not answer)")
@@ -122,7 +141,8 @@ class Display:
         if final["accuracy"]:
             accuracy.append(f"accuracy {_accuracies(final['accuracy'], self.describe)}")
         if final["federated_accuracy"]:
-            accuracy.append(f"federated accuracy {_accuracies(final['federated_accuracy'], self.describe)}")
+            accuracy.append("federated accuracy "
+                            + federated_figures(final["federated_accuracy"], final["federated_evaluation"], self.describe))
         self.console.print(
             f"[green]done[/green] after {plural(len(report.rounds), 'round')}: "
             f"{', '.join(accuracy) or 'not evaluated'}; {size(final['bytes_down_total'])} down, "

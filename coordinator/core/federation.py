@@ -65,6 +65,9 @@ class FederationConfig:
     eval_deadline_s: float | None = None
     #: devices also report counts per class (they reveal a device's label mix: off by default)
     eval_per_class: bool = False
+    #: a federated accuracy from fewer held-out samples than this reads "not enough held-out data"
+    #: wherever a person reads it (the figure and its counts stay in report.json and metrics.csv)
+    min_eval_samples: int = 20
 
     def __post_init__(self) -> None:
         decay = self.lr_decay
@@ -75,7 +78,8 @@ class FederationConfig:
                 raise ValueError(f"lr_decay: from round {at + 1} the lr would be {self.train.lr * factor:g} "
                                  f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
-                          ("stop_after_failed_rounds", 0), ("straggler_after", 0)):
+                          ("stop_after_failed_rounds", 0), ("straggler_after", 0),
+                          ("min_eval_samples", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from edge_sdk.client import SDK_VERSION
 from edge_sdk.networking.transport import MqttTransport, Will
 
+from coordinator.aggregate.evaluation import NOT_ENOUGH
+from coordinator.aggregate.interval import INTERVAL_KIND
 from coordinator.homeassistant.config import HomeAssistantConfig
 from coordinator.homeassistant.names import clean_text
 from coordinator.homeassistant.discovery import PAUSE, RESUME, HaTopics, coordinator_config, device_config
@@ -76,6 +78,9 @@ class RoundView(Protocol):
     def federated_accuracy(self) -> dict[str, float]: ...
 
     @property
+    def evaluation(self) -> dict[str, Any]: ...  # by_label: what each federated figure rests on
+
+    @property
     def bytes_down(self) -> int: ...
 
     @property
@@ -105,7 +110,7 @@ class HomeAssistantBridge:
             log.warning("the job is paused (from Home Assistant; %s): resume it there", self._pause_file)
         self.job_state = "idle"
         self._state: dict[str, Any] = {"round": 0, "rounds": rounds, "accuracy": {}, "federated_accuracy": {},
-                                       "bytes_down": 0, "bytes_up": 0, "round_seconds": None}
+                                       "federated": {}, "bytes_down": 0, "bytes_up": 0, "round_seconds": None}
         self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0
@@ -230,8 +235,9 @@ class HomeAssistantBridge:
         state["bytes_down"] += record.bytes_down
         state["bytes_up"] += record.bytes_up
         state["round_seconds"] = round(record.host_seconds, 3)
-        for key, values in (("accuracy", record.accuracy), ("federated_accuracy", record.federated_accuracy)):
-            state[key].update({label: round(100.0 * v, 2) for label, v in values.items() if math.isfinite(v)})
+        state["accuracy"].update({label: round(100.0 * v, 2) for label, v in record.accuracy.items()
+                                  if math.isfinite(v)})
+        self._federated_figures(record)
         if (set(state["accuracy"]), set(state["federated_accuracy"])) != labels_before:
             self._publish_coordinator_config()  # an entity for each new label
         self._publish_job_state()
@@ -243,6 +249,22 @@ class HomeAssistantBridge:
             evaluated = device_record.last_evaluation is not None and device_record.last_evaluation[0] == record.round
             if evaluated or device_record.device_id in record.participants:
                 self.device_changed(device_record)
+
+    def _federated_figures(self, record: RoundView) -> None:
+        """Each federated accuracy (None, unknown in Home Assistant, below ``min_eval_samples``)
+        and what it rests on, as the sensor's attributes."""
+        figures = record.evaluation.get("by_label") or {}
+        for label, value in record.federated_accuracy.items():
+            figure = figures.get(label) or {}
+            enough = figure.get("enough", True) and math.isfinite(value)
+            self._state["federated_accuracy"][label] = round(100.0 * value, 2) if enough else None
+            self._state["federated"][label] = {
+                "samples": figure.get("samples"), "devices": figure.get("devices"),
+                "interval_low": round(100.0 * figure["low"], 2) if "low" in figure else None,
+                "interval_high": round(100.0 * figure["high"], 2) if "high" in figure else None,
+                "interval": INTERVAL_KIND, "round": record.round + 1,
+                "note": "" if enough else f"{NOT_ENOUGH} ({figure.get('samples')} samples, at least "
+                                          f"{record.evaluation.get('min_samples')})"}
 
     def _on_command(self, _topic: str, payload: bytes) -> None:
         command = payload.decode("utf-8", "replace").strip().lower()

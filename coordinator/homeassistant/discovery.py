@@ -112,8 +112,12 @@ def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str
         title = "Accuracy" if kind == "accuracy" else "Federated accuracy"
         for label in labels:
             key = f"{kind}_{ha_id(label)}"
+            # .get: None (unknown in Home Assistant, no template warning) until the label has a figure
             components[key] = _percent(node, key, f"{title} {label}", state,
-                                       f"{{{{ value_json.{field}[{json.dumps(label)}] }}}}")
+                                       f"{{{{ value_json.{field}.get({json.dumps(label)}) }}}}")
+            if kind == "federated_accuracy":  # what the figure rests on: samples, devices, interval, note
+                components[key].update(json_attributes_topic=state, json_attributes_template=(
+                    f"{{{{ value_json.get('federated', {{}}).get({json.dumps(label)}, {{}}) | tojson }}}}"))
     return {
         "dev": {"ids": [node], "name": name, "mf": _ORIGIN, "mdl": f"coordinator ({method})", "sw": version},
         "o": _origin(version),

@@ -45,6 +45,22 @@ class RoundRecord:
     evaluation: dict[str, Any] = field(default_factory=dict)
 
 
+#: what metrics.csv says of each label's federated accuracy besides the figure (`evaluation.by_label`)
+_WEIGHT_COLUMNS = ("samples", "devices", "low", "high")
+
+
+def _weight(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """What report.json's ``final`` says a federated figure rests on."""
+    keys = ("by_label", "samples", "devices", "interval", "min_samples", "enough")
+    return {k: evaluation[k] for k in keys if k in evaluation}
+
+
+def _enough(record: RoundRecord, label: str) -> bool:
+    """Whether ``record``'s federated figure of ``label`` rests on enough held-out samples to show."""
+    figure = (record.evaluation.get("by_label") or {}).get(label)
+    return figure is None or bool(figure["enough"])
+
+
 def merge_stages(records: list[RoundRecord]) -> RoundRecord:
     """One round's record from its sequential stages: bytes, seconds and participants add
     up, metrics named ``up_*`` or ``n_*`` are summed, the rest (accuracy too) is the last stage's."""
@@ -126,6 +142,7 @@ class RunReport:
             "final": {
                 "accuracy": dict(last.accuracy) if last else {},
                 "federated_accuracy": dict(last.federated_accuracy) if last else {},
+                "federated_evaluation": _weight(last.evaluation) if last else {},
                 "evaluated_round": last.round + 1 if last else None,
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),
                 "bytes_up_total": sum(r.bytes_up for r in self.rounds),
@@ -153,16 +170,20 @@ class RunReport:
         (out / "report.json").write_text(report_json(self.to_dict()))
         labels = sorted({k for r in self.rounds for k in r.accuracy})
         federated = sorted({k for r in self.rounds for k in r.federated_accuracy})
+        weights = [f"federated_{what}_{k}" for k in federated for what in _WEIGHT_COLUMNS]
         with open(out / "metrics.csv", "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(["round", "round_index", *[f"accuracy_{k}" for k in labels], "loss",
                              *[f"federated_accuracy_{k}" for k in federated],
-                             *(["federated_loss", "federated_samples"] if federated else []), "bytes_down",
-                             "bytes_up", "seconds", "host_seconds", "participants"])
+                             *(["federated_loss", "federated_samples", "federated_devices"] if federated else []),
+                             *weights, "bytes_down", "bytes_up", "seconds", "host_seconds", "participants"])
             for r in self.rounds:
                 fed = [r.federated_accuracy.get(k, "") for k in federated]
                 if federated:
-                    fed += ["" if r.federated_loss is None else r.federated_loss, r.evaluation.get("samples", "")]
+                    fed += ["" if r.federated_loss is None else r.federated_loss, r.evaluation.get("samples", ""),
+                            r.evaluation.get("devices", "") if r.federated_accuracy else ""]
+                    by_label = r.evaluation.get("by_label") or {}
+                    fed += [by_label.get(k, {}).get(what, "") for k in federated for what in _WEIGHT_COLUMNS]
                 writer.writerow([r.round + 1, r.round, *[r.accuracy.get(k, "") for k in labels],
                                  "" if r.loss is None else r.loss, *fed, r.bytes_down,
                                  r.bytes_up, round(r.seconds, 3), round(r.host_seconds, 3), len(r.participants)])
@@ -181,21 +202,34 @@ class RunReport:
         colours: dict[str, Any] = {}
         for kind, names in (("accuracy", labels), ("federated_accuracy", federated)):
             for label in names:
-                points = [(r.round + 1, getattr(r, kind)[label]) for r in self.rounds if label in getattr(r, kind)]
-                name = describe(label) + (" (federated)" if kind == "federated_accuracy" and labels else "")
+                federated_kind = kind == "federated_accuracy"
+                points = [(r.round + 1, getattr(r, kind)[label]) for r in self.rounds
+                          if label in getattr(r, kind) and (not federated_kind or _enough(r, label))]
+                if not points:
+                    continue
+                name = describe(label) + (" (federated)" if federated_kind and labels else "")
                 # markers on short runs, so that even one round shows as a visible point per label
                 line, = ax.plot([x for x, _ in points], [y for _, y in points],
                                 marker="o" if len(points) <= 30 else None, markersize=7 if len(points) == 1 else 4,
                                 linestyle="--" if kind == "federated_accuracy" and labels else "-",
                                 color=colours.get(label), label=name)
                 colours.setdefault(label, line.get_color())
+                band = [(r.round + 1, r.evaluation["by_label"][label]) for r in self.rounds if federated_kind
+                        and label in r.federated_accuracy and _enough(r, label) and label in r.evaluation.get("by_label", {})]
+                if band:  # the 95 % interval each federated point rests on
+                    ax.fill_between([x for x, _ in band], [f["low"] for _, f in band], [f["high"] for _, f in band],
+                                    color=line.get_color(), alpha=0.15, linewidth=0)
+        if federated and not any(_enough(r, k) for r in self.rounds for k in r.federated_accuracy):
+            from coordinator.aggregate.evaluation import NOT_ENOUGH
+
+            ax.text(0.5, 0.5, f"federated accuracy: {NOT_ENOUGH}", transform=ax.transAxes, ha="center")
         ylabel = "test accuracy" if labels else "federated accuracy (devices' held-out data)"
         ax.set(xlabel="round", ylabel=ylabel, title=f"{self.method}: accuracy per round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if len(rounds) == 1:
             ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
         ax.grid(alpha=0.3)
-        if labels or federated:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best")
         fig.tight_layout()
         fig.savefig(out / "accuracy.png", dpi=100)

@@ -1,11 +1,12 @@
 """The device's held-out share for federated evaluation, chosen by each sample's stable key.
 
-A sample is held out when a hash of its key falls below the holdout fraction: a deterministic
-choice per sample, so a sample never changes side as the data grows or its oldest rows are
-dropped (``max_samples``), and nothing held out is ever trained on. Every class is held out at
-that share in expectation (a stratified split by construction, though not to the sample);
-a class with fewer than :data:`MIN_CLASS_SAMPLES` samples stays wholly in training, and a device
-whose data would give fewer than :data:`MIN_HOLDOUT` held-out samples holds none out and says so.
+A sample is held out when a hash of its key falls below the holdout fraction, and by nothing
+else: not the device's sample count, not its class mix. So a sample never changes side as the
+data grows or its oldest rows are dropped (``max_samples``), and nothing held out is ever
+trained on. Every class is held out at that share in expectation (a stratified split by
+construction, though not to the sample). A device with fewer than :data:`MIN_HOLDOUT` held-out
+samples evaluates none of them yet: they wait, neither trained on nor evaluated, until there
+are enough, and the split says so.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from edge_sdk.methods.base import LocalData
 
-__all__ = ["MIN_CLASS_SAMPLES", "MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout",
+__all__ = ["MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout", "held_out",
            "sample_keys", "split_holdout"]
 
 #: A device's holdout setting has three meanings: a fraction in (0, 0.9] of its samples, chosen by
@@ -29,9 +30,8 @@ NO_HOLDOUT = 0.0
 #: The held-out set its data source names (an npz's x_test/y_test), none of its training samples.
 SOURCE_TEST_SET = None
 
-#: A class with fewer samples than this on a device is not held out from (it stays in training).
-MIN_CLASS_SAMPLES = 5
-#: A device holding out fewer samples than this evaluates nothing (too few to mean anything).
+#: A device holding out fewer samples than this evaluates nothing yet (too few to mean anything);
+#: they wait, neither trained on nor evaluated.
 MIN_HOLDOUT = 2
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -39,11 +39,13 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 @dataclass(frozen=True)
 class HoldoutSplit:
-    """What a device trains on, what it evaluates on (None: nothing, with ``note`` saying why)."""
+    """What a device trains on, what it evaluates on (None: nothing, with ``note`` saying why).
+    ``waiting`` held-out samples are too few to evaluate yet; they are not in ``train`` either."""
 
     train: LocalData
     holdout: LocalData | None
     note: str = ""
+    waiting: int = 0
 
 
 def check_holdout(fraction: object, where: str = "holdout") -> float:
@@ -57,8 +59,10 @@ def check_holdout(fraction: object, where: str = "holdout") -> float:
 def sample_keys(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """One uint64 key per sample: the first 8 bytes of BLAKE2b over its bytes and label (for
     data whose source has no row key or timestamp)."""
-    rows = np.ascontiguousarray(x).reshape(len(x), -1).view(np.uint8)
     keys = np.empty(len(x), dtype=np.uint64)
+    if not len(x):
+        return keys
+    rows = np.ascontiguousarray(x).reshape(len(x), -1).view(np.uint8)
     for i in range(len(x)):
         digest = hashlib.blake2b(rows[i].tobytes(), digest_size=8, key=int(y[i]).to_bytes(8, "little", signed=True))
         keys[i] = int.from_bytes(digest.digest(), "little")
@@ -75,21 +79,27 @@ def _unit(keys: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
+def held_out(keys: np.ndarray, fraction: float, salt: int = 0) -> np.ndarray:
+    """True for each key whose sample is held out at ``fraction``: decided by the key (and
+    ``salt``, which makes an independent second split: pFedPara's) alone."""
+    salted = keys.astype(np.uint64) ^ np.uint64(salt) if salt else keys
+    return _unit(salted) < fraction
+
+
 def split_holdout(data: LocalData, fraction: float) -> HoldoutSplit:
     """``data`` split into training and held-out samples by key (hashing the samples when
     ``data.keys`` is None); the order within each part is ``data``'s."""
     fraction = check_holdout(fraction)
     keys = data.keys if data.keys is not None else sample_keys(data.x, data.y)
-    held = _unit(keys) < fraction
-    classes, counts = np.unique(data.y, return_counts=True)
-    small = classes[counts < MIN_CLASS_SAMPLES]
-    if len(small):
-        held &= ~np.isin(data.y, small)
+    held = held_out(keys, fraction)
     n_held = int(held.sum())
-    if n_held < MIN_HOLDOUT or n_held == len(data):
-        return HoldoutSplit(data, None, f"too little data to hold out {fraction:g} of it ({len(data)} samples, "
-                                        f"{n_held} would be held out; at least {MIN_HOLDOUT} needed)")
-    return HoldoutSplit(_subset(data, ~held), _subset(data, held))
+    train = _subset(data, ~held)
+    if n_held < MIN_HOLDOUT:
+        note = (f"{n_held} of its {len(data)} samples held out (holdout {fraction:g}): too few to evaluate "
+                f"(at least {MIN_HOLDOUT}); they wait, not trained on") if n_held else \
+               f"none of its {len(data)} samples held out yet (holdout {fraction:g})"
+        return HoldoutSplit(train, None, note, waiting=n_held)
+    return HoldoutSplit(train, _subset(data, held))
 
 
 def _subset(data: LocalData, mask: np.ndarray) -> LocalData:

@@ -11,9 +11,11 @@ client's memory only (``DeviceContext.memory``). A first-time ``W2`` is ``X2 = 0
 device starts from the shared model.
 
 ``plan.train``'s ``holdout`` (fraction in [0, 0.9]; read with pFedPara's settings,
-:class:`edge_sdk.methods.settings.fedpara.PFedParaSettings`, default 0.2 as on the coordinator) holds a fixed, seeded
-part of the local data out of training; the personal model's accuracy on it after
-local training is reported as the ``local_acc`` metric (``local_n`` samples).
+:class:`edge_sdk.methods.settings.fedpara.PFedParaSettings`, default 0.2 as on the coordinator) holds that share
+of the local data out of training, each sample's side decided by its key alone (the rule of
+``[data] holdout``, edge_sdk/data/holdout.py, with an independent hash), so it never moves as data
+grows; the personal model's accuracy on it after local training is reported as the
+``local_acc`` metric (``local_n`` samples).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edge_sdk.data.holdout import MIN_HOLDOUT, held_out, sample_keys
 from edge_sdk.methods.base import DeviceContext, LocalData, compute_seconds, plan_settings
 from edge_sdk.methods.settings.fedpara import PFedParaSettings
 from edge_sdk.models.fedpara import personal_names
@@ -37,12 +40,14 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.training import evaluate
 
-__all__ = ["train_pfedpara", "personal_model", "holdout_split", "spec_fingerprint", "load_personal",
+__all__ = ["train_pfedpara", "personal_model", "personal_split", "spec_fingerprint", "load_personal",
            "save_personal", "PERSONAL_FILE"]
 
 log = logging.getLogger(__name__)
 PERSONAL_FILE = "pfedpara_personal.npz"
 _FINGERPRINT = "__spec_sha256__"
+#: makes pFedPara's split of a key independent of the device's own holdout of the same key
+_PERSONAL_SALT = 0x5046656450617261
 
 
 def spec_fingerprint(spec: dict) -> str:
@@ -50,15 +55,18 @@ def spec_fingerprint(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def holdout_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, held_out)`` indices: a seeded permutation, the last ``round(fraction·n)`` held
-    out (at least one sample kept for training)."""
+def personal_split(data: LocalData, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, held_out)`` masks of pFedPara's own holdout: a sample's side decided by its key
+    alone (independently of the device's ``[data] holdout``), so it never changes as data grows;
+    fewer than :data:`MIN_HOLDOUT` held-out samples wait, neither trained on nor evaluated."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
             or not math.isfinite(fraction) or not 0.0 <= fraction <= 0.9:
         raise ValueError(f"pfedpara: holdout must be a number in [0, 0.9], got {fraction!r}")
-    order = np.random.default_rng(seed).permutation(n)
-    held = min(int(round(fraction * n)), n - 1)
-    return np.sort(order[:n - held]), np.sort(order[n - held:])
+    if fraction == 0 or len(data) == 0:
+        return np.ones(len(data), bool), np.zeros(len(data), bool)
+    keys = data.keys if data.keys is not None else sample_keys(data.x, data.y)
+    held = held_out(keys, fraction, salt=_PERSONAL_SALT)
+    return ~held, held if held.sum() >= MIN_HOLDOUT else np.zeros(len(data), bool)
 
 
 def load_personal(path: Path, fingerprint: str,
@@ -137,11 +145,10 @@ def personal_model(plan: Plan, ctx: DeviceContext) -> torch.nn.Module:
 def train_pfedpara(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local pFedPara round: train W1 and the device's own W2, upload W1 only."""
     config, settings = plan_settings(plan, PFedParaSettings)
-    holdout = settings.holdout
-    holdout_split(1, holdout, 0)  # validates the range
+    train_mask, held_mask = personal_split(data, settings.holdout)
     built = _personal_model(plan, ctx)
     model = built.model
-    train_idx, held_idx = holdout_split(len(data), holdout, ctx.seed * 7919 + 1)
+    train_idx, held_idx = np.flatnonzero(train_mask), np.flatnonzero(held_mask)
     result = ctx.train(model, data.x[train_idx], data.y[train_idx], config)
     seconds = result.seconds
     metrics = {"loss": result.loss, "steps": float(result.steps)}

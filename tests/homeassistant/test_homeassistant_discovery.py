@@ -186,3 +186,38 @@ def test_a_removed_device_is_cleared_and_not_published_again(bridged):
     count = len(observer.messages)
     bridge.device_changed(fleet.devices["pi-b"])  # e.g. a status from it: nothing more about it
     assert len(observer.drain()) == count
+
+
+def _render(template: str, state: dict) -> str:
+    """A value or attributes template as Home Assistant renders it (Jinja, sandboxed)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment().from_string(template).render(value_json=state)
+
+
+def test_a_federated_figure_carries_its_weight_and_a_thin_one_reads_unknown(bridged):
+    from coordinator.aggregate.evaluation import NOT_ENOUGH, fold_evaluations
+    from coordinator.runtime.report import RoundRecord
+    from edge_sdk.protocol.messages import Evaluation
+
+    bridge, fleet, observer = bridged(devices=("pi-a", "pi-b"))
+    topics = bridge.topics
+    config = coordinator_config(topics, name="n", method="flanc", version="1", federated_labels=("p0.5", "p1.0"))
+    sensor = config["cmps"]["federated_accuracy_" + ha_id("p0.5")]
+    before = json.loads(observer.last(topics.coordinator_state))
+    assert _render(sensor["value_template"], before) == "None"  # unknown, no template warning, before any figure
+    assert json.loads(_render(sensor["json_attributes_template"], before)) == {}
+    folded = fold_evaluations({"pi-a": Evaluation("p0.5", 30, 27, 1.0), "pi-b": Evaluation("p1.0", 3, 3, 0.1)})
+    bridge.round_done(RoundRecord(round=0, accuracy={}, loss=None, bytes_down=1, bytes_up=1, seconds=1.0,
+                                  host_seconds=0.1, participants=["pi-a", "pi-b"], aggregated=True,
+                                  federated_accuracy=folded.accuracy, evaluation=folded.summary(20)))
+    fleet.pump(0.5)
+    observer.drain()
+    state = json.loads(observer.last(topics.coordinator_state))
+    assert _render(sensor["value_template"], state) == "90.0"
+    weight = json.loads(_render(sensor["json_attributes_template"], state))
+    assert weight["samples"] == 30 and weight["devices"] == 1 and weight["note"] == ""
+    assert weight["interval_low"] < 90.0 < weight["interval_high"]
+    thin = config["cmps"]["federated_accuracy_" + ha_id("p1.0")]
+    assert _render(thin["value_template"], state) == "None"  # 1.000 from 3 samples is not shown
+    assert NOT_ENOUGH in json.loads(_render(thin["json_attributes_template"], state))["note"]

@@ -88,4 +88,5 @@ class PFedParaSettings(FedParaSettings):
     #: local data held out to measure local accuracy
     holdout: float = option(0.2, number(0.0, 0.9), "share of each device's data held out to measure its personal "
                             "accuracy", device=True,
-                            doc="pFedPara only: share of each device's data held out for `local` accuracy")
+                            doc="pFedPara only: share of each device's training samples held out, by key as "
+                                "`[data] holdout` and independently of it, for `local` accuracy")

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_sdk.data.holdout import MIN_CLASS_SAMPLES, check_holdout, sample_keys, split_holdout
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edge_sdk.data.holdout import MIN_HOLDOUT, check_holdout, sample_keys, split_holdout
+from edge_sdk.methods.pfedpara import personal_split
 from edge_sdk.methods import LocalData
 
 
@@ -41,20 +45,65 @@ def test_dropping_the_oldest_rows_moves_nothing() -> None:
     assert set(split_holdout(newest, 0.3).holdout.keys.tolist()) == held & set(newest.keys.tolist())
 
 
-def test_a_small_class_stays_in_training() -> None:
+def test_a_small_class_is_held_out_like_any_other() -> None:
     data = _data(400, classes=4)
     y = data.y.copy()
-    y[:MIN_CLASS_SAMPLES - 1] = 4  # a fifth class with too few samples
-    data = LocalData(data.x, y, 5, keys=data.keys)
-    split = split_holdout(data, 0.5)
-    assert not np.any(split.holdout.y == 4)
-    assert np.sum(split.train.y == 4) == MIN_CLASS_SAMPLES - 1
+    y[:4] = 4  # a fifth class of four samples: each one's side is still its key's
+    split = split_holdout(LocalData(data.x, y, 5, keys=data.keys), 0.5)
+    alone = split_holdout(LocalData(data.x[:4], y[:4], 5, keys=data.keys[:4]), 0.5)
+    assert set(split.train.keys[split.train.y == 4].tolist()) == set(alone.train.keys.tolist())
 
 
-def test_too_little_data_holds_nothing_out_and_says_so() -> None:
-    split = split_holdout(_data(3, classes=1), 0.2)
-    assert split.holdout is None and len(split.train) == 3
-    assert "too little data" in split.note
+def test_a_device_with_one_held_out_sample_neither_trains_nor_evaluates_it() -> None:
+    for n in range(1, 60):  # the smallest device whose keys hold exactly one sample out
+        split = split_holdout(_data(n, classes=1), 0.2)
+        if split.waiting == 1:
+            break
+    assert split.holdout is None and split.waiting == 1 and len(split.train) == n - 1
+    assert "too few to evaluate" in split.note and f"at least {MIN_HOLDOUT}" in split.note
+
+
+def test_too_little_data_evaluates_nothing_and_says_so() -> None:
+    split = split_holdout(_data(1, classes=1), 0.2)
+    assert split.holdout is None and len(split.train) + split.waiting == 1
+    assert "held out" in split.note
+
+
+def _keys_of(data: LocalData, keyed: bool) -> list[int]:
+    return (data.keys if keyed else sample_keys(data.x, data.y)).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(order=st.permutations(list(range(40))), labels=st.lists(st.integers(0, 3), min_size=40, max_size=40),
+       fraction=st.sampled_from([0.1, 0.2, 0.5]), keyed=st.booleans())
+def test_no_held_out_key_is_ever_trained_on_as_rows_arrive(order, labels, fraction, keyed) -> None:
+    """Rows arrive one at a time in any order and class mix, from one row on: no key that any
+    split of the growing data held out (evaluated or waiting) is trained on in any other step,
+    for the device's holdout and for pFedPara's own split of its training side."""
+    x = np.random.default_rng(0).normal(size=(40, 1, 2, 2)).astype(np.float32)
+    y = np.asarray(labels, np.int64)
+    trained: set[int] = set()
+    held: set[int] = set()
+    evaluated: set[int] = set()
+    personal_trained: set[int] = set()
+    personal_held: set[int] = set()
+    for n in range(1, 41):
+        rows = np.asarray(order[:n])
+        keys = rows.astype(np.uint64) * np.uint64(2654435761) + np.uint64(11) if keyed else None
+        data = LocalData(x[rows], y[rows], 4, keys=keys)
+        split = split_holdout(data, fraction)
+        train_keys = _keys_of(split.train, keyed)
+        trained |= set(train_keys)
+        held |= set(_keys_of(data, keyed)) - set(train_keys)
+        if split.holdout is not None:
+            evaluated |= set(_keys_of(split.holdout, keyed))
+        assert len(split.train) + (len(split.holdout) if split.holdout is not None else 0) + split.waiting == n
+        p_train, p_held = personal_split(split.train, fraction)
+        personal_trained |= {k for k, t in zip(train_keys, p_train) if t}
+        personal_held |= {k for k, t in zip(train_keys, p_train) if not t}
+        assert not np.any(p_train & p_held)
+    assert not trained & held and evaluated <= held
+    assert not personal_trained & personal_held
 
 
 def test_without_keys_the_samples_are_hashed_and_the_choice_is_the_same_every_time() -> None:

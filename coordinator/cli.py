@@ -141,8 +141,8 @@ class Display:
         if final["accuracy"]:
             accuracy.append(f"accuracy {_accuracies(final['accuracy'], self.describe)}")
         if final["federated_accuracy"]:
-            accuracy.append("federated accuracy "
-                            + federated_figures(final["federated_accuracy"], final["federated_evaluation"], self.describe))
+            figures = federated_figures(final["federated_accuracy"], final["federated_evaluation"], self.describe)
+            accuracy.append(f"federated accuracy {figures}")
         self.console.print(
             f"[green]done[/green] after {plural(len(report.rounds), 'round')}: "
             f"{', '.join(accuracy) or 'not evaluated'}; {size(final['bytes_down_total'])} down, "

@@ -748,11 +748,13 @@ class Fleet:
         limit = grown_sample_limit(record.num_samples, self.rounds_collected + 1 - record.samples_since, self.limits)
         believed = min(claimed, limit, MAX_SAMPLES)
         if believed < claimed:
-            log.warning("device %s trains on %d samples; its count may rise to %d by now (%d before, +%g/round): "
-                        "its update weighs %d", record.device_id, claimed, believed, record.num_samples,
+            log.warning("round %d: device %s trains on %d samples; its count may rise to %d by now (%d before, "
+                        "+%g/round): its update weighs %d", self.rounds_collected + 1, record.device_id, claimed,
+                        believed, record.num_samples,
                         self.limits.sample_growth, believed)
         else:
-            log.info("device %s now trains on %d samples (%d before)", record.device_id, claimed, record.num_samples)
+            log.info("round %d: device %s now trains on %d samples (%d before)", self.rounds_collected + 1,
+                     record.device_id, claimed, record.num_samples)
         if believed > record.num_samples:
             record.num_samples, record.samples_since = believed, self.rounds_collected + 1
         return believed

@@ -17,6 +17,7 @@ from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from coordinator.homeassistant import HomeAssistantBridge, HomeAssistantConfig
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.core.federation import EvalData
+from coordinator.runtime.device_counts import DeviceCountsFile
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.removed_devices import RemovedDevicesFile
@@ -83,7 +84,9 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing)
             if home is not None:
                 loop.before_round = home.hold_if_paused
-            loop.run(_both(home.round_done if home else None, on_round))
+            counts = DeviceCountsFile(Path(out) / "devices.csv")
+            loop.run(_both(_both(lambda _record: counts.append(loop.device_counts),
+                                 home.round_done if home else None), on_round))
             if plots:
                 report.prepare_plots()  # while the devices stop
             transport.wait_published(10.0)

@@ -114,7 +114,8 @@ class RunReport:
         """Fill devices, models and rejections from the fleet at the end of a run."""
         self.devices = [
             {"id": d.device_id, "profile": d.profile.name, "flops": d.profile.gflops * 1e9,
-             "measured": d.profile.measured, "assignment": d.label, "bytes_down": d.bytes_down,
+             "measured": d.profile.measured, "assignment": d.label, "trained_samples": d.num_samples,
+             "bytes_down": d.bytes_down,
              "bytes_up": d.bytes_up, **(_last_evaluation(d.last_evaluation) if d.last_evaluation else {})}
             for d in sorted(fleet.devices.values(), key=lambda d: d.device_id)
         ]
@@ -282,17 +283,18 @@ def _last_evaluation(last: tuple[int, int, int, str] | None) -> dict[str, Any]:
 
 
 def keep_previous_report(out: Path) -> Path | None:
-    """A new job does not overwrite an earlier job's files in ``out``: its report.json and
-    metrics.csv are renamed after their time (``report-<date>.json``, ``metrics-<date>.csv``, said
-    in a warning); returns the kept report's path."""
+    """A new job does not overwrite an earlier job's files in ``out``: its report.json,
+    metrics.csv and devices.csv are renamed after their time (``report-<date>.json``,
+    ``metrics-<date>.csv``, ``devices-<date>.csv``, said in a warning); returns the kept report's path."""
     previous = out / "report.json"
     if not previous.exists():
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(previous.stat().st_mtime))
     kept = out / f"report-{stamp}.json"
     previous.rename(kept)
-    if (out / "metrics.csv").exists():
-        (out / "metrics.csv").rename(out / f"metrics-{stamp}.csv")
-    log.warning("%s held an earlier job's report: kept as %s (and metrics-%s.csv); its plots are replaced",
-                out, kept.name, stamp)
+    for name in ("metrics", "devices"):
+        if (out / f"{name}.csv").exists():
+            (out / f"{name}.csv").rename(out / f"{name}-{stamp}.csv")
+    log.warning("%s held an earlier job's report: kept as %s (and metrics-%s.csv, devices-%s.csv); its plots are "
+                "replaced", out, kept.name, stamp, stamp)
     return kept

@@ -29,6 +29,7 @@ from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
+from coordinator.runtime.device_counts import DeviceCount
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
@@ -73,6 +74,9 @@ class RoundLoop:
         fleet.on_profile_update = self._on_profile_update
         #: called before each round with its index; may hold the job there (e.g. paused from Home Assistant)
         self.before_round: Callable[[int], None] | None = None
+        #: the last round's counts per device (trained, held out): devices.csv's rows
+        self.device_counts: list[DeviceCount] = []
+        self._counts: dict[str, DeviceCount] = {}
 
     # -- fleet events -------------------------------------------------------
     def _on_register(self, device: DeviceRecord) -> None:
@@ -174,6 +178,7 @@ class RoundLoop:
         if not fleet.online():  # the whole fleet dropped (e.g. with the broker): wait for it as for round 0
             fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
+        self._counts = {}
         records = []
         for stage in self.strategy.round_stages(rnd, fleet.online_records()):
             self.strategy.begin_stage(rnd, stage)
@@ -181,7 +186,12 @@ class RoundLoop:
         record = merge_stages(records)
         if self.evaluates(rnd) and self.config.federated_eval:
             record = self._federated_evaluation(rnd, record)
+        self.device_counts = [self._counts[d] for d in sorted(self._counts)]
         return record
+
+    def _count(self, rnd: int, device: str, label: str, **counts: int) -> None:
+        before = self._counts.get(device, DeviceCount(rnd + 1, device, label))
+        self._counts[device] = replace(before, **counts)
 
     def _sample(self, candidates: list[str], rng: np.random.Generator, k: int | None = -1) -> list[str]:
         """``k`` of ``candidates`` drawn with ``rng`` (-1: `devices_per_round`; None: all)."""
@@ -217,6 +227,8 @@ class RoundLoop:
         collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update, send_plan,
                                   quorum=needed, straggler_after=config.straggler_after)
         updates, failures = collected.updates, collected.failures
+        for device_id, received in updates.items():
+            self._count(rnd, device_id, received.update.label, trained=received.update.num_samples)
         if participants and set(failures) >= set(participants):
             self._failed_in_a_row += 1
             self._last_failure = next(iter(failures.values()))
@@ -275,6 +287,8 @@ class RoundLoop:
         deadline = config.eval_deadline_s if config.eval_deadline_s is not None else config.round_deadline_s
         collected = fleet.collect_evaluations(rnd, asked, deadline, self._evaluation_check(labels))
         result = strategy.aggregate_evaluate(rnd, collected.reports, collected.missing)
+        for device_id, report in collected.reports.items():
+            self._count(rnd, device_id, report.label, held_out=report.num_samples, correct=report.correct)
         if collected.missing:
             log.info("round %d: %d of %d devices asked sent no evaluation in time", rnd + 1,
                      len(collected.missing), len(asked))

@@ -130,6 +130,15 @@ def test_a_simulated_fleet_reports_both_accuracies_for_the_same_model(tmp_path) 
     assert float(rows[-1]["federated_accuracy_global"]) == pytest.approx(federated)
     assert int(rows[-1]["federated_samples"]) == ev["samples"]
     assert (out / "accuracy.png").stat().st_size > 1000
+    # devices.csv: per device and round, what it trained on and held out, adding up to the figures
+    with open(out / "devices.csv") as fh:
+        counts = list(csv.DictReader(fh))
+    assert [r["round"] for r in counts] == ["1"] * 3 + ["2"] * 3
+    last_round = counts[3:]
+    assert sum(int(r["held_out"]) for r in last_round) == ev["samples"]
+    assert sum(int(r["correct"]) for r in last_round) == round(federated * ev["samples"])
+    assert {d["id"]: d["trained_samples"] for d in data["devices"]} == {r["device"]: int(r["trained"])
+                                                                       for r in last_round}
     # the same final model on the same held-out samples, evaluated here: the very same count
     same = _central_on_the_devices_holdout(config, tmp_path / "ck")
     assert same == (ev["samples"], round(federated * ev["samples"]))

@@ -215,8 +215,8 @@ class RunReport:
                                 linestyle="--" if kind == "federated_accuracy" and labels else "-",
                                 color=colours.get(label), label=name)
                 colours.setdefault(label, line.get_color())
-                band = [(r.round + 1, r.evaluation["by_label"][label]) for r in self.rounds if federated_kind
-                        and label in r.federated_accuracy and _enough(r, label) and label in r.evaluation.get("by_label", {})]
+                band = [(r.round + 1, f) for r in self.rounds if federated_kind and label in r.federated_accuracy
+                        and (f := (r.evaluation.get("by_label") or {}).get(label)) and f["enough"]]
                 if band:  # the 95 % interval each federated point rests on
                     ax.fill_between([x for x, _ in band], [f["low"] for _, f in band], [f["high"] for _, f in band],
                                     color=line.get_color(), alpha=0.15, linewidth=0)

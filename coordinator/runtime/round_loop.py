@@ -294,8 +294,8 @@ class RoundLoop:
                      len(collected.missing), len(asked))
         seconds = time.monotonic() - started
         return replace(record, federated_accuracy=result.accuracy, federated_loss=result.loss,
-                       evaluation={**result.summary(config.min_eval_samples), "asked": len(asked), "sdk_too_old": too_old,
-                                   "host_seconds": seconds},
+                       evaluation={**result.summary(config.min_eval_samples), "asked": len(asked),
+                                   "sdk_too_old": too_old, "host_seconds": seconds},
                        bytes_down=record.bytes_down + down,
                        bytes_up=record.bytes_up + sum(fleet.devices[d].bytes_up for d in asked) - up_before,
                        host_seconds=record.host_seconds + seconds)

@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
+from edge_sdk.stop_request import StopRequested
 
 __all__ = ["coordinator_command", "Display", "plural", "size", "at_least", "positive_float",
            "non_negative_float", "momentum", "lr_decay"]
@@ -167,12 +168,14 @@ def _coordinator(args: argparse.Namespace) -> int:
     try:
         with display.console.status("connecting to the broker...") as display.status:
             report = run_coordinator(config, on_round=display.round, on_progress=display.progress)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         resume = ("run the same command again to resume from the checkpoint" if config.federation.checkpoint_dir
                   else "set [federation] checkpoint_dir to be able to resume a job")
-        display.console.print(f"[yellow]interrupted[/yellow] after {plural(display.done, 'round')} in this run; "
-                              f"{resume}", soft_wrap=True)
-        return EXIT_INTERRUPTED
+        how = "stopped (SIGTERM)" if isinstance(exc, StopRequested) else "interrupted"
+        display.console.print(f"[yellow]{how}[/yellow] after {plural(display.done, 'round')} in this run; "
+                              + (f"report in {config.out}/report.json; " if display.done else "") + resume,
+                              soft_wrap=True)
+        return 0 if isinstance(exc, StopRequested) else EXIT_INTERRUPTED
     if report is None:
         display.console.print(f"job {config.job!r} already finished its {plural(config.federation.rounds, 'round')} "
                               f"(checkpoint in {config.federation.checkpoint_dir}); its report is in "

@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from edge_sdk.command_defaults import DEVICE_COMMANDS
+from edge_sdk.stop_request import StopRequested, stop_on_sigterm
 from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/edge_sdk/test_version.py)
 
 __all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
@@ -243,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "func"):
         parser.error(f"{args.command} is not available here; pip install 'edgefl[coordinator]'")
+    stop_on_sigterm()
     try:
         return int(args.func(args) or 0)
     except (OSError, ValueError) as exc:  # files, connections, the embedded broker (BrokerError), bad input
         print(f"edgefl {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except StopRequested:  # SIGTERM: a requested stop, after the same cleanup as Ctrl-C's
+        print(f"edgefl {args.command}: stopped (SIGTERM)", file=sys.stderr)
+        return 0
     except KeyboardInterrupt:  # whatever cleanup the command does ran on the way out
         print(f"edgefl {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

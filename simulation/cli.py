@@ -7,6 +7,7 @@ import argparse
 from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
 from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
+from edge_sdk.stop_request import StopRequested
 from edge_sdk.networking.link import LinkConfig
 from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
@@ -62,14 +63,15 @@ def _simulate(args: argparse.Namespace) -> int:
         with display.console.status("starting the broker and the devices...") as display.status:
             report = run_simulation(config, on_round=display.round, on_progress=display.progress,
                                     release_memory=False)  # the process ends with the job
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         rounds = config.federation.rounds
-        display.console.print(f"[yellow]interrupted[/yellow] after {display.done} of {rounds} rounds; "
+        how = "stopped (SIGTERM)" if isinstance(exc, StopRequested) else "interrupted"
+        display.console.print(f"[yellow]{how}[/yellow] after {display.done} of {rounds} rounds; "
                               + (f"the report of those rounds is in {config.out}/report.json" if display.done
                                  else "no round finished, no report written")
                               + ("; run the same command again to resume" if config.federation.checkpoint_dir else ""),
                               soft_wrap=True)
-        return EXIT_INTERRUPTED
+        return 0 if isinstance(exc, StopRequested) else EXIT_INTERRUPTED
     except TrainingFailed as exc:
         display.console.print(f"[red]error[/red]: {escape(str(exc))}; the report of those rounds is in "
                               f"{config.out}/report.json", soft_wrap=True)

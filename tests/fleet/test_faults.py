@@ -446,6 +446,33 @@ def test_coordinator_killed_and_restarted(broker, mnist, shards, tmp_path, clean
         assert "unknown_device" in [e.code for e in device.client.errors]  # how it learnt to re-register
 
 
+
+def test_coordinator_sigterm_is_a_clean_stop_and_a_restart_resumes(broker, mnist, shards, tmp_path, cleanup):
+    """``systemctl stop`` sends SIGTERM: mid-round, the coordinator leaves the round, writes the
+    report of its finished rounds (status "interrupted") and exits 0; started again it resumes."""
+    job, rounds = f"term{uuid.uuid4().hex[:6]}", 3
+    config = coordinator_toml(tmp_path, broker.url, job, rounds)
+    sniffer = Sniffer(broker.url, f"edgefl/{job}/down/d0")
+    cleanup.callback(sniffer.close)
+    devices = [Device(broker.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
+    for device in devices:
+        cleanup.callback(device.close)
+    with open(tmp_path / "coordinator.log", "w") as log_file:
+        first = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
+                                 stdout=log_file, stderr=subprocess.STDOUT)
+    cleanup.callback(first.kill)
+    sniffer.wait_for("round 1", round_start(1))  # round 0 is checkpointed, round 1 under way
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0, (tmp_path / "coordinator.log").read_text()
+    said = (tmp_path / "coordinator.log").read_text()
+    assert "stopped (SIGTERM)" in said and "Traceback" not in said, said
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "interrupted" and [r["round"] for r in report["rounds"]] == [1]
+    run_coordinator(coordinator_config_from_toml(config))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "finished" and [r["round"] for r in report["rounds"]] == list(range(1, rounds + 1))
+
+
 # -- 4. the broker restarted ------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["mosquitto", "amqtt"])
 def test_broker_restarted_mid_round(kind, mnist, shards, cleanup):

@@ -166,11 +166,26 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+class CommandParser(argparse.ArgumentParser):
+    """The `edgefl` parsers: no abbreviated options (``--round`` is not ``--rounds``), and a
+    sub-command's unknown option is its own error, shown with its own usage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != "edgefl":  # a sub-command: its usage, not the top level's
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgefl", description="Resource-adaptive federated learning over MQTT.")
+    parser = CommandParser(prog="edgefl", description="Resource-adaptive federated learning over MQTT.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument("--version", action="version", version=f"edgefl {SDK_VERSION}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
 
     p = sub.add_parser("profile", help="measure this device (FLOPS, RAM, CPUs, optional bandwidth)",
                        formatter_class=HelpFormatter)

@@ -80,6 +80,37 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def dataset_name(text: str) -> str:
+    """``--dataset``: a known name, or ``npz:FILE`` naming a file that exists (checked before any work)."""
+    from pathlib import Path
+
+    from edge_sdk.data.datasets import DATASETS
+
+    if text.startswith("npz:"):
+        if not Path(text[4:]).is_file():
+            raise argparse.ArgumentTypeError(f"{text[4:]!r}: no such file")
+        return text
+    if text not in DATASETS:
+        raise argparse.ArgumentTypeError(f"unknown dataset {text!r}; choose from {', '.join(DATASETS)} or npz:FILE")
+    return text
+
+
+def model_family(text: str) -> str:
+    """``--model``: a zoo family, or ``spec:FILE`` naming a file that exists (checked before torch loads)."""
+    from pathlib import Path
+
+    from edge_sdk.model_names import MODEL_FAMILY_NAMES
+
+    if text.startswith("spec:"):
+        if not Path(text[5:]).is_file():
+            raise argparse.ArgumentTypeError(f"{text[5:]!r}: no such file")
+        return text
+    if text not in MODEL_FAMILY_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown model family {text!r}; choose from "
+                                         f"{', '.join(MODEL_FAMILY_NAMES)} or spec:FILE")
+    return text
+
+
 def simulate_command(sub: argparse._SubParsersAction) -> None:
     """Register `edgefl simulate`."""
     from edge_sdk.methods.registry import METHODS
@@ -96,7 +127,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default=SIMULATION.method, choices=sorted(METHODS), help="federated method")
     p.add_argument("--clients", type=at_least(1), default=SIMULATION.clients, help="number of simulated devices")
     p.add_argument("--rounds", type=at_least(1), default=SIMULATION.rounds, help="federated rounds")
-    p.add_argument("--dataset", default=SIMULATION.dataset,
+    p.add_argument("--dataset", type=dataset_name, default=SIMULATION.dataset,
                    help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE; sensor "
                         "series (the sensors extra): plaid, acsf1, basicmotions")
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
@@ -154,7 +185,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--homeassistant", metavar="PREFIX", nargs="?", const="homeassistant",
                    help="publish the job and its devices to Home Assistant by MQTT discovery under PREFIX "
                         "(default homeassistant) on --broker (docs/homeassistant.md); off by default")
-    p.add_argument("--model", default=SIMULATION.model,
+    p.add_argument("--model", type=model_family, default=SIMULATION.model,
                    help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp, "
                         "cnn1d (sensor series); "
                         "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")

@@ -11,6 +11,8 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
+from edge_sdk.methods.registry import METHODS
+from edge_sdk.methods.settings.options import check_options
 from edge_sdk.data.datasets import ImageDataset, load_dataset
 from edge_sdk.networking.link import LinkConfig
 from edge_sdk.paths import writable_dir
@@ -91,11 +93,16 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     signing_key = section(config, "security", {"signing_key"}).get("signing_key")
     if signing_key is not None and not (isinstance(signing_key, str) and signing_key):
         raise ValueError(f"{path}: [security] signing_key must be the path of a PEM private key file")
+    method = setting(config, "method", str, "fedavg")
+    if method not in METHODS:
+        raise ValueError(f"method = {method!r} is not a method; choose from {', '.join(sorted(METHODS))}")
+    options = {str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()}
+    _in_table("options", lambda: check_options(METHODS[method].settings, method, options))
     return CoordinatorConfig(
-        method=setting(config, "method", str, "fedavg"), job=job, out=setting(config, "out", str, "runs/coordinator"),
+        method=method, job=job, out=setting(config, "out", str, "runs/coordinator"),
         model=setting(config, "model", str, "cnn4"), dataset=setting(config, "dataset", str),
         data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
-        options={str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()},
+        options=options,
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
         federation=federation_from_toml(config),
         link=link_from_toml(config),

@@ -41,6 +41,9 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
 
 @pytest.mark.parametrize("toml, words", [
     ('[federation]\nrounds = "ten"\n', "[federation] rounds must be an integer >= 1, got 'ten'"),
+    ('method = "fedavgg"\n', "method = 'fedavgg' is not a method; choose from fdnnc, fedavg"),
+    ('[options]\nclp = "3x"\n', "[options] fedavg: unknown option(s) ['clp']"),
+    ('method = "flanc"\n[options]\nclip = "banana"\n', "[options] flanc: option clip: expected none"),
     ('[train]\nlr = "fast"\n', "[train] lr must be a finite number"),
     ('out = 3\n', "out must be a string, got '3'"),
     ('[limits]\nmessages_per_s = -1\n', "[limits] "),

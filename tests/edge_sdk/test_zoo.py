@@ -118,3 +118,10 @@ def test_edge_sdk_stays_lean() -> None:
                "heavy = ('coordinator', 'nni', 'onnx', 'sklearn', 'mlxtend', 'matplotlib', 'rich')",
                "bad = [m for m in heavy if m in sys.modules]",
                "assert not bad, bad", timeout=60)
+
+
+def test_the_torch_free_family_names_are_the_zoos() -> None:
+    from edge_sdk.model_names import MODEL_FAMILY_NAMES
+    from edge_sdk.models.zoo import MODEL_FAMILIES
+
+    assert sorted(MODEL_FAMILY_NAMES) == sorted(MODEL_FAMILIES)

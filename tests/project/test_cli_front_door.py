@@ -32,6 +32,10 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["--lr", "nan"], "argument --lr: must be a finite number > 0"),
     (["--local-epochs", "two"], "argument --local-epochs: expected an integer, got 'two'"),
     (["--backend", "ray", "--ray-actors-per-worker", "0"], "argument --ray-actors-per-worker: must be >= 1, got 0"),
+    (["--dataset", "mnistt"], "argument --dataset: unknown dataset 'mnistt'; choose from mnist-sample"),
+    (["--dataset", "npz:/nonexistent.npz"], "argument --dataset: '/nonexistent.npz': no such file"),
+    (["--model", "cnnn"], "argument --model: unknown model family 'cnnn'; choose from cnn4"),
+    (["--model", "spec:/nonexistent.json"], "argument --model: '/nonexistent.json': no such file"),
 ])
 def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
     started = time.monotonic()
@@ -39,6 +43,19 @@ def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: l
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and time.monotonic() - started < 30
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["simulate", "--round", "3"], "unrecognized arguments: --round 3"),
+    (["simulate", "--rouds", "3"], "unrecognized arguments: --rouds 3"),
+    (["coordinator", "--conf", "x.toml"], "the following arguments are required: --config"),  # not --config
+    (["client", "--config", "c.toml", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_bad_flag_is_the_sub_commands_error_with_its_usage_and_never_abbreviated(args, message) -> None:
+    """``--round 3`` is not taken for ``--rounds 3``; the error shows the sub-command's usage."""
+    run = _run(*args)
+    assert run.returncode == 2 and f"usage: edgefl {args[0]}" in run.stderr, run.stderr
+    assert f"edgefl {args[0]}: error: {message}" in run.stderr, run.stderr
 
 
 def test_impossible_federation_settings_are_rejected_by_the_config_too() -> None:

@@ -297,14 +297,24 @@ def parse(cls: type, method: str, options: Mapping[str, Any]) -> Any:
     A settings class (or group) with a method ``given(method, keys)`` is told afterwards which of
     its keys were given (e.g. to warn about a hyper-parameter that does nothing)."""
     rows = schema(cls)
-    unknown_keys(method, options, rows.keys)
+    values = check_options(cls, method, options)
     try:
-        values = {rows[key].path: rows[key].parse(key, str(value).strip()) for key, value in options.items()}
         settings = _build(cls, values)
     except ValueError as exc:
         raise _prefixed(method, exc) from None
     _tell_given(settings, {rows[key].path for key in options}, method)
     return settings
+
+
+def check_options(cls: type, method: str, options: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
+    """Each ``--option`` of settings ``cls`` parsed on its own (unknown keys and bad values: a
+    one-line ValueError starting with ``method``), by path; nothing built, nothing logged."""
+    rows = schema(cls)
+    unknown_keys(method, options, rows.keys)
+    try:
+        return {rows[key].path: rows[key].parse(key, str(value).strip()) for key, value in options.items()}
+    except ValueError as exc:
+        raise _prefixed(method, exc) from None
 
 
 def _tell_given(settings: Any, given: set[tuple[str, ...]], method: str, path: tuple[str, ...] = ()) -> None:

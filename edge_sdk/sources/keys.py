@@ -13,7 +13,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["BAD_KEY", "hash_bytes", "hash_samples", "hash_texts", "key_column", "newest_first"]
+__all__ = ["BAD_KEY", "check_key_column", "hash_bytes", "hash_samples", "hash_texts", "is_timestamp", "key_column",
+           "newest_first"]
 
 #: the reason a row whose key cell is neither a number nor an ISO-8601 timestamp is skipped
 BAD_KEY = "key not a number or timestamp"
@@ -93,6 +94,35 @@ def key_column(cells: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     fractions = np.fromiter((type(v) is float for v in clean), dtype=bool, count=len(clean))
     keys[fractions] = order[fractions].view(np.uint64)
     return order, keys, bad
+
+
+def check_key_column(order: np.ndarray, keys: np.ndarray, bad: np.ndarray, column: str, where: str) -> None:
+    """Refuse, in one line naming ``where`` and ``column``, a key column that cannot be one: a
+    fraction (a reading, not a row id or timestamp: likely a feature taken for the key) or a
+    value shared by two rows (a key names one sample, and decides its side for good)."""
+    good = ~bad
+    if order.dtype.kind == "f" and good.any():
+        fractions = order[good][order[good] != np.floor(order[good])]
+        if len(fractions):
+            raise ValueError(f"{where}: key column {column!r} holds fractions such as {fractions[0]:g}: a key is a "
+                             "row id or timestamp (is a feature first? name the key with [data] key)")
+    unique, counts = np.unique(keys[good], return_counts=True)
+    if len(unique) < int(good.sum()):
+        twice = int(unique[counts > 1][0].view(np.int64))
+        raise ValueError(f"{where}: key column {column!r} holds {int(good.sum()) - len(unique)} repeated value(s) "
+                         f"(e.g. {twice}): a key must name one row (a row id, or a finer timestamp)")
+
+
+def is_timestamp(cell: Any) -> bool:
+    """Whether ``cell`` is ISO-8601 timestamp text (not a plain number)."""
+    if not isinstance(cell, str):
+        return False
+    text = cell.strip()
+    try:
+        float(text)
+        return False
+    except ValueError:
+        return _parse(text) is not None
 
 
 def _integers(cells: Sequence[Any]) -> np.ndarray | None:

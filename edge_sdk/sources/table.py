@@ -11,7 +11,7 @@ import numpy as np
 from edge_sdk.methods.base import LocalData
 from edge_sdk.sources.assemble import NOT_A_NUMBER, assemble, drop, parse_numbers
 from edge_sdk.sources.base import NoData, Skipped
-from edge_sdk.sources.keys import BAD_KEY, key_column
+from edge_sdk.sources.keys import BAD_KEY, check_key_column, is_timestamp, key_column
 from edge_sdk.sources.labels import map_labels
 from edge_sdk.sources.options import ReadOptions
 
@@ -72,14 +72,26 @@ def read_table(names: Sequence[str], rows: list[Sequence], columns: Columns, opt
     order = None
     if key is not None:
         order, keys, bad = key_column(table[:, key].tolist())
+        check_key_column(order, keys, bad, names[key], where)
         drop(ok, bad, BAD_KEY, skipped)
     elif row_keys is not None:
         keys = row_keys
     else:
         raise ValueError(f"{where}: no key column and no row keys")
     x, bad = parse_numbers(table[:, features])
+    if bad.all():
+        _no_timestamp_feature(table, features, names, where)
     drop(ok, bad, NOT_A_NUMBER, skipped)
     y = map_labels(table[:, label], options, where)
     with np.errstate(over="ignore"):  # a value beyond float32 becomes inf: skipped as NaN
         x = x.astype(np.float32).reshape((len(rows), *shape))
     return assemble(x, y, keys, options, skipped, where, ok=ok, order=order)
+
+
+def _no_timestamp_feature(table: np.ndarray, features: list[int], names: Sequence[str], where: str) -> None:
+    """No row has numeric features: if a feature column holds timestamps, say so in one line (it
+    is the key, misplaced) rather than skipping every row as "not a number"."""
+    for i in features:
+        if all(is_timestamp(cell) for cell in table[:20, i]):
+            raise ValueError(f"{where}: column {names[i]!r} holds timestamps but is read as a feature; name it "
+                             f"with [data] key = {names[i]!r} (or select it first)")

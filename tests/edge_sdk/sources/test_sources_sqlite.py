@@ -149,3 +149,27 @@ def test_a_missing_database_or_an_empty_result_is_no_data(tmp_path):
     bad.write_text("not a database, just text " * 100)
     with pytest.raises(ValueError, match="query failed: file is not a database"):
         _source(bad).read()
+
+
+def test_a_timestamp_not_first_without_a_key_is_one_line_naming_it(tmp_path):
+    """The home user's mistake: the timestamp after a reading in the SELECT and no [data] key. The
+    reading (a fraction) would be the key and the timestamp a feature: refused, the column named."""
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        db.execute("CREATE TABLE readings (ts TEXT, watts REAL, label TEXT)")
+        db.executemany("INSERT INTO readings VALUES (?, ?, ?)",
+                       [(f"2026-11-28T10:00:{s:02d}", 230.5 + s, "on") for s in range(10)])
+    db.close()
+    with pytest.raises(ValueError, match=r"key column 'watts' holds fractions such as 230\.5.*\[data\] key"):
+        _source(tmp_path / "s.db", "SELECT watts, ts, label FROM readings").read()
+    with pytest.raises(ValueError, match=r"column 'ts' holds timestamps but is read as a feature; name it with "
+                                         r"\[data\] key = 'ts'"):
+        _source(tmp_path / "s.db", "SELECT rowid, watts, ts, label FROM readings").read()  # ts: a feature
+    read = SqliteSource(tmp_path / "s.db", "SELECT watts, ts, label FROM readings",
+                        Columns(label="label", key="ts"), ReadOptions(classes=CLASSES)).read()
+    assert len(read.data) == 10  # named, the same query reads
+
+
+def test_a_key_shared_by_two_rows_is_refused(tmp_path):
+    path = _db(tmp_path / "s.db", [(5, 1.0, 2.0, "on"), (5, 3.0, 4.0, "off"), (7, 5.0, 6.0, "on")])
+    with pytest.raises(ValueError, match=r"key column 'ts' holds 1 repeated value\(s\) \(e\.g\. 5\)"):
+        _source(path).read()

@@ -15,14 +15,20 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from edge_sdk.command_defaults import DEVICE_COMMANDS
+from edge_sdk.networking.not_authorized import NotAuthorized
 from edge_sdk.stop_request import StopRequested, stop_on_sigterm
 from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/edge_sdk/test_version.py)
 
-__all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "HelpFormatter", "verbosity"]
+__all__ = ["main", "build_parser", "DEFAULT_STATE_DIR", "EXIT_INTERRUPTED", "EXIT_TURNED_AWAY", "HelpFormatter",
+           "verbosity"]
 
 #: The device's state directory when no config names one (systemd's StateDirectory=edgefl).
 DEFAULT_STATE_DIR = "/var/lib/edgefl"
-#: Exit status after Ctrl-C (128 + SIGINT), as shells expect.
+#: Exit statuses (docs/deploy.md, "Exit statuses"): 0 done or stopped (SIGTERM included); 2 a bad
+#: config, option or input, or a connection that failed; 3 turned away: the coordinator will not
+#: have this device (a method or task it lacks) or the broker's ACL will not let it publish —
+#: restarting cannot help (the units' RestartPreventExitStatus=3); 130 Ctrl-C (128 + SIGINT).
+EXIT_TURNED_AWAY = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -114,6 +120,9 @@ def _client(args: argparse.Namespace) -> int:
           f"{len(client.data)} samples) joining job {client.config.job!r} on {client.config.transport.url}",
           flush=True)
     reason = client.run()
+    if client.turned_away is not None:
+        print(f"edgefl client: error: {reason}", file=sys.stderr)
+        return EXIT_TURNED_AWAY
     print(f"client finished: {reason}")
     return 0
 
@@ -262,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()
     try:
         return int(args.func(args) or 0)
+    except NotAuthorized as exc:  # the broker's ACL: a restart cannot help
+        print(f"edgefl {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_TURNED_AWAY
     except (OSError, ValueError) as exc:  # files, connections, the embedded broker (BrokerError), bad input
         print(f"edgefl {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2

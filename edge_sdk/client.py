@@ -23,9 +23,8 @@ from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
-from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Evaluate, Model, Plan, Register, RoundStart, Status, Stop, Update,
-)
+from edge_sdk.protocol.messages import Ack, Envelope, Error, Evaluate, Model, Plan, Register, RoundStart, Status, Stop
+from edge_sdk.protocol.messages import Update
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.device.remeasure import Remeasuring
 from edge_sdk.device.sim_hooks import SimHooks
@@ -57,6 +56,7 @@ class DeviceClient:
         self.torch_device = resolve_device(config.device)
         self.sim = SimHooks(run_compute=run_compute, network=network, connect_via=connect_via)
         self.on_round = on_round  # called after every round this device trained and uploaded
+        self.turned_away: str | None = None  # why the coordinator or the broker will not have it (retrying cannot help)
         self.profile = profile
         self.remeasuring = Remeasuring(config, profile, self.torch_device)
         self.local = DeviceData(config.device_id, config.holdout, source, data, test)
@@ -105,9 +105,8 @@ class DeviceClient:
             self.link.transport.wake()
 
     def report_capacity(self, profile: DeviceProfile) -> None:
-        """Re-register with a new profile (CPU load, throttling, battery); the coordinator
-        may then give this device another model from the next round on. Thread-safe: the
-        run loop sends the Register on its next pass (after the current round's training)."""
+        """Re-register with a new profile (CPU load, throttling, battery): the coordinator may give it
+        another model from the next round on. Thread-safe: the run loop sends it on its next pass."""
         if not isinstance(profile, DeviceProfile):
             raise ValueError(f"profile must be a DeviceProfile, got {type(profile).__name__}")
         self.profile = profile
@@ -121,7 +120,6 @@ class DeviceClient:
         stops it cleanly: training stops after its current step, the device says "offline" to the
         coordinator and disconnects, then the interrupt propagates."""
         self.open()
-        assert self.link is not None
         reason = "stopped"
         try:
             reason = self._loop(timeout_s)
@@ -143,10 +141,9 @@ class DeviceClient:
         self.uplink.status_at = time.monotonic()  # the birth message said "online"
 
     def step(self, max_messages: int = 64) -> str | float:
-        """One pass of the device without waiting: its due duties (registration, a held plan,
-        heartbeat, re-measuring), then up to ``max_messages`` of the messages that have arrived.
-        Returns why it ended, or the seconds until it has something to do again unless a
-        message comes first (`sim.on_ready` says when one does; 0: more are waiting)."""
+        """One pass without waiting: its due duties, then up to ``max_messages`` arrived messages.
+        Returns why it ended, or the seconds until it has something to do again unless a message
+        comes first (`sim.on_ready` says when one does; 0: more are waiting)."""
         if self._stop.is_set():
             return "stopped"
         if self.link is None:  # a message came while `open` was still connecting: the host steps it after
@@ -163,9 +160,8 @@ class DeviceClient:
         return 0.0
 
     def abort(self) -> None:
-        """Stop at once and drop the connection without a word, as a device that loses power:
-        the broker publishes its will ("offline", "connection lost"). A simulation's host ends
-        its devices so when the job is over (its broker does the work, not the host)."""
+        """Stop at once and drop the connection without a word, as a device that loses power (the
+        broker publishes its will); a simulation's host ends its devices so when the job is over."""
         self._stop.set()
         if self.link is not None and not self._finished:
             self._finished = True
@@ -189,14 +185,17 @@ class DeviceClient:
     # -- loop -------------------------------------------------------------
     def _loop(self, timeout_s: float | None) -> str:
         end = None if timeout_s is None else time.monotonic() + timeout_s
+        assert self.link is not None
         while not self._stop.is_set():
             now = time.monotonic()
             if end is not None and now > end:
                 return "timeout"
+            if (refused := self.link.transport.not_authorized) is not None:  # its ACL: retrying cannot help
+                self.turned_away = refused
+                return refused
             wait = self._duties(now)
-            assert self.link is not None
-            # a message wakes it at once, and so does one that begins to arrive in chunks (it may
-            # stall: see `_idle_wait`); otherwise it sleeps until its next duty
+            # a message wakes it at once, and so does one beginning to arrive in chunks (it may stall:
+            # `_idle_wait`); otherwise it sleeps until its next duty
             item = self.link.poll(wait if end is None else max(0.0, min(wait, end - now)), wake_on_partial=True)
             if item is not None and (reason := self._on_item(item)) is not None:
                 return reason
@@ -260,8 +259,9 @@ class DeviceClient:
             log.warning("%s: coordinator error %s: %s", self.config.device_id, body.code, body.message)
             if body.code == ErrorCode.UNKNOWN_DEVICE:
                 self._registered, self._last_register = False, 0.0
-            if body.code in (ErrorCode.UNSUPPORTED_METHOD, ErrorCode.TASK_MISMATCH):  # retrying cannot help:
-                return f"the coordinator turned this device away: {body.message}"  # a method or data this job lacks
+            if body.code in (ErrorCode.UNSUPPORTED_METHOD, ErrorCode.TASK_MISMATCH):  # a method or data it lacks
+                self.turned_away = f"the coordinator turned this device away: {body.message}"
+                return self.turned_away
             if body.code == ErrorCode.KIND:
                 self.remeasuring.not_understood(env.reply_to)
         elif isinstance(body, RoundStart):  # a plan follows for each participant: no re-measuring meanwhile

@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from edge_sdk.networking.not_authorized import NotAuthorized
 from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
 from edge_sdk.protocol.capabilities import FEATURES
@@ -234,12 +235,25 @@ class Fleet:
         return nbytes * len(online)
 
     # -- receiving --------------------------------------------------------
+    def why_not_registered(self) -> str:
+        """What the devices turned away were told (up to 5), or that none was: one line for the
+        error of a job whose devices did not register."""
+        turned: dict[str, str] = {}
+        for device, code, message in self.rejections:
+            turned.setdefault(device, f"{code}: {message[:120]}")
+        if not turned:
+            return f"no device was turned away (are they on this broker, in job {self.topics.job!r}, allowed by its ACL?)"
+        shown = "; ".join(f"{d} ({why})" for d, why in sorted(turned.items())[:5])
+        return f"turned away: {shown}" + (f" and {len(turned) - 5} more" if len(turned) > 5 else "")
+
     def pump(self, timeout: float, until: Callable[[], bool] | None = None) -> None:
         """Handle every message that arrives within `timeout` seconds, then up to
         `MAX_DRAIN` of those still waiting (so a flood of messages cannot hold the caller);
         sooner once ``until()`` (asked after each message) is true. Messages the receive queue
         dropped over a device's budget, and its transfers that stalled or were evicted, are
         counted as that device's rejections."""
+        if (refused := self.link.transport.not_authorized) is not None:  # its ACL: no round can work
+            raise NotAuthorized(refused)
         self._roll_call_if_reconnected()
         for tick in self.tickers:
             tick()

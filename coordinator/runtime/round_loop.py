@@ -106,7 +106,7 @@ class RoundLoop:
             online = fleet.wait_for_devices(config.min_devices, config.register_timeout_s)
             if len(online) < config.min_devices:
                 raise TimeoutError(f"only {len(online)} of {config.min_devices} devices registered "
-                                   f"within {config.register_timeout_s} s")
+                                   f"within {config.register_timeout_s} s; {fleet.why_not_registered()}")
             labels = self.strategy.setup(dict(fleet.devices), fleet.online())
             for device_id, label in (labels or {}).items():  # the method labels; the fleet's records keep it
                 fleet.devices[device_id].label = label

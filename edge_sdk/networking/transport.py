@@ -51,8 +51,8 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from edge_sdk.networking.fair_inbox import FairInbox, InboxLimits
 from edge_sdk.networking.network_loop import NetworkLoop
 
-__all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will", "WillSource",
-           "publish_packet_size"]
+__all__ = ["IncomingMessage", "MqttTransport", "TransportConfig", "TransportError", "Will",
+           "WillSource", "publish_packet_size"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ def _paho_logger() -> logging.Logger:
 _QUEUED = (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN)
 #: SO_LINGER on, 0 s: closing the socket resets the connection (`MqttTransport.abort`)
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
+#: MQTT 5's reason code "Not authorized" (0x87)
+_NOT_AUTHORIZED = 135
 
 
 class TransportError(ConnectionError):
@@ -198,6 +202,10 @@ class MqttTransport:
         self._pub_cond = threading.Condition()
         self._pending: dict[int, mqtt.MQTTMessageInfo] = {}
         self._pending_sizes: dict[int, int] = {}  # payload bytes of each pending publish
+        self._pending_topics: dict[int, str] = {}  # the topic of each pending publish
+        #: why the broker will not let this client publish where it must (its ACL: "Not authorized"),
+        #: the first time it said so; None while it has not
+        self.not_authorized: str | None = None
         self._pending_bytes = 0
         self._acks = 0  # acknowledgements so far: a wait for room lasts while they keep coming
         self._early_acks: set[int] = set()
@@ -477,14 +485,29 @@ class MqttTransport:
                     reason: object, _props: object) -> None:
         # never call paho while holding _pub_cond: paho holds its own lock here
         with self._pub_cond:
+            topic = self._pending_topics.pop(mid, None)
             if getattr(reason, "is_failure", False):
                 self._failed += 1
-                log.warning("broker refused publish mid %d: %s", mid, reason)
+                self._refused(topic, reason)
             self._acks += 1
             if self._pending.pop(mid, None) is None:
                 self._early_acks.add(mid)
             self._pending_bytes -= self._pending_sizes.pop(mid, 0)
             self._pub_cond.notify_all()
+
+    def _refused(self, topic: str | None, reason: object) -> None:
+        """A publish the broker refused: said once per kind; "Not authorized" is kept in
+        :attr:`not_authorized` (retrying cannot help: its ACL does not let this user write there)."""
+        where = f"to {topic!r}" if topic else "(its topic was not recorded)"
+        if getattr(reason, "value", None) == _NOT_AUTHORIZED:
+            if self.not_authorized is None:
+                self.not_authorized = (f"the broker refused a publish {where}: Not authorized (its ACL does not "
+                                       f"let user {self._username!r} write there; a device's device_id must be "
+                                       f"its MQTT username)")
+                log.error("%s", self.not_authorized)
+            return
+        if self._failed <= 3:
+            log.warning("broker refused publish %s: %s", where, reason)
 
     def subscribe(self, topic: str, qos: int = 1) -> None:
         """Subscribe now if connected; always re-subscribed after reconnects."""
@@ -536,6 +559,7 @@ class MqttTransport:
                 self._early_acks.discard(info.mid)
             else:
                 self._pending[info.mid] = info
+                self._pending_topics[info.mid] = topic
                 if qos:  # what waits for its PUBACK counts against max_outgoing_bytes
                     self._pending_sizes[info.mid] = len(data)
                     self._pending_bytes += len(data)
@@ -568,6 +592,7 @@ class MqttTransport:
                     for mid, info in list(self._pending.items()):
                         if info.rc == MQTTErrorCode.MQTT_ERR_CONN_LOST:  # qos 0 lost with the socket
                             del self._pending[mid]
+                            self._pending_topics.pop(mid, None)
                             self._pending_bytes -= self._pending_sizes.pop(mid, 0)
                             self._failed += 1
                 if not self._pending:

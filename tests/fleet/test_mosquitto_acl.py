@@ -174,3 +174,29 @@ def test_a_device_cannot_take_over_another_clients_id(home):
     finally:
         for t in (a, coord, *thieves):
             t.close()
+
+
+def test_a_device_whose_id_is_not_its_username_says_so_once_and_exits_3(home, tmp_path):
+    """device_id "pi-x" with pi-a's credentials: the ACL refuses every publish under pi-x. The
+    device says so in one line naming the topic and exits 3 (the unit does not restart it),
+    instead of "broker refused publish ... Not authorized" every 5 s for ever."""
+    import sys
+
+    import numpy as np
+
+    bundle = home["tmp"] / "pi-a"
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x_train=rng.random((20, 1, 8, 8), dtype=np.float32),
+             y_train=np.arange(20) % 2)
+    broker = read_toml(bundle / "client.toml")["broker"]
+    config = tmp_path / "client.toml"
+    config.write_text(f'device_id = "pi-x"\njob = "home"\nstate_dir = "{tmp_path / "state"}"\n'
+                      f'[broker]\nurl = "{broker["url"]}"\nusername = "pi-a"\n'
+                      f'password_file = "{bundle / "password"}"\nca_file = "{bundle / "ca.crt"}"\n'
+                      f'[device]\nprofile = "raspberry-pi-4b"\n[data]\ndataset = "npz:{tmp_path / "data.npz"}"\n')
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "client", "--config", str(config)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "Not authorized" in run.stderr and "device_id must be its MQTT username" in run.stderr, run.stderr
+    assert run.stderr.count("Not authorized") <= 3 and time.monotonic() - started < 60

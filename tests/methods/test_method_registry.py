@@ -85,6 +85,8 @@ def test_a_device_without_the_jobs_method_is_turned_away_at_registration(broker)
         assert "runs method 'flanc', which this device's edgefl SDK does not support" in replies["old-sdk"].message
         assert isinstance(replies["new-sdk"], Ack) and isinstance(replies["silent-sdk"], Ack)
         assert sorted(fleet.devices) == ["new-sdk", "silent-sdk"]
+        assert Fleet(MessageLink(coordinator), Topics(job="nobody"), method="flanc").why_not_registered() == (
+            "no device was turned away (are they on this broker, in job 'nobody', allowed by its ACL?)")
     finally:
         for peer in peers.values():
             peer.close()
@@ -119,7 +121,9 @@ def test_a_device_client_turned_away_stops_with_the_reason(broker, monkeypatch) 
     finally:
         coordinator.close()
     assert ended and ended[0].startswith("the coordinator turned this device away: this job runs method 'flanc'")
+    assert device.turned_away == ended[0]  # `edgefl client` exits 3 on it: a restart cannot help
     assert not fleet.devices
+    assert fleet.why_not_registered().startswith("turned away: old (unsupported_method: this job runs method 'flanc'")
 
 
 #: Options that make a fresh strategy's state complete without a fleet (a fixed γ, a fixed level).

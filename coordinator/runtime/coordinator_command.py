@@ -25,7 +25,8 @@ from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.core.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.runtime.fleet import FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
-from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.job_identity import refuse_another_job, job_identity
+from coordinator.runtime.report import RoundRecord, RunReport
 from coordinator.runtime.state import load_checkpoint
 from coordinator.runtime.task import Task
 from coordinator.strategies import create_strategy, strategy_class
@@ -183,6 +184,12 @@ def run_coordinator(config: CoordinatorConfig,
     resolve_device(config.federation.eval_device)  # no such GPU: one line now, before anything is touched
     checkpoint_dir = config.federation.checkpoint_dir
     checkpoint = load_checkpoint(Path(checkpoint_dir)) if checkpoint_dir else None
+    signer = _signer(config)  # a missing key is an error even for a finished job: the config is wrong
+    task, preprocessing, eval_data = job_task(config)
+    identity = job_identity(config.method, config.options, config.model, task.input_shape, task.num_classes,
+                            config.federation.seed)
+    if checkpoint is not None:
+        refuse_another_job(checkpoint.job, identity, f"the checkpoint in {checkpoint_dir}")
     if checkpoint is not None and checkpoint.round + 1 >= config.federation.rounds:
         log.info("job %r finished its %d rounds already (checkpoint in %s)", config.job, checkpoint.round + 1,
                  checkpoint_dir)
@@ -190,8 +197,6 @@ def run_coordinator(config: CoordinatorConfig,
     writable_dir(config.out, "the report folder (out)")
     if checkpoint_dir:
         writable_dir(checkpoint_dir, "[federation] checkpoint_dir")
-    signer = _signer(config)
-    task, preprocessing, eval_data = job_task(config)
     public, public_set = None, None
     if strategy_class(config.method).needs_public_data:
         if config.public_dataset is None:
@@ -204,15 +209,14 @@ def run_coordinator(config: CoordinatorConfig,
         num_classes=task.num_classes, public_data=public, options=dict(config.options),
     ))
     out = Path(config.out)
-    if checkpoint is None:
-        keep_previous_report(out)
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
                                                      "rounds": config.federation.rounds})
     connection = JobConnection(config.transport, config.job, config.link, config.limits, signer, task,
                                homeassistant=config.homeassistant, removed_devices=config.removed_devices)
     return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,
-                   on_round=on_round, on_progress=on_progress)
+                   on_round=on_round, on_progress=on_progress, identity=identity,
+                   keep_previous=checkpoint is None)
 
 
 def job_task(config: CoordinatorConfig) -> tuple[Task, Preprocessing, EvalData | None]:

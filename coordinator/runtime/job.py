@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from edge_sdk.networking.link import LinkConfig, MessageLink
 from edge_sdk.data.preprocessing import Preprocessing
@@ -21,7 +21,7 @@ from coordinator.runtime.device_counts import DeviceCountsFile
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.removed_devices import RemovedDevicesFile
-from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.task import Task
 from coordinator.strategies.base import Strategy
@@ -53,11 +53,14 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None,
             beside: Callable[[Fleet], AbstractContextManager[object]] | None = None,
             on_round: Callable[[RoundRecord], None] | None = None,
-            on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True) -> RunReport:
+            on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True,
+            identity: dict[str, Any] | None = None, keep_previous: bool = False) -> RunReport:
     """Connect, start the fleet, run the round loop to the end and write the report into ``out``
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
-    ``beside(fleet)``: a context that runs while the rounds do (e.g. a simulation's devices); it
+    ``keep_previous``: a new job keeps an earlier job's report in ``out`` under a dated name, once
+    connected (a start that fails, e.g. a wrong password, touches no earlier report). ``identity``: the job's (`coordinator.runtime.job_identity`), kept in its checkpoint and
+    checked on resume. ``beside(fleet)``: a context that runs while the rounds do (e.g. a simulation's devices); it
     is left before the coordinator disconnects, with the exception that stopped the job, if any.
     """
     home = None
@@ -68,6 +71,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
         transport_config = replace(transport_config, will=home.will(), birth=home.birth())
     transport = MqttTransport(transport_config)
     transport.connect()
+    if keep_previous:
+        keep_previous_report(Path(out))
     finished = False
     try:
         fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job),
@@ -81,7 +86,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
         if home is not None:
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
-            loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing)
+            loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
+                             identity=identity)
             if home is not None:
                 loop.before_round = home.hold_if_paused
             counts = DeviceCountsFile(Path(out) / "devices.csv")

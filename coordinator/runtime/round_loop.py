@@ -30,6 +30,7 @@ from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
 from coordinator.runtime.device_counts import DeviceCount
+from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
@@ -54,7 +55,8 @@ class RoundLoop:
     """
 
     def __init__(self, strategy: Strategy, fleet: Fleet, report: RunReport, *,
-                 eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None) -> None:
+                 eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None,
+                 identity: dict[str, Any] | None = None) -> None:
         self.strategy = strategy
         self.fleet = fleet
         self.report = report
@@ -74,6 +76,8 @@ class RoundLoop:
         fleet.on_profile_update = self._on_profile_update
         #: called before each round with its index; may hold the job there (e.g. paused from Home Assistant)
         self.before_round: Callable[[int], None] | None = None
+        #: what makes the job this job, kept in its checkpoint and checked on resume (None: not checked)
+        self.identity: dict[str, Any] | None = identity
         #: the last round's counts per device (trained, held out): devices.csv's rows
         self.device_counts: list[DeviceCount] = []
         self._counts: dict[str, DeviceCount] = {}
@@ -357,7 +361,8 @@ class RoundLoop:
         strategy = self.strategy
         tensors: dict[str, Any] = {**strategy.state_tensors(),
                                    **{_SERVER_OPT + k: v for k, v in strategy.server_opt.state_tensors().items()}}
-        save_checkpoint(Path(self.config.checkpoint_dir), strategy.name, rnd, self.report.rounds_as_dicts(), tensors)
+        save_checkpoint(Path(self.config.checkpoint_dir), strategy.name, rnd, self.report.rounds_as_dicts(), tensors,
+                        self.identity)
 
     def _resume(self) -> int:
         if self.config.checkpoint_dir is None:
@@ -368,6 +373,8 @@ class RoundLoop:
         strategy = self.strategy
         if checkpoint.method != strategy.name:
             raise ValueError(f"checkpoint is for {checkpoint.method!r}, not {strategy.name!r}")
+        if self.identity is not None:
+            refuse_another_job(checkpoint.job, self.identity, f"the checkpoint in {self.config.checkpoint_dir}")
         own = {k: v for k, v in checkpoint.tensors.items() if not k.startswith(_SERVER_OPT)}
         strategy.load_state_tensors(own)
         strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()

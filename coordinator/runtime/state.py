@@ -9,7 +9,7 @@ moment resumes from its last completed round.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,16 @@ class Checkpoint:
     round: int
     rounds: list[dict[str, Any]]
     tensors: dict[str, np.ndarray]
+    #: what makes the job this job (`coordinator.runtime.job_identity`); empty in older checkpoints
+    job: dict[str, Any] = field(default_factory=dict)
 
 
 def save_checkpoint(directory: Path, method: str, rnd: int, rounds: list[dict[str, Any]],
-                    tensors: dict[str, np.ndarray]) -> Path:
-    """Write the checkpoint of round `rnd`; returns its path."""
+                    tensors: dict[str, np.ndarray], job: dict[str, Any] | None = None) -> Path:
+    """Write the checkpoint of round `rnd` (``job``: the job's identity); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = encode_frame({"format": _FORMAT, "method": method, "round": rnd, "rounds": rounds,
-                            "tensors": pack_tensors(tensors)}, _LIMITS.max_header_bytes)
+                            "tensors": pack_tensors(tensors), "job": job or {}}, _LIMITS.max_header_bytes)
     path = directory / CHECKPOINT_FILE
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
@@ -62,9 +64,12 @@ def load_checkpoint(directory: Path) -> Checkpoint | None:
     try:
         tensors = unpack_tensors(obj["tensors"], data, _LIMITS)
         data.finish()
+        job = obj.get("job", {})
+        if not isinstance(job, dict):
+            raise ValueError(f"job must be a map, got {type(job).__name__}")
         return Checkpoint(method=str(obj["method"]), round=int(obj["round"]),
                           rounds=list(obj["rounds"]),
-                          tensors={k: np.array(v) for k, v in tensors.items()})
+                          tensors={k: np.array(v) for k, v in tensors.items()}, job=job)
     except ProtocolError as exc:
         raise ProtocolError(exc.code, f"{path}: {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:

@@ -129,3 +129,13 @@ def test_real_fleet_from_toml_configs(tmp_path, broker):
     assert "already finished its 2 rounds" in again.stdout, again.stdout
     assert (tmp_path / "report" / "report.json").read_bytes() == written
     assert sorted(p.name for p in (tmp_path / "report").iterdir() if p.suffix == ".json") == ["report.json"]
+    # ... unless the config now names another job: refused key by key, the report untouched
+    text = coordinator_toml.read_text()
+    coordinator_toml.write_text(text.replace('method = "fedavg"', 'method = "fedprox"').replace(
+        "[federation]", "[options]\nprox_mu = \"0.01\"\n[federation]", 1))
+    other = subprocess.run(EDGEFL + ["coordinator", "--config", str(coordinator_toml)],
+                           capture_output=True, text=True, timeout=120)
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "holds another job (method was 'fedavg', the config says 'fedprox'; options was {}" in other.stderr
+    assert "method, options need a new job" in other.stderr, other.stderr
+    assert (tmp_path / "report" / "report.json").read_bytes() == written

@@ -148,3 +148,24 @@ def test_a_new_coordinator_job_keeps_the_previous_jobs_report(tmp_path: Path) ->
     assert not (tmp_path / "report.json").exists()
     _keep_previous_report(tmp_path)  # nothing to keep: nothing happens
     assert len(list(tmp_path.glob("report-*.json"))) == 1
+
+
+def test_a_coordinator_that_cannot_connect_leaves_the_last_report_where_it_was(tmp_path: Path) -> None:
+    """A failed start (a wrong password, or as here a broker that is not there) touches no earlier
+    report: it is still report.json, not moved aside."""
+    import socket
+
+    with socket.socket() as probe:  # a free port: the connection is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.json").write_text('{"status": "finished"}')
+    config = tmp_path / "coordinator.toml"
+    config.write_text(f'method = "fedavg"\njob = "gone"\nout = "{out}"\n[broker]\nurl = "mqtt://127.0.0.1:{port}"\n'
+                      f'connect_retry_s = 1\n[task]\ninput_shape = [1, 8, 8]\nnum_classes = 10\nmean = [0.5]\n'
+                      f'std = [0.25]\n')
+    run = _run("coordinator", "--config", str(config), timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
+    assert (out / "report.json").read_text() == '{"status": "finished"}'
+    assert not list(out.glob("report-*.json"))

@@ -119,10 +119,16 @@ class Display:
                          f"held-out data, {record.evaluation.get('missing', 0)} did not answer)")
         evaluated = "  ".join(parts) or "not evaluated"
         self.console.print(
-            f"round {record.round + 1}/{self.rounds}: {evaluated}"
+            f"round {self._of(record.round + 1)}: {evaluated}"
             f"  {len(record.participants)} devices  down {size(record.bytes_down)}"
             f"  up {size(record.bytes_up)}  {record.seconds:.1f} s on the devices ({record.host_seconds:.1f} s here)",
             soft_wrap=True)
+
+    def _of(self, rnd: int) -> str:
+        """``3/10``; ``3`` in a job that keeps serving without a cap."""
+        from coordinator.core.federation import NO_ROUND_CAP
+
+        return str(rnd) if self.rounds >= NO_ROUND_CAP else f"{rnd}/{self.rounds}"
 
     def progress(self, p: Any) -> None:
         if self.status is None:
@@ -131,7 +137,7 @@ class Display:
             text = f"waiting for devices: {p.done}/{p.total} registered ({p.elapsed_s:.0f} s)"
         else:
             doing = "evaluating: " if getattr(p, "collecting", "update") == "evaluation" else ""
-            text = (f"round {p.round + 1}/{self.rounds}: {doing}{p.done}/{p.total} devices reported, "
+            text = (f"round {self._of(p.round + 1)}: {doing}{p.done}/{p.total} devices reported, "
                     f"{size(p.bytes_up)} received, {p.elapsed_s:.0f} s")
         self.status.update(text)
 
@@ -162,7 +168,8 @@ def _coordinator(args: argparse.Namespace) -> int:
 
     config = coordinator_config_from_toml(args.config)
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
-    rounds = plural(config.federation.rounds, "round")
+    rounds = (f"a round per {config.federation.min_new_samples} new samples" if config.federation.min_new_samples
+              else plural(config.federation.rounds, "round"))
     display.console.print(f"coordinator for job {config.job!r} ({config.method}, {rounds}) on {config.transport.url}",
                           soft_wrap=True)
     try:

@@ -206,7 +206,7 @@ class DeviceClient:
         re-measure; then how long the device may sleep when no message comes."""
         if not self._registered and now - self._last_register >= self.config.register_retry_s:
             self._register()
-        self.rounds.retry_held(now)
+        self.rounds.duties(now)  # a held plan retried, the data source re-read
         self.rounds.forget_updates_before(self.sim.forget_updates_before)  # a later round began
         self.uplink.resend_unanswered(now, self.sim.forget_updates_before)
         if now - self.uplink.status_at >= self.config.heartbeat_s:

@@ -36,7 +36,8 @@ _KEY_OWNERS = {"root": ("dataset",), "partition": ("dataset",), "shard": ("datas
                "query": ("sqlite",), "python_path": ("python",), "label": ("csv", "sqlite"),
                "features": ("csv", "sqlite"), "key": ("csv", "sqlite"), "window": ("csv", "sqlite"),
                "stride": ("csv", "sqlite"), "window_label": ("csv", "sqlite")}
-_DATA_KEYS = {*_SOURCE_KEYS, *_KEY_OWNERS, "max_samples", "input_shape", "classes", "num_classes", "holdout"}
+_DATA_KEYS = {*_SOURCE_KEYS, *_KEY_OWNERS, "max_samples", "input_shape", "classes", "num_classes", "holdout",
+              "reread_s"}
 #: `[data] holdout` when the key is absent (and the source names no held-out set of its own)
 DEFAULT_HOLDOUT = 0.2
 _DEVICE_KEYS = {"profile", "measure_seconds", "device", "remeasure_every_s"}
@@ -235,6 +236,7 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
         remeasure_every_s=remeasure_every_s,
         measure_seconds=measure_seconds,
         holdout=holdout_from_toml(config),
+        reread_s=setting(section(config, "data", _DATA_KEYS), "reread_s", float, 60.0, "[data]"),
     )
     source = data_source_from_toml(config)
     try:  # read now for the registration; the client reads it again at the start of every round it trains

@@ -63,6 +63,11 @@ class DeviceRecord:
     last_asked: int = -1
     #: the round whose miss its late update last took back (at most one in `MISS_WINDOW` rounds)
     took_back: int = -MISS_WINDOW
+    #: training samples it holds that it has not trained on, by its latest `data_count` (bounded by
+    #: ``num_samples``; 0 again once it trains): what paces rounds by new data
+    new_samples: int = 0
+    #: held-out samples it holds, by its latest `data_count` (0: it has not said)
+    held_out_samples: int = 0
 
     @property
     def missed_rounds(self) -> int:

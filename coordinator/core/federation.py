@@ -14,7 +14,10 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.core.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 
-__all__ = ["FederationConfig", "EvalData", "TrainingFailed", "federation_from_toml"]
+__all__ = ["FederationConfig", "EvalData", "NO_ROUND_CAP", "TrainingFailed", "check_windows", "federation_from_toml"]
+
+#: ``rounds`` of a job paced by new data whose TOML sets none: no cap that a home would reach
+NO_ROUND_CAP = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,22 @@ class FederationConfig:
     eval_deadline_s: float | None = None
     #: devices also report counts per class (they reveal a device's label mix: off by default)
     eval_per_class: bool = False
+    #: pacing by new data (docs/continuous.md): 0, a fixed number of rounds, one after another; > 0,
+    #: a job that keeps serving: a round starts when the online devices hold at least this many
+    #: training samples they have not trained on (their `data_count`s), ``rounds`` caps the job
+    #: (absent from the TOML: no cap) and every round's model is published when it is not worse
+    min_new_samples: int = 0
+    #: one device counts for at most this share of ``min_new_samples`` (one busy sensor alone does
+    #: not start rounds)
+    new_samples_share: float = 0.5
+    #: and a round starts no sooner than this many seconds after the last one ended
+    min_interval_s: float = 0.0
+    #: and only inside these local-time windows ("22:00-06:00", the `[schedule] windows` format;
+    #: empty: any time)
+    windows: tuple[str, ...] = ()
+    #: a new version replaces the published one when no label's accuracy is more than this below
+    #: the published version's (absolute; on the coordinator's test set, else the devices' held-out data)
+    publish_tolerance: float = 0.01
     #: a federated accuracy from fewer held-out samples than this reads "not enough held-out data"
     #: wherever a person reads it (the figure and its counts stay in report.json and metrics.csv)
     min_eval_samples: int = 20
@@ -79,7 +98,7 @@ class FederationConfig:
                                  f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
                           ("stop_after_failed_rounds", 0), ("straggler_after", 0),
-                          ("min_eval_samples", 1)):
+                          ("min_eval_samples", 1), ("min_new_samples", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -93,6 +112,14 @@ class FederationConfig:
         for name in ("federated_eval", "eval_per_class"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name, low, high in (("new_samples_share", 0.0, 1.0), ("publish_tolerance", 0.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+                raise ValueError(f"{name} must be a number in ({low:g}, {high:g}], got {value!r}")
+        if isinstance(self.min_interval_s, bool) or not isinstance(self.min_interval_s, (int, float)) \
+                or not 0 <= self.min_interval_s < float("inf"):
+            raise ValueError(f"min_interval_s must be a number of seconds >= 0, got {self.min_interval_s!r}")
+        object.__setattr__(self, "windows", check_windows(self.windows))
         if not (isinstance(self.quorum, (int, float)) and 0 < self.quorum <= 1):
             raise ValueError(f"quorum must be a fraction in (0, 1], got {self.quorum!r}")
         for name in ("round_deadline_s", "register_timeout_s", "eval_deadline_s"):
@@ -117,10 +144,25 @@ def federation_from_toml(config: dict[str, Any]) -> FederationConfig:
         raise ValueError(f"[train] {str(exc).removeprefix('TrainConfig.')}") from None
     if "checkpoint_dir" in table:
         setting(table, "checkpoint_dir", str, None, "[federation]")
+    if table.get("min_new_samples") and "rounds" not in table:  # a job that keeps serving: no cap
+        table["rounds"] = NO_ROUND_CAP
     try:
         return FederationConfig(train=train, **table)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"[federation] {exc}") from None
+
+
+def check_windows(windows: object) -> tuple[str, ...]:
+    """``windows`` as a tuple of "HH:MM-HH:MM" strings (`edge_sdk.schedule.TimeWindow`), else a
+    one-line ValueError."""
+    from edge_sdk.schedule import TimeWindow
+
+    if isinstance(windows, str) or not isinstance(windows, (list, tuple)):
+        raise ValueError(f"windows must be a list such as [\"22:00-06:00\"], got {windows!r}")
+    try:
+        return tuple(str(TimeWindow.parse(w)) for w in windows)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"windows: {exc}") from None
 
 
 class TrainingFailed(RuntimeError):

@@ -13,7 +13,7 @@ from coordinator.homeassistant.names import clean_text, ha_id
 __all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config"]
 
 #: The coordinator's job states, in the order a job passes them.
-JOB_STATES = ("idle", "waiting_for_devices", "training", "paused", "finished", "interrupted")
+JOB_STATES = ("idle", "waiting_for_devices", "training", "waiting_for_data", "paused", "finished", "interrupted")
 #: The pause switch's command payloads (the only ones the coordinator accepts).
 PAUSE, RESUME = "pause", "resume"
 _ORIGIN = "edgefl"

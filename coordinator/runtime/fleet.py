@@ -26,7 +26,7 @@ from edge_sdk.profiling import DeviceProfile, MeasureQuality
 from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Error, Evaluate, Evaluation, Plan, ProfileUpdate, Register, Status, Update,
+    Ack, DataCount, Envelope, Error, Evaluate, Evaluation, Plan, ProfileUpdate, Register, Status, Update,
 )
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
@@ -154,6 +154,8 @@ class Fleet:
         #: profile's GFLOPS, between collections: the strategy may give it another label from the
         #: next round on (None: `on_register` is called instead)
         self.on_profile_update: Callable[[DeviceRecord], None] | None = None
+        #: called after a device's `data_count` (its new samples counted)
+        self.on_data_count: Callable[[DeviceRecord], None] | None = None
         self._profile_budget: dict[str, TokenBucket] = {}
         #: profile updates that arrived during a collection, applied when it ends (latest per device)
         self._pending_profiles: dict[str, DeviceProfile] = {}
@@ -242,7 +244,8 @@ class Fleet:
         for device, code, message in self.rejections:
             turned.setdefault(device, f"{code}: {message[:120]}")
         if not turned:
-            return f"no device was turned away (are they on this broker, in job {self.topics.job!r}, allowed by its ACL?)"
+            return (f"no device was turned away (are they on this broker, in job {self.topics.job!r}, allowed by "
+                    "its ACL?)")
         shown = "; ".join(f"{d} ({why})" for d, why in sorted(turned.items())[:5])
         return f"turned away: {shown}" + (f" and {len(turned) - 5} more" if len(turned) > 5 else "")
 
@@ -519,6 +522,8 @@ class Fleet:
                 self.devices[device].last_ack = env.body.note[:200]
                 if env.reply_to is not None:
                     self.devices[device].acked.append(env.reply_to)
+        elif isinstance(env.body, DataCount):
+            self._on_data_count(device, env.body)
         elif not isinstance(env.body, Status):
             self._reject(device, ErrorCode.UNEXPECTED, f"a device may not send {env.kind!r}", env.msg_id)
 
@@ -545,7 +550,8 @@ class Fleet:
             return
         record = self.devices.get(device)
         if record is None:
-            record = DeviceRecord(device, profile, body.num_samples, samples_since=self.rounds_collected)
+            record = DeviceRecord(device, profile, body.num_samples, samples_since=self.rounds_collected,
+                                  new_samples=body.num_samples)  # all new to this job until it trains
             self.devices[device] = record
         else:
             record.profile, record.online = profile, True
@@ -616,6 +622,18 @@ class Fleet:
         log.info("device %s re-measured itself: %.3g -> %.3g GFLOPS (samples still %d); label %s", device,
                  before, profile.gflops, record.num_samples,
                  f"{label} -> {record.label} from the next round" if record.label != label else f"{label} (unchanged)")
+
+    def _on_data_count(self, device: str, count: DataCount) -> None:
+        """A registered device's counts: its training count believed as a registration's is (growth
+        bounded by `FleetLimits`), its new samples no more than that."""
+        record = self.devices.get(device)
+        if record is None:
+            return  # it registers first (it is told so by its next status)
+        self._accept_samples(record, count.training)
+        record.new_samples = min(count.new, record.num_samples)
+        record.held_out_samples = count.held_out
+        if self.on_data_count is not None:
+            self.on_data_count(record)
 
     def _accept_samples(self, record: DeviceRecord, claimed: int) -> None:
         """A registered device's new sample count: lower at once, higher by at most the growth

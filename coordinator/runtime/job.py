@@ -59,9 +59,11 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
     ``keep_previous``: a new job keeps an earlier job's report in ``out`` under a dated name, once
-    connected (a start that fails, e.g. a wrong password, touches no earlier report). ``identity``: the job's (`coordinator.runtime.job_identity`), kept in its checkpoint and
-    checked on resume. ``beside(fleet)``: a context that runs while the rounds do (e.g. a simulation's devices); it
-    is left before the coordinator disconnects, with the exception that stopped the job, if any.
+    connected (a start that fails, e.g. a wrong password, touches no earlier report).
+    ``identity``: the job's (`coordinator.runtime.job_identity`), kept in its checkpoint and
+    checked on resume. ``beside(fleet)``: a context that runs while the rounds do (e.g. a
+    simulation's devices); it is left before the coordinator disconnects, with the exception that
+    stopped the job, if any.
     """
     home = None
     transport_config = connection.transport
@@ -90,6 +92,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
                              identity=identity)
             if home is not None:
                 loop.before_round = home.hold_if_paused
+                if loop.serving is not None:
+                    loop.serving.on_waiting = lambda _pace: home.set_job_state("waiting_for_data")
             counts = DeviceCountsFile(Path(out) / "devices.csv")
             loop.run(_both(_both(lambda _record: counts.append(loop.device_counts),
                                  home.round_done if home else None), on_round))

@@ -43,6 +43,11 @@ class RoundRecord:
     federated_loss: float | None = None
     #: its details: samples, devices, asked, no_evaluation, missing, accuracy_all, host_seconds, per_class
     evaluation: dict[str, Any] = field(default_factory=dict)
+    #: the model version after this round: how many rounds aggregated so far (docs/continuous.md)
+    version: int = 0
+    #: the version devices serve after this round (0: none published yet; a fixed-rounds job
+    #: publishes after its last round)
+    published_version: int = 0
 
 
 #: what metrics.csv says of each label's federated accuracy besides the figure (`evaluation.by_label`)
@@ -91,6 +96,8 @@ class RunReport:
     rejection_count: int = 0
     #: "finished", or "interrupted" (Ctrl-C or an error): `rounds` holds the rounds finished before
     status: str = "finished"
+    #: the model version devices serve at the end (a fixed-rounds job: its last; 0: none published)
+    published_version: int = 0
     #: the plots' imports, on a thread while the job winds down (`prepare_plots`)
     _plots_import: threading.Thread | None = field(default=None, repr=False, compare=False)
 
@@ -145,6 +152,9 @@ class RunReport:
                 "federated_accuracy": dict(last.federated_accuracy) if last else {},
                 "federated_evaluation": _weight(last.evaluation) if last else {},
                 "evaluated_round": last.round + 1 if last else None,
+                "version": self.rounds[-1].version if self.rounds else 0,
+                "published_version": max(self.published_version,
+                                         self.rounds[-1].published_version if self.rounds else 0),
                 "bytes_down_total": sum(r.bytes_down for r in self.rounds),
                 "bytes_up_total": sum(r.bytes_up for r in self.rounds),
                 "seconds_total": sum(r.seconds for r in self.rounds),

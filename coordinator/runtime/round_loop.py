@@ -29,6 +29,7 @@ from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
+from coordinator.runtime.continuous import ContinuousServing
 from coordinator.runtime.device_counts import DeviceCount
 from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
@@ -78,6 +79,10 @@ class RoundLoop:
         self.before_round: Callable[[int], None] | None = None
         #: what makes the job this job, kept in its checkpoint and checked on resume (None: not checked)
         self.identity: dict[str, Any] | None = identity
+        #: a job that keeps serving (`FederationConfig.min_new_samples`): its pacing and publishing
+        self.serving = ContinuousServing(self.config, fleet) if self.config.min_new_samples > 0 else None
+        self.version = 0  # the model version: rounds aggregated so far
+        self.published_version = 0  # the version devices serve (0: none published)
         #: the last round's counts per device (trained, held out): devices.csv's rows
         self.device_counts: list[DeviceCount] = []
         self._counts: dict[str, DeviceCount] = {}
@@ -106,6 +111,11 @@ class RoundLoop:
         for device in fleet.devices.values():
             self._on_register(device)
         start = self._resume()
+        self.version = sum(1 for r in report.rounds if r.aggregated)
+        if report.rounds:
+            self.published_version = report.rounds[-1].published_version
+        if self.serving is not None:
+            self.serving.published_version = self.published_version
         if start < config.rounds:
             online = fleet.wait_for_devices(config.min_devices, config.register_timeout_s)
             if len(online) < config.min_devices:
@@ -117,20 +127,29 @@ class RoundLoop:
         every = config.publish_every
         try:
             for rnd in range(start, config.rounds):
+                if self.serving is not None:
+                    self.serving.wait_for_data(rnd)
                 if self.before_round is not None:
                     self.before_round(rnd)
                 record = self._round(rnd)
+                self.version += int(record.aggregated)
+                record = replace(record, version=self.version)
+                if self.serving is not None and self.serving.round_ended(record):
+                    self._publish(rnd)
+                record = replace(record, published_version=self.published_version)
                 report.add_round(record)
                 self._checkpoint(rnd)
                 if on_round is not None:
                     on_round(record)
                 self._stop_if_training_fails(rnd)
-                if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < config.rounds:
+                if every > 0 and (rnd + 1) % every == 0 and rnd + 1 < config.rounds and self.serving is None:
                     self._publish(rnd)  # an interim model
         except BaseException:  # Ctrl-C or an error: the report of the finished rounds names the devices
             report.finish(fleet, self.strategy.model_params(), self.payload_bytes)
             raise
-        self._publish(config.rounds - 1)
+        if self.serving is None:  # a job that keeps serving published what was worth it as it went
+            self._publish(config.rounds - 1)
+            report.published_version = self.published_version
         fleet.broadcast(Stop("training finished"))
         report.finish(fleet, self.strategy.model_params(), self.payload_bytes)
         self.strategy.finished(self.eval_data)
@@ -158,6 +177,7 @@ class RoundLoop:
     def _publish(self, rnd: int) -> None:
         """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
         if self.config.publish:
+            self.published_version = self.version
             inputs = self.eval_data.x if self.eval_data is not None else None
             self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
                                             retain=self.config.retain_models, preprocessing=self.preprocessing,

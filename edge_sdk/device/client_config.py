@@ -49,11 +49,16 @@ class ClientConfig:
     update_resend_s: float = 15.0
     #: how many times at most (edge_sdk/device/update_resend.py)
     update_resends: int = 3
+    #: between rounds, read its data source again every this many seconds and tell the coordinator
+    #: when its counts change (edge_sdk/device/data_watch.py); 0: only when it trains
+    reread_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.holdout is not SOURCE_TEST_SET and self.holdout != NO_HOLDOUT:
             check_holdout(self.holdout, "holdout")
         if not (isinstance(self.update_resend_s, (int, float)) and 0 <= self.update_resend_s < float("inf")):
             raise ValueError(f"update_resend_s must be a number of seconds >= 0, got {self.update_resend_s!r}")
+        if not (isinstance(self.reread_s, (int, float)) and 0 <= self.reread_s < float("inf")):
+            raise ValueError(f"reread_s must be a number of seconds >= 0, got {self.reread_s!r}")
         if type(self.update_resends) is not int or not 0 <= self.update_resends <= 100:
             raise ValueError(f"update_resends must be an integer in [0, 100], got {self.update_resends!r}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from edge_sdk.data.holdout import NO_HOLDOUT, SOURCE_TEST_SET, split_holdout
+from edge_sdk.data.holdout import NO_HOLDOUT, SOURCE_TEST_SET, sample_keys, split_holdout
 from edge_sdk.methods import LocalData
 from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Evaluate, Plan
@@ -47,6 +47,9 @@ class DeviceData:
         self.data: LocalData  # what it trains on (its held-out share removed)
         self.holdout: LocalData | None  # what it evaluates on
         self.holdout_note: str  # why it holds nothing out
+        self.waiting = 0  # held-out samples too few to evaluate yet (`HoldoutSplit.waiting`)
+        #: the sorted keys of what it last trained on (None: it has not trained): `counts`' watermark
+        self.trained_keys: np.ndarray | None = None
         #: the job's normalisation the last plan named, and the data converted to it (`for_plan`)
         self._job_preprocessing: Preprocessing | None
         self._job_data_cache: LocalData
@@ -56,6 +59,7 @@ class DeviceData:
         """Train on ``data`` less its held-out share (`ClientConfig.holdout`), or hold out ``test``."""
         holdout = self.holdout_share
         self._job_preprocessing = None
+        self.waiting = 0
         if data is None:
             self.data = LocalData(np.zeros((0,), np.float32), np.zeros(0, np.int64), 0)
             self.holdout, self.holdout_note = None, "it has no data"
@@ -67,30 +71,47 @@ class DeviceData:
         else:
             split = split_holdout(data, holdout)
             self.data, self.holdout, self.holdout_note = split.train, split.holdout, split.note
+            self.waiting = split.waiting
         self._job_data_cache = self.data
 
-    def read_again(self, rnd: int) -> ReadFailed | None:
-        """Read the data source again (it may have grown); a missing or empty one leaves the device
-        no data, and says why: the device answers ``no_data`` and stays in the fleet, training
-        nothing this round."""
+    def read_again(self, rnd: int | None) -> ReadFailed | None:
+        """Read the data source again (it may have grown) for round ``rnd`` (None: between rounds);
+        a missing or empty one leaves the device no data, and says why: the device answers
+        ``no_data`` and stays in the fleet, training nothing this round."""
         from edge_sdk.sources import NoData
 
         assert self.source is not None
+        when = f"round {rnd + 1}" if rnd is not None else "re-read"
         try:
             read = self.source.read()
         except NoData as exc:
-            log.warning("%s: round %d: no data: %s", self.device_id, rnd + 1, exc)
+            log.warning("%s: %s: no data: %s", self.device_id, when, exc)
             self.use(None)
             return ReadFailed(str(exc)[:1000], f"no data: {exc}"[:200])
         except (ValueError, OSError) as exc:
-            log.error("%s: round %d: reading %s failed: %s", self.device_id, rnd + 1, self.source.description, exc)
+            log.error("%s: %s: reading %s failed: %s", self.device_id, when, self.source.description, exc)
             return ReadFailed(f"reading its data failed: {exc}"[:1000], f"reading its data failed: {exc}"[:200])
         before = len(self.data)
         self.use(read.data, read.test)
         if len(self.data) != before:
-            log.info("%s: round %d: %d samples to train on (%d before)", self.device_id, rnd + 1,
-                     len(self.data), before)
+            log.info("%s: %s: %d samples to train on (%d before)", self.device_id, when, len(self.data), before)
         return None
+
+    def mark_trained(self) -> None:
+        """What it trains on now was trained on: the watermark that `counts` measures new data from."""
+        self.trained_keys = np.sort(self._keys(self.data))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(training, new, held_out): its training samples, those not in the last round it trained
+        (all of them before its first), and its held-out samples (those waiting included)."""
+        keys = self._keys(self.data)
+        new = len(keys) if self.trained_keys is None else int((~np.isin(keys, self.trained_keys)).sum())
+        held = (len(self.holdout) if self.holdout is not None else 0) + self.waiting
+        return len(self.data), new, held
+
+    @staticmethod
+    def _keys(data: LocalData) -> np.ndarray:
+        return data.keys if data.keys is not None else sample_keys(data.x, data.y)
 
     def for_plan(self, plan: Plan) -> LocalData:
         """The device's data in the normalisation the plan names (converted once per job and

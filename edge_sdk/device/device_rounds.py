@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from edge_sdk.device.client_config import ClientConfig
+from edge_sdk.device.data_watch import DataWatch
 from edge_sdk.device.device_data import DeviceData
 from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
@@ -81,6 +82,7 @@ class DeviceRounds:
         #: (round, plan digest, update) of the last round trained, to answer a re-sent plan
         self._last_update: tuple[int, str, Update] | None = None
         self._memory: dict[str, object] = {}  # what device parts keep between rounds (DeviceContext.memory)
+        self.data_watch = DataWatch(config, local, uplink)  # its source re-read between rounds
 
     @property
     def holds_update(self) -> bool:
@@ -128,6 +130,11 @@ class DeviceRounds:
             self.uplink.status("waiting", decision.reason, decision)
         else:
             self._decline(env, decision.reason, decision)
+
+    def duties(self, now: float) -> None:
+        """What is due between messages: a held plan retried, the data source re-read."""
+        self.retry_held(now)
+        self.data_watch.check(now, busy=self.pending is not None)
 
     def retry_held(self, now: float) -> None:
         """Ask the schedule again about a held plan when its next check is due."""
@@ -204,6 +211,7 @@ class DeviceRounds:
         if throttle is not None:
             throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
         self.trained.append(rnd)  # before sending: whoever sees the update sees it counted
+        self.data_watch.trained()
         self._send_update(update, rnd)
         status("idle")
         if on_round is not None:

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-__all__ = ["EVALUATE", "FEATURES"]
+__all__ = ["DATA_COUNT", "EVALUATE", "FEATURES"]
 
 #: it answers `evaluate`: the served model on its held-out data (federated evaluation)
 EVALUATE = "evaluate"
+#: it sends `data_count` when its data grows (a coordinator pacing rounds by new data waits for it)
+DATA_COUNT = "data_count"
 #: every feature this SDK names
-FEATURES: tuple[str, ...] = (EVALUATE,)
+FEATURES: tuple[str, ...] = (EVALUATE, DATA_COUNT)

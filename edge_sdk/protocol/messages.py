@@ -25,7 +25,8 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES", "Envelope",
+    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "DataCount", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES",
+    "Envelope",
     "encode_envelope", "decode_envelope",
     "peek_header",
 ]
@@ -532,8 +533,36 @@ class Evaluation(Message):
         return cls(*cls._check(body))
 
 
+@dataclass(frozen=True)
+class DataCount(Message):
+    """Device -> coordinator: how much data it holds now, counted by key — ``training`` samples
+    on the training side, ``new`` of them not in the last round it trained (its watermark), and
+    ``held_out`` samples. Sent when the counts change (after a re-read of its source), at most
+    once per ``[data] reread_s``; a coordinator that paces rounds by new data waits for these."""
+
+    KIND: ClassVar[str] = "data_count"
+    training: int
+    new: int
+    held_out: int = 0
+
+    def __post_init__(self) -> None:  # checked as a receiver would
+        self._check(self.to_body())
+
+    @classmethod
+    def _check(cls, body: dict) -> tuple:
+        training = _int(body, "training", lo=0, hi=1 << 40)
+        return training, _int(body, "new", lo=0, hi=training), _int(body, "held_out", 0, lo=0, hi=1 << 40)
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {"training": self.training, "new": self.new, "held_out": self.held_out}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> DataCount:
+        return cls(*cls._check(body))
+
+
 AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate,
-                   Evaluate, Evaluation]
+                   Evaluate, Evaluation, DataCount]
 MESSAGE_TYPES: dict[str, type[Message]] = {c.KIND: c for c in AnyMessage.__args__}  # type: ignore[attr-defined]
 
 

@@ -44,9 +44,10 @@ def test_a_coordinator_without_data_learns_the_task_of_its_toml_and_turns_other_
         out, err = coordinator.communicate(timeout=240)
         assert coordinator.returncode == 0, err
         turned_away = clients[2].communicate(timeout=60)
-        assert clients[2].returncode == 0 and "Traceback" not in turned_away[1], turned_away
-        assert "client finished: the coordinator turned this device away: this job's task takes inputs of " \
-               "shape (1, 28, 28); this device's data has (1, 8, 8)" in turned_away[0], turned_away
+        # exit 3: turned away, which its systemd unit does not restart (RestartPreventExitStatus=3)
+        assert clients[2].returncode == 3 and "Traceback" not in turned_away[1], turned_away
+        assert "edgefl client: error: the coordinator turned this device away: this job's task takes inputs of " \
+               "shape (1, 28, 28); this device's data has (1, 8, 8)" in turned_away[1], turned_away
         for client in clients[:2]:
             c_out, c_err = client.communicate(timeout=60)
             assert client.returncode == 0 and "round 1: trained fedavg global" in c_out, c_err

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_sdk.protocol import (MESSAGE_TYPES, SCHEMA_VERSION, Ack, Chunk, CodecLimits, Model, Envelope, Error,
-                             Evaluate, Evaluation, Plan,
+                             DataCount, Evaluate, Evaluation, Plan,
                              ProfileUpdate, ProtocolError, Register, RoundStart, Status, Stop, Update,
                              decode_envelope, encode_envelope, packb, peek_header)
 
@@ -37,6 +37,7 @@ SAMPLES = [
              {"mean": [0.5], "std": [0.25]}, True),
     Evaluation("0.5", 40, 31, 12.5, (20, 20), (15, 16), "", 0.02),
     Evaluation("0.5", 0, 0, 0.0, reason="too little data"),
+    DataCount(training=120, new=12, held_out=30),
 ]
 
 

@@ -41,6 +41,8 @@ PAUSED_PUMP_S = 0.5
 #: Discovery is published again at most this often: a birth message sooner waits for the time (the
 #: birth topic's writer may be hostile, and each re-publish is three messages per device).
 REPUBLISH_EVERY_S = 10.0
+#: the job's state (its "Devices online") again at most this often as devices come and go
+PRESENCE_EVERY_S = 2.0
 
 
 class FleetView(Protocol):
@@ -81,6 +83,12 @@ class RoundView(Protocol):
     def evaluation(self) -> dict[str, Any]: ...  # by_label: what each federated figure rests on
 
     @property
+    def version(self) -> int: ...
+
+    @property
+    def published_version(self) -> int: ...
+
+    @property
     def bytes_down(self) -> int: ...
 
     @property
@@ -110,12 +118,13 @@ class HomeAssistantBridge:
             log.warning("the job is paused (from Home Assistant; %s): resume it there", self._pause_file)
         self.job_state = "idle"
         self._state: dict[str, Any] = {"round": 0, "rounds": rounds, "accuracy": {}, "federated_accuracy": {},
-                                       "federated": {}, "bytes_down": 0, "bytes_up": 0, "round_seconds": None}
+                                       "federated": {}, "version": 0, "published_version": 0, "bytes_down": 0, "bytes_up": 0, "round_seconds": None}
         self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0
         self._published_at = float("-inf")  # time.monotonic() of the last whole discovery
         self._republish_due = False  # a birth message came sooner than REPUBLISH_EVERY_S after it
+        self._presence_due, self._presence_at = False, float("-inf")  # `_presence_if_due`
 
     # -- the connection ---------------------------------------------------
     def will(self) -> Will:
@@ -136,6 +145,7 @@ class HomeAssistantBridge:
         fleet.on_device_change = self.device_changed
         fleet.on_removed = self.device_removed
         fleet.tickers.append(self._republish_if_due)
+        fleet.tickers.append(self._presence_if_due)
         self.job_state = "paused" if self.paused else "idle"
         self.publish_discovery()  # the job's state with it
 
@@ -153,11 +163,12 @@ class HomeAssistantBridge:
         self._published_at, self._republish_due = time.monotonic(), False
         self._publish_coordinator_config()
         self._publish(self.topics.coordinator_availability, b"online")
-        self._publish_job_state()
+        self._publish_job_state()  # and the devices' presence with it: their changes below say nothing more
         self._announced.clear()
         if self.fleet is not None:
             for record in list(self.fleet.devices.values()):
                 self.device_changed(record)
+        self._presence_due = False
 
     def _publish_coordinator_config(self) -> None:
         config = coordinator_config(self.topics, name=self.name, method=self.method, version=SDK_VERSION,
@@ -191,6 +202,15 @@ class HomeAssistantBridge:
                                         sdk_version=record.sdk_version, version=SDK_VERSION))
         self._publish(self.topics.device_availability(device), b"online" if record.online else b"offline")
         self._publish(self.topics.device_state(device), self._device_state(record))
+        self._presence_due = True  # the job's "Devices online", at most every PRESENCE_EVERY_S
+        self._presence_if_due()
+
+    def _presence_if_due(self) -> None:
+        """The job's state again when a device came or went, at most every `PRESENCE_EVERY_S` (also a
+        fleet ticker, so that the last change of a burst is not left unsaid)."""
+        if self._presence_due and self.transport is not None \
+                and time.monotonic() - self._presence_at >= PRESENCE_EVERY_S:
+            self._publish_job_state()
 
     def _device_state(self, record: DeviceRecord) -> dict[str, Any]:
         accuracy = None
@@ -219,7 +239,24 @@ class HomeAssistantBridge:
             if self.transport is not None:
                 self._publish_job_state()
 
+    def restore(self, rounds: list[RoundView]) -> None:
+        """A resumed job: its counters and figures as its finished rounds left them, not from 0."""
+        if not rounds:
+            return
+        state = self._state
+        state["round"] = rounds[-1].round + 1
+        state["bytes_down"] = sum(r.bytes_down for r in rounds)
+        state["bytes_up"] = sum(r.bytes_up for r in rounds)
+        state["version"], state["published_version"] = rounds[-1].version, rounds[-1].published_version
+        for record in rounds:
+            state["accuracy"].update({k: round(100.0 * v, 2) for k, v in record.accuracy.items() if math.isfinite(v)})
+            self._federated_figures(record)
+        if self.transport is not None:
+            self._publish_coordinator_config()
+            self._publish_job_state()
+
     def _publish_job_state(self) -> None:
+        self._presence_due, self._presence_at = False, time.monotonic()
         online = len(self.fleet.online()) if self.fleet is not None else 0
         self._publish(self.topics.coordinator_state, {**self._state, "state": self.job_state,
                                                       "devices_online": online, "paused": self.paused})
@@ -235,6 +272,7 @@ class HomeAssistantBridge:
         state["bytes_down"] += record.bytes_down
         state["bytes_up"] += record.bytes_up
         state["round_seconds"] = round(record.host_seconds, 3)
+        state["version"], state["published_version"] = record.version, record.published_version
         state["accuracy"].update({label: round(100.0 * v, 2) for label, v in record.accuracy.items()
                                   if math.isfinite(v)})
         self._federated_figures(record)
@@ -311,5 +349,11 @@ class HomeAssistantBridge:
     def finish(self, finished: bool) -> None:
         """The job ended (``finished``: all its rounds; else interrupted or failed): its last state
         and the coordinator's availability, before it disconnects."""
+        if self.fleet is not None:  # the devices' bytes now count the published model
+            for record in list(self.fleet.devices.values()):
+                if record.device_id not in self.fleet.removed:
+                    self._publish(self.topics.device_state(record.device_id), self._device_state(record))
         self.set_job_state("finished" if finished else "interrupted")
-        self._publish(self.topics.coordinator_availability, b"offline")
+        self._publish_job_state()
+        # its availability stays "online" (retained): the job's final figures stay readable, its state
+        # says it has ended; a coordinator that dies turns it "offline" (its will)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.homeassistant.names import clean_text, ha_id
+from coordinator.homeassistant.names import entity_slug, clean_text, ha_id
 
 __all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config"]
 
@@ -84,6 +84,16 @@ def _percent(node: str, key: str, name: str, topic: str, template: str) -> dict[
             "suggested_display_precision": 1}
 
 
+def _with_entity_ids(components: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each component's entity id set from its unique id, not left to the order of discovery: as
+    ``default_entity_id`` (Home Assistant 2025.10 on) and ``object_id`` (before; dropped by later
+    releases)."""
+    for component in components.values():
+        slug = entity_slug(component["unique_id"])
+        component.update(object_id=slug, default_entity_id=f"{component['p']}.{slug}")
+    return components
+
+
 def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str,
                        accuracy_labels: tuple[str, ...] = (), federated_labels: tuple[str, ...] = ()) -> dict[str, Any]:
     """The coordinator's discovery payload: the job's state, rounds, accuracy per model label
@@ -94,6 +104,10 @@ def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str
         "job_state": _sensor(node, "job_state", "Job state", state, "state", device_class="enum",
                              options=list(JOB_STATES)),
         "round": _sensor(node, "round", "Round", state, "round", state_class="measurement"),
+        "version": _sensor(node, "version", "Model version", state, "version", state_class="measurement",
+                           icon="mdi:source-branch"),
+        "published_version": _sensor(node, "published_version", "Published version", state, "published_version",
+                                     state_class="measurement", icon="mdi:publish"),
         "rounds": _sensor(node, "rounds", "Rounds in all", state, "rounds", entity_category="diagnostic"),
         "devices_online": _sensor(node, "devices_online", "Devices online", state, "devices_online",
                                   state_class="measurement"),
@@ -121,7 +135,7 @@ def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str
     return {
         "dev": {"ids": [node], "name": name, "mf": _ORIGIN, "mdl": f"coordinator ({method})", "sw": version},
         "o": _origin(version),
-        "cmps": components,
+        "cmps": _with_entity_ids(components),
         "availability": [{"topic": topics.coordinator_availability}],
         "qos": 1,
     }
@@ -156,7 +170,7 @@ def device_config(topics: HaTopics, device: str, *, model: str, sdk_version: str
                 "mdl": clean_text(model, "model", device) or "edge device", "sw": sdk,
                 "via_device": topics.coordinator_node},
         "o": _origin(version),
-        "cmps": components,
+        "cmps": _with_entity_ids(components),
         "availability": [coordinator, {"topic": topics.device_availability(device)}],
         "availability_mode": "all",
         "qos": 1,

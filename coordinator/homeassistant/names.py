@@ -7,7 +7,7 @@ import hashlib
 import logging
 import re
 
-__all__ = ["ha_id", "clean_text", "MAX_TEXT"]
+__all__ = ["entity_slug", "ha_id", "clean_text", "MAX_TEXT"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,14 @@ def ha_id(value: str) -> str:
     mapped = f"{_NOT_HA_ID.sub('_', value)}_{hashlib.sha256(value.encode()).hexdigest()[:8]}"
     _once("mapped", value, "Home Assistant id of %r is %r (its ids allow [A-Za-z0-9_-] only)", value, mapped)
     return mapped
+
+
+def entity_slug(unique_id: str) -> str:
+    """The object part of an entity id for ``unique_id``: Home Assistant's entity ids allow
+    ``[a-z0-9_]`` only, so any other character becomes ``_`` and 8 hex digits of the unique id's
+    SHA-256 follow (``pi-a`` and ``pi_a`` stay two entities, whichever is discovered first)."""
+    slug = re.sub(r"[^a-z0-9_]", "_", unique_id.lower())
+    return slug if slug == unique_id else f"{slug}_{hashlib.sha256(unique_id.encode()).hexdigest()[:8]}"
 
 
 def clean_text(value: object, what: str, device: str) -> str:

@@ -91,7 +91,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
                              identity=identity)
             if home is not None:
-                loop.before_round = home.hold_if_paused
+                loop.before_round, loop.on_resumed = home.hold_if_paused, home.restore
                 if loop.serving is not None:
                     loop.serving.on_waiting = lambda _pace: home.set_job_state("waiting_for_data")
             counts = DeviceCountsFile(Path(out) / "devices.csv")

@@ -79,6 +79,8 @@ class RoundLoop:
         self.before_round: Callable[[int], None] | None = None
         #: what makes the job this job, kept in its checkpoint and checked on resume (None: not checked)
         self.identity: dict[str, Any] | None = identity
+        #: called after a resume with the rounds the checkpoint restored (Home Assistant's counters)
+        self.on_resumed: Callable[[list[RoundRecord]], None] | None = None
         #: a job that keeps serving (`FederationConfig.min_new_samples`): its pacing and publishing
         self.serving = ContinuousServing(self.config, fleet) if self.config.min_new_samples > 0 else None
         self.version = 0  # the model version: rounds aggregated so far
@@ -111,6 +113,8 @@ class RoundLoop:
         for device in fleet.devices.values():
             self._on_register(device)
         start = self._resume()
+        if report.rounds and self.on_resumed is not None:
+            self.on_resumed(report.rounds)
         self.version = sum(1 for r in report.rounds if r.aggregated)
         if report.rounds:
             self.published_version = report.rounds[-1].published_version

@@ -117,7 +117,10 @@ def test_remove_device_revokes_it_and_tells_the_coordinator(home, tmp_path):
     with pytest.raises(TransportError):
         home.device("pi-c", connect_timeout=5.0)
     home.device("pi-b").close()  # the others stay
-    assert "Error" not in home.broker.log_text().split("mosquitto version")[-1]
+    # no error in the reloaded configuration; the listener probe's bare TCP connection (no TLS) may
+    # leave an OpenSSL "unexpected eof" under load (failed once in a full run): not a configuration error
+    log_lines = home.broker.log_text().split("mosquitto version")[-1].splitlines()
+    assert not [line for line in log_lines if "Error" in line and "unexpected eof while reading" not in line]
     for name, why in (("coordinator", "is not a device"), ("nobody", "no user 'nobody'")):
         run = subprocess.run([HOME / "remove-device.sh", "--passwd", home.passwd, "--acl", home.acl, "--removed",
                               removed, "--no-reload", name], capture_output=True, text=True)

@@ -221,3 +221,50 @@ def test_a_federated_figure_carries_its_weight_and_a_thin_one_reads_unknown(brid
     thin = config["cmps"]["federated_accuracy_" + ha_id("p1.0")]
     assert _render(thin["value_template"], state) == "None"  # 1.000 from 3 samples is not shown
     assert NOT_ENOUGH in json.loads(_render(thin["json_attributes_template"], state))["note"]
+
+
+def test_entity_ids_come_from_unique_ids_not_from_the_order_of_discovery():
+    """``pi.a`` and ``pi_a`` were two devices whose entities took each other's ids by discovery
+    order; each component now names its entity id (``default_entity_id``, HA 2025.10; ``object_id``
+    before), valid, distinct and the same on every run."""
+    import re
+
+    topics = HaTopics("home")
+    seen: dict[str, str] = {}
+    for device in ("pi-a", "pi_a", "pi.a", "PI-A"):
+        for component in device_config(topics, device, model="m", sdk_version="1", version="1")["cmps"].values():
+            entity = component["default_entity_id"]
+            assert re.fullmatch(r"[a-z_]+\.[a-z0-9_]+", entity) and entity == f"{component['p']}.{component['object_id']}"
+            assert entity not in seen, (entity, seen.get(entity), device)
+            seen[entity] = device
+    config = coordinator_config(topics, name="n", method="fedavg", version="1", accuracy_labels=("global",))
+    assert all("default_entity_id" in c for c in config["cmps"].values())
+    again = device_config(topics, "pi.a", model="m", sdk_version="1", version="1")["cmps"]
+    assert {c["default_entity_id"] for c in again.values()} <= set(seen)
+
+
+def test_a_resumed_job_keeps_its_counters_and_presence_is_said_as_devices_come_and_go(bridged):
+    from coordinator.runtime.report import RoundRecord
+
+    bridge, fleet, observer = bridged(devices=("pi-a", "pi-b"))
+    topics = bridge.topics
+    finished = [RoundRecord(round=r, accuracy={"p0.5": 0.5 + r / 10}, loss=1.0, bytes_down=1000, bytes_up=500,
+                            seconds=1.0, host_seconds=0.1, participants=["pi-a"], aggregated=True, version=r + 1,
+                            published_version=r) for r in range(3)]
+    bridge.restore(finished)  # what a restarted coordinator's checkpoint holds
+    fleet.pump(0.3)
+    observer.drain()
+    state = json.loads(observer.last(topics.coordinator_state))
+    assert state["round"] == 3 and state["bytes_down"] == 3000 and state["bytes_up"] == 1500
+    assert state["accuracy"]["p0.5"] == 70.0 and state["version"] == 3 and state["published_version"] == 2
+    assert state["devices_online"] == 2
+    from edge_sdk.protocol.messages import Envelope, Status, encode_envelope
+
+    # pi-b drops (its last will): the job's count follows, not only when the job's state changes
+    fleet.start()  # it hears the devices' statuses
+    time.sleep(0.3)
+    _send(fleet, observer, fleet.topics.status("pi-b"), encode_envelope(Envelope.of(Status("offline", "gone"), "pi-b")))
+    time.sleep(2.2)  # PRESENCE_EVERY_S: a burst of changes is said once, the last one by the fleet's ticker
+    fleet.pump(0.3)
+    observer.drain()
+    assert json.loads(observer.last(topics.coordinator_state))["devices_online"] == 1

@@ -216,7 +216,7 @@ def run_coordinator(config: CoordinatorConfig,
                                homeassistant=config.homeassistant, removed_devices=config.removed_devices)
     return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,
                    on_round=on_round, on_progress=on_progress, identity=identity,
-                   keep_previous=checkpoint is None)
+                   keep_previous=checkpoint is None, write_every_round=True)
 
 
 def job_task(config: CoordinatorConfig) -> tuple[Task, Preprocessing, EvalData | None]:

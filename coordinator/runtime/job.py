@@ -54,10 +54,13 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             beside: Callable[[Fleet], AbstractContextManager[object]] | None = None,
             on_round: Callable[[RoundRecord], None] | None = None,
             on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True,
-            identity: dict[str, Any] | None = None, keep_previous: bool = False) -> RunReport:
+            identity: dict[str, Any] | None = None, keep_previous: bool = False,
+            write_every_round: bool = False) -> RunReport:
     """Connect, start the fleet, run the round loop to the end and write the report into ``out``
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
+    ``write_every_round``: report.json (atomically) after every round, as a coordinator that serves
+    for months must (a simulation writes it at its end); metrics.csv is appended every round.
     ``keep_previous``: a new job keeps an earlier job's report in ``out`` under a dated name, once
     connected (a start that fails, e.g. a wrong password, touches no earlier report).
     ``identity``: the job's (`coordinator.runtime.job_identity`), kept in its checkpoint and
@@ -95,8 +98,14 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
                 if loop.serving is not None:
                     loop.serving.on_waiting = lambda _pace: home.set_job_state("waiting_for_data")
             counts = DeviceCountsFile(Path(out) / "devices.csv")
-            loop.run(_both(_both(lambda _record: counts.append(loop.device_counts),
-                                 home.round_done if home else None), on_round))
+
+            def on_disk(_record: RoundRecord) -> None:  # after every version: nothing waits for the job's end
+                counts.append(loop.device_counts)
+                if write_every_round:
+                    report.write(Path(out), plots=False, describe=strategy.describe_label)
+                else:  # metrics.csv has every round even when the report keeps only the latest
+                    report.append_metrics(Path(out))
+            loop.run(_both(_both(on_disk, home.round_done if home else None), on_round))
             if plots:
                 report.prepare_plots()  # while the devices stop
             transport.wait_published(10.0)

@@ -9,9 +9,10 @@ hooks, with every input passed explicitly (docs/architecture.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +38,10 @@ from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
 
 __all__ = ["EVAL_SAMPLES_PER_TRAINING", "RoundLoop"]
+
+#: every round's record, one JSON line each, appended beside the checkpoint (a round redone after a
+#: crash between the two appears twice: its last line counts)
+HISTORY_FILE = "history.jsonl"
 
 log = logging.getLogger(__name__)
 _SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's moments
@@ -115,7 +120,7 @@ class RoundLoop:
         start = self._resume()
         if report.rounds and self.on_resumed is not None:
             self.on_resumed(report.rounds)
-        self.version = sum(1 for r in report.rounds if r.aggregated)
+        self.version = report.rounds[-1].version if report.rounds else 0
         if report.rounds:
             self.published_version = report.rounds[-1].published_version
         if self.serving is not None:
@@ -385,8 +390,13 @@ class RoundLoop:
         strategy = self.strategy
         tensors: dict[str, Any] = {**strategy.state_tensors(),
                                    **{_SERVER_OPT + k: v for k, v in strategy.server_opt.state_tensors().items()}}
-        save_checkpoint(Path(self.config.checkpoint_dir), strategy.name, rnd, self.report.rounds_as_dicts(), tensors,
-                        self.identity)
+        directory = Path(self.config.checkpoint_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.report.rounds:  # every round, appended (the checkpoint keeps the latest)
+            with open(directory / HISTORY_FILE, "a") as fh:
+                fh.write(json.dumps(asdict(self.report.rounds[-1]), separators=(",", ":")) + "\n")
+        save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
+                        self.report.rounds_total, self.report.totals)
 
     def _resume(self) -> int:
         if self.config.checkpoint_dir is None:
@@ -403,6 +413,6 @@ class RoundLoop:
         strategy.load_state_tensors(own)
         strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
                                                 if k.startswith(_SERVER_OPT)})
-        self.report.restore_rounds(checkpoint.rounds)
+        self.report.restore_rounds(checkpoint.rounds, checkpoint.rounds_total, checkpoint.totals)
         log.info("resumed after round %d", checkpoint.round + 1)
         return checkpoint.round + 1

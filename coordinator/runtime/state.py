@@ -35,14 +35,23 @@ class Checkpoint:
     tensors: dict[str, np.ndarray]
     #: what makes the job this job (`coordinator.runtime.job_identity`); empty in older checkpoints
     job: dict[str, Any] = field(default_factory=dict)
+    #: rounds in all and their bytes and seconds (``rounds`` holds the latest only); None: ``rounds``' own
+    rounds_total: int | None = None
+    totals: dict[str, float] | None = None
 
 
 def save_checkpoint(directory: Path, method: str, rnd: int, rounds: list[dict[str, Any]],
-                    tensors: dict[str, np.ndarray], job: dict[str, Any] | None = None) -> Path:
-    """Write the checkpoint of round `rnd` (``job``: the job's identity); returns its path."""
+                    tensors: dict[str, np.ndarray], job: dict[str, Any] | None = None,
+                    rounds_total: int | None = None, totals: dict[str, float] | None = None) -> Path:
+    """Write the checkpoint of round `rnd` (``job``: the job's identity; ``rounds``: the latest
+    rounds' records, ``rounds_total`` and ``totals`` of all of them); returns its path. Its size
+    does not grow with the rounds: the history is appended elsewhere (history.jsonl)."""
     directory.mkdir(parents=True, exist_ok=True)
-    payload = encode_frame({"format": _FORMAT, "method": method, "round": rnd, "rounds": rounds,
-                            "tensors": pack_tensors(tensors), "job": job or {}}, _LIMITS.max_header_bytes)
+    header = {"format": _FORMAT, "method": method, "round": rnd, "rounds": rounds, "tensors": pack_tensors(tensors),
+              "job": job or {}}
+    if rounds_total is not None:
+        header.update(rounds_total=rounds_total, totals=dict(totals or {}))
+    payload = encode_frame(header, _LIMITS.max_header_bytes)
     path = directory / CHECKPOINT_FILE
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
@@ -67,9 +76,12 @@ def load_checkpoint(directory: Path) -> Checkpoint | None:
         job = obj.get("job", {})
         if not isinstance(job, dict):
             raise ValueError(f"job must be a map, got {type(job).__name__}")
+        total, totals = obj.get("rounds_total"), obj.get("totals")
         return Checkpoint(method=str(obj["method"]), round=int(obj["round"]),
                           rounds=list(obj["rounds"]),
-                          tensors={k: np.array(v) for k, v in tensors.items()}, job=job)
+                          tensors={k: np.array(v) for k, v in tensors.items()}, job=job,
+                          rounds_total=int(total) if total is not None else None,
+                          totals={str(k): float(v) for k, v in totals.items()} if isinstance(totals, dict) else None)
     except ProtocolError as exc:
         raise ProtocolError(exc.code, f"{path}: {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:

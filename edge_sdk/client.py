@@ -24,7 +24,7 @@ from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
 from edge_sdk.protocol.messages import Ack, Envelope, Error, Evaluate, Model, Plan, Register, RoundStart, Status, Stop
-from edge_sdk.protocol.messages import Update
+from edge_sdk.protocol.messages import StatsRequest, Update
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.device.remeasure import Remeasuring
 from edge_sdk.device.sim_hooks import SimHooks
@@ -252,8 +252,8 @@ class DeviceClient:
         elif isinstance(body, Plan):
             self.remeasuring.plan_came()
             self.rounds.on_plan(env)
-        elif isinstance(body, Evaluate):
-            self.rounds.evaluate(env)
+        elif isinstance(body, (Evaluate, StatsRequest)):  # answered from its held-out / training data
+            self.rounds.answer(env)
         elif isinstance(body, Error):
             self.errors.append(body)
             log.warning("%s: coordinator error %s: %s", self.config.device_id, body.code, body.message)

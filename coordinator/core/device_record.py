@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from edge_sdk.data.channel_moments import ChannelMoments
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.capabilities import EVALUATE
 
@@ -68,6 +69,9 @@ class DeviceRecord:
     new_samples: int = 0
     #: held-out samples it holds, by its latest `data_count` (0: it has not said)
     held_out_samples: int = 0
+    #: the statistics of its training data it sent (`fleet_stats`), by kind, weighed as far as its
+    #: sample count is believed
+    stats: dict[str, ChannelMoments] = field(default_factory=dict)
 
     @property
     def missed_rounds(self) -> int:

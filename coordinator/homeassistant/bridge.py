@@ -118,7 +118,8 @@ class HomeAssistantBridge:
             log.warning("the job is paused (from Home Assistant; %s): resume it there", self._pause_file)
         self.job_state = "idle"
         self._state: dict[str, Any] = {"round": 0, "rounds": rounds, "accuracy": {}, "federated_accuracy": {},
-                                       "federated": {}, "version": 0, "published_version": 0, "bytes_down": 0, "bytes_up": 0, "round_seconds": None}
+                                       "federated": {}, "version": 0, "published_version": 0, "bytes_down": 0,
+                                       "bytes_up": 0, "round_seconds": None}
         self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0

@@ -59,6 +59,9 @@ class CoordinatorConfig:
     transport: TransportConfig = field(default_factory=lambda: TransportConfig(client_id="edgefl-coordinator"))
     federation: FederationConfig = field(default_factory=FederationConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
+    #: ``[task] mean = std = "fleet"``: the job's normalisation from the devices' statistics before
+    #: round 1 (docs/sensor-data.md), frozen in the checkpoint
+    fleet_normalisation: bool = False
     #: PEM (PKCS8) Ed25519 private key that signs published models (None: they go out unsigned)
     signing_key: str | None = None
     #: what one device may cost the coordinator (`[limits]`; docs/protocol.md §11)
@@ -124,13 +127,28 @@ def _in_table(name: str, build: Callable[[], T]) -> T:
 
 
 _TASK_KEYS = {"mean", "std", "classes", "input_shape", "num_classes", "resample"}
+#: `[task] mean` and `std` that ask the devices for their statistics
+FLEET = "fleet"
 
 
 def _task(path: str | Path, config: dict) -> dict[str, Any]:
     """The `[task]` table, read once: ``task`` (its normalisation) and ``task_shape`` (what the job
     learns) of `CoordinatorConfig`."""
     table = section(config, "task", _TASK_KEYS)
-    return {"task": _task_normalisation(path, table), "task_shape": _task_shape(table, "dataset" in config)}
+    fleet = FLEET in (table.get("mean"), table.get("std"))
+    if fleet:
+        if table.get("mean") != FLEET or table.get("std") != FLEET:
+            raise ValueError(f"{path}: [task] mean and std are both \"fleet\" (the devices' statistics) or both "
+                             "numbers")
+        if "dataset" in config:
+            raise ValueError(f"{path}: [task] mean = \"fleet\" is for a coordinator without a dataset (with one, "
+                             "its training statistics normalise the job); remove one of them")
+        shape = setting(table, "input_shape", list, None, "[task]")
+        if not shape:
+            raise ValueError(f"{path}: [task] mean = \"fleet\" needs input_shape (its channels)")
+        table = {**table, "mean": [0.0] * int(shape[0]), "std": [1.0] * int(shape[0])}  # replaced before round 1
+    return {"task": _task_normalisation(path, table), "task_shape": _task_shape(table, "dataset" in config),
+            "fleet_normalisation": fleet}
 
 
 def _task_normalisation(path: str | Path, task: dict) -> Preprocessing | None:
@@ -216,7 +234,8 @@ def run_coordinator(config: CoordinatorConfig,
                                homeassistant=config.homeassistant, removed_devices=config.removed_devices)
     return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,
                    on_round=on_round, on_progress=on_progress, identity=identity,
-                   keep_previous=checkpoint is None, write_every_round=True)
+                   keep_previous=checkpoint is None, write_every_round=True,
+                   fleet_normalisation=config.fleet_normalisation)
 
 
 def job_task(config: CoordinatorConfig) -> tuple[Task, Preprocessing, EvalData | None]:

@@ -23,11 +23,13 @@ from typing import Any, Callable
 from edge_sdk.networking.not_authorized import NotAuthorized
 from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
-from edge_sdk.protocol.capabilities import FEATURES
+from edge_sdk.protocol.capabilities import FEATURES, FLEET_STATS
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
-    Ack, DataCount, Envelope, Error, Evaluate, Evaluation, Plan, ProfileUpdate, Register, Status, Update,
+    Ack, DataCount, Envelope, Error, Evaluate, Evaluation, FleetStats, Plan, ProfileUpdate, Register, StatsRequest,
+    Status, Update,
 )
+from edge_sdk.data.channel_moments import ChannelMoments
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.signing import ModelSigner
 from edge_sdk.networking.token_bucket import TokenBucket
@@ -237,6 +239,18 @@ class Fleet:
         return nbytes * len(online)
 
     # -- receiving --------------------------------------------------------
+    def gather_stats(self, kind: str, devices: list[str], timeout_s: float) -> dict[str, ChannelMoments]:
+        """Ask ``devices`` (those naming the capability) for statistics of ``kind`` and wait up to
+        ``timeout_s`` for their answers; returns what came, by device."""
+        asked = [d for d in devices if FLEET_STATS in self.devices[d].capabilities]
+        for device in asked:
+            self.devices[device].stats.pop(kind, None)
+            self.send(device, StatsRequest(kind))
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and any(kind not in self.devices[d].stats for d in asked):
+            self.pump(min(0.5, max(0.0, end - time.monotonic())))
+        return {d: self.devices[d].stats[kind] for d in asked if kind in self.devices[d].stats}
+
     def why_not_registered(self) -> str:
         """What the devices turned away were told (up to 5), or that none was: one line for the
         error of a job whose devices did not register."""
@@ -524,6 +538,10 @@ class Fleet:
                     self.devices[device].acked.append(env.reply_to)
         elif isinstance(env.body, DataCount):
             self._on_data_count(device, env.body)
+        elif isinstance(env.body, FleetStats):
+            if (record := self.devices.get(device)) is not None:  # weighed no more than its believed samples
+                moments = ChannelMoments(env.body.count, env.body.mean, env.body.m2)
+                record.stats[env.body.kind] = moments.weighed_as(record.num_samples)
         elif not isinstance(env.body, Status):
             self._reject(device, ErrorCode.UNEXPECTED, f"a device may not send {env.kind!r}", env.msg_id)
 

@@ -55,10 +55,11 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             on_round: Callable[[RoundRecord], None] | None = None,
             on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True,
             identity: dict[str, Any] | None = None, keep_previous: bool = False,
-            write_every_round: bool = False) -> RunReport:
+            write_every_round: bool = False, fleet_normalisation: bool = False) -> RunReport:
     """Connect, start the fleet, run the round loop to the end and write the report into ``out``
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
+    ``fleet_normalisation``: ``preprocessing``'s mean and std come from the devices before round 1.
     ``write_every_round``: report.json (atomically) after every round, as a coordinator that serves
     for months must (a simulation writes it at its end); metrics.csv is appended every round.
     ``keep_previous``: a new job keeps an earlier job's report in ``out`` under a dated name, once
@@ -92,7 +93,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
             loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
-                             identity=identity)
+                             identity=identity, fleet_normalisation=fleet_normalisation)
             if home is not None:
                 loop.before_round, loop.on_resumed = home.hold_if_paused, home.restore
                 if loop.serving is not None:

@@ -9,11 +9,12 @@ new width, a label first evaluated) starts a new file with the wider header, the
 from __future__ import annotations
 
 import csv
+from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from coordinator.runtime.report import RoundRecord
+#: a round's record (`coordinator.runtime.report.RoundRecord`, which imports this module)
+RoundRecord = Any
 
 __all__ = ["MAX_BYTES", "KEEP_FILES", "MetricsFile", "metrics_columns"]
 
@@ -62,10 +63,9 @@ class MetricsFile:
     def _read_existing(self) -> None:
         """The header's labels and the last row's round of the file a resumed job goes on with."""
         with open(self.path, newline="") as fh:
-            header = next(csv.reader(fh), None)
-            last = None
-            for last in csv.reader(fh):
-                pass
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            last = deque(reader, maxlen=1)[0] if header else None
         if not header or header[:2] != ["round", "round_index"]:
             return  # not ours: started afresh
         self.labels = [c[len("accuracy_"):] for c in header if c.startswith("accuracy_")]

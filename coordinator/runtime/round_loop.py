@@ -32,6 +32,7 @@ from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
 from coordinator.runtime.continuous import ContinuousServing
 from coordinator.runtime.device_counts import DeviceCount
+from coordinator.runtime.fleet_normalisation import normalisation_from_fleet, stored_normalisation
 from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
@@ -62,7 +63,7 @@ class RoundLoop:
 
     def __init__(self, strategy: Strategy, fleet: Fleet, report: RunReport, *,
                  eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None,
-                 identity: dict[str, Any] | None = None) -> None:
+                 identity: dict[str, Any] | None = None, fleet_normalisation: bool = False) -> None:
         self.strategy = strategy
         self.fleet = fleet
         self.report = report
@@ -84,6 +85,10 @@ class RoundLoop:
         self.before_round: Callable[[int], None] | None = None
         #: what makes the job this job, kept in its checkpoint and checked on resume (None: not checked)
         self.identity: dict[str, Any] | None = identity
+        #: ``[task] mean = "fleet"``: the normalisation comes from the devices' statistics before round 1
+        #: (``preprocessing`` gives its classes and shape), frozen in the checkpoint
+        self.fleet_normalisation = fleet_normalisation
+        self._frozen_normalisation: Preprocessing | None = None
         #: called after a resume with the rounds the checkpoint restored (Home Assistant's counters)
         self.on_resumed: Callable[[list[RoundRecord]], None] | None = None
         #: a job that keeps serving (`FederationConfig.min_new_samples`): its pacing and publishing
@@ -130,6 +135,8 @@ class RoundLoop:
             if len(online) < config.min_devices:
                 raise TimeoutError(f"only {len(online)} of {config.min_devices} devices registered "
                                    f"within {config.register_timeout_s} s; {fleet.why_not_registered()}")
+            if self.fleet_normalisation and self._frozen_normalisation is None:
+                self._freeze_normalisation()
             labels = self.strategy.setup(dict(fleet.devices), fleet.online())
             for device_id, label in (labels or {}).items():  # the method labels; the fleet's records keep it
                 fleet.devices[device_id].label = label
@@ -398,6 +405,21 @@ class RoundLoop:
         save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
                         self.report.rounds_total, self.report.totals)
 
+    def _freeze_normalisation(self) -> None:
+        """``[task] mean = "fleet"``: the job's normalisation from the devices' statistics, once."""
+        assert self.preprocessing is not None
+        self.preprocessing = self._frozen_normalisation = normalisation_from_fleet(
+            self.fleet, self.preprocessing, self.config.register_timeout_s)
+        self._keep_normalisation()
+
+    def _keep_normalisation(self) -> None:
+        """The frozen normalisation in the report and in the job's identity (its checkpoint)."""
+        assert self._frozen_normalisation is not None
+        kept = {"mean": list(self._frozen_normalisation.mean), "std": list(self._frozen_normalisation.std)}
+        self.report.config["normalisation"] = {**kept, "from": "fleet"}
+        if self.identity is not None:
+            self.identity = {**self.identity, "normalisation": kept}
+
     def _resume(self) -> int:
         if self.config.checkpoint_dir is None:
             return 0
@@ -414,5 +436,10 @@ class RoundLoop:
         strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
                                                 if k.startswith(_SERVER_OPT)})
         self.report.restore_rounds(checkpoint.rounds, checkpoint.rounds_total, checkpoint.totals)
+        if self.fleet_normalisation and self.preprocessing is not None:  # frozen with the job: not asked again
+            self._frozen_normalisation = stored_normalisation(checkpoint.job, self.preprocessing)
+            if self._frozen_normalisation is not None:
+                self.preprocessing = self._frozen_normalisation
+                self._keep_normalisation()
         log.info("resumed after round %d", checkpoint.round + 1)
         return checkpoint.round + 1

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from edge_sdk.data.channel_moments import channel_moments
 from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.device.data_watch import DataWatch
 from edge_sdk.device.device_data import DeviceData
@@ -22,7 +23,7 @@ from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ErrorCode
-from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, Plan, Update
+from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, FleetStats, Plan, Update
 from edge_sdk.schedule import Decision, SystemMonitor, apply_caps
 from edge_sdk.device.sim_hooks import SimHooks
 from edge_sdk.throttle import Throttle
@@ -221,7 +222,16 @@ class DeviceRounds:
                 sum(t.nbytes for t in update.tensors.values())))
         return update
 
-    # -- federated evaluation -------------------------------------------------
+    # -- federated evaluation, fleet statistics -------------------------------
+    def answer(self, env: Envelope) -> None:
+        """An `evaluate` (`evaluate`) or a `stats_request`: the per-channel moments of its training
+        data (aggregates, never a sample) for a job that normalises with the fleet's statistics."""
+        if isinstance(env.body, Evaluate):
+            self.evaluate(env)
+            return
+        moments = channel_moments(self.local.data)
+        self.uplink.reply(FleetStats(env.body.kind, moments.count, moments.mean, moments.m2), env)
+
     def evaluate(self, env: Envelope) -> None:
         """Evaluate the model the coordinator names on the held-out data, and answer with the
         counts (never a sample); with none held out, an evaluation of no samples saying why."""

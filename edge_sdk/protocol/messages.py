@@ -25,7 +25,8 @@ from .topics import is_valid_id
 __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
-    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "DataCount", "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES",
+    "Model", "ProfileUpdate", "Evaluate", "Evaluation", "DataCount", "StatsRequest", "FleetStats", "STATS_KINDS",
+    "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES",
     "Envelope",
     "encode_envelope", "decode_envelope",
     "peek_header",
@@ -561,8 +562,77 @@ class DataCount(Message):
         return cls(*cls._check(body))
 
 
+#: the fleet statistics a coordinator may ask for (`StatsRequest.kind`): the per-channel moments of
+#: the training data, for ``[task] mean = "fleet"``; later kinds (e.g. a series model's) add names here
+STATS_KINDS = ("channel_moments",)
+#: the most channels a `FleetStats` carries
+MAX_STATS_CHANNELS = 4096
+
+
+@dataclass(frozen=True)
+class StatsRequest(Message):
+    """Coordinator -> device: send `FleetStats` of kind ``kind`` over your training data (asked only
+    of a device that names the capability ``fleet_stats``)."""
+
+    KIND: ClassVar[str] = "stats_request"
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in STATS_KINDS:
+            raise _bad(f"stats kind {self.kind!r} is not one of {STATS_KINDS}")
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {"kind": self.kind}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> StatsRequest:
+        return cls(_str(body, "kind", max_len=64))
+
+
+@dataclass(frozen=True)
+class FleetStats(Message):
+    """Device -> coordinator: statistics of its training data of a `StatsRequest`'s ``kind``. For
+    ``channel_moments``: ``count`` samples and per channel the ``mean`` and ``m2`` (summed squared
+    deviations, per value averaged over a sample's positions), in float64, in the raw value scale.
+    Aggregates only, never a sample; the coordinator weighs ``count`` no more than the samples it
+    believes the device holds."""
+
+    KIND: ClassVar[str] = "fleet_stats"
+    kind: str
+    count: int
+    mean: tuple[float, ...]
+    m2: tuple[float, ...]
+
+    def __post_init__(self) -> None:  # checked as a receiver would
+        self._check(self.to_body())
+
+    @classmethod
+    def _check(cls, body: dict) -> tuple:
+        kind = _str(body, "kind", max_len=64)
+        if kind not in STATS_KINDS:
+            raise _bad(f"stats kind {kind!r} is not one of {STATS_KINDS}")
+        count = _int(body, "count", lo=0, hi=1 << 40)
+        values = []
+        for name in ("mean", "m2"):
+            v = _get(body, name, _MISSING)
+            if not isinstance(v, (list, tuple)) or len(v) > MAX_STATS_CHANNELS or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
+                raise _bad(f"field {name!r} must be an array of at most {MAX_STATS_CHANNELS} finite numbers")
+            values.append(tuple(float(x) for x in v))
+        if len(values[0]) != len(values[1]) or any(m < 0 for m in values[1]):
+            raise _bad("mean and m2 must be of one length, m2 >= 0")
+        return kind, count, values[0], values[1]
+
+    def to_body(self, transfer_dtype: str | None = None) -> dict:
+        return {"kind": self.kind, "count": self.count, "mean": list(self.mean), "m2": list(self.m2)}
+
+    @classmethod
+    def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> FleetStats:
+        return cls(*cls._check(body))
+
+
 AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate,
-                   Evaluate, Evaluation, DataCount]
+                   Evaluate, Evaluation, DataCount, StatsRequest, FleetStats]
 MESSAGE_TYPES: dict[str, type[Message]] = {c.KIND: c for c in AnyMessage.__args__}  # type: ignore[attr-defined]
 
 

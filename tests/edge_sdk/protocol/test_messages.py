@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_sdk.protocol import (MESSAGE_TYPES, SCHEMA_VERSION, Ack, Chunk, CodecLimits, Model, Envelope, Error,
-                             DataCount, Evaluate, Evaluation, Plan,
+                             DataCount, Evaluate, Evaluation, FleetStats, Plan, StatsRequest,
                              ProfileUpdate, ProtocolError, Register, RoundStart, Status, Stop, Update,
                              decode_envelope, encode_envelope, packb, peek_header)
 
@@ -38,6 +38,8 @@ SAMPLES = [
     Evaluation("0.5", 40, 31, 12.5, (20, 20), (15, 16), "", 0.02),
     Evaluation("0.5", 0, 0, 0.0, reason="too little data"),
     DataCount(training=120, new=12, held_out=30),
+    StatsRequest("channel_moments"),
+    FleetStats("channel_moments", 40, (0.5, 1.5), (3.0, 4.0)),
 ]
 
 

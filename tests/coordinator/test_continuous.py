@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -25,33 +24,9 @@ from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.training import TrainConfig
-from tests.coordinator.test_growing_data import NAMES, _digits, _write
+from tests.coordinator.test_growing_data import NAMES, _client, _digits, _write
 
 JOB = "continuous"
-
-
-def _client(tmp: Path, url: str, name: str, seed: int):
-    from edge_sdk.device_config import client_from_toml
-
-    toml = tmp / f"{name}.toml"
-    toml.write_text(f"""
-device_id = "{name}"
-job = "{JOB}"
-seed = {seed}
-heartbeat_s = 1
-[broker]
-url = "{url}"
-[device]
-profile = "raspberry-pi-4b"
-[data]
-csv = "{tmp / name}.csv"
-key = "ts"
-input_shape = [1, 8, 8]
-classes = {NAMES!r}
-holdout = 0.25
-reread_s = 0.3
-""".replace("'", '"'))
-    return client_from_toml(toml)
 
 
 def _wait(what, timeout: float) -> bool:
@@ -77,7 +52,8 @@ def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker) -> N
             _write(tmp_path / f"{name}.csv", x[take], y[take], start=written[name], append=True)
             written[name] += rows
 
-    clients = [_client(tmp_path, broker.url, name, i) for i, name in enumerate(parts)]
+    clients = [_client(tmp_path, broker.url, name, i, job=JOB, top="heartbeat_s = 1", data="reread_s = 0.3")
+               for i, name in enumerate(parts)]
     federation = FederationConfig(rounds=3, min_devices=2, round_deadline_s=60, seed=0, min_new_samples=60,
                                   min_eval_samples=10, train=TrainConfig(epochs=1, lr=0.05, batch_size=16, threads=1))
     strategy = FedAvg.create(StrategyContext(federation, "mlp", (1, 8, 8), 10))

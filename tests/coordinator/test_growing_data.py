@@ -45,12 +45,15 @@ def _write(path: Path, x: np.ndarray, y: np.ndarray, start: int, append: bool = 
             writer.writerow([start + i, *[f"{v:g}" for v in row], NAMES[label]])
 
 
-def _client(tmp: Path, url: str, name: str, seed: int):
+def _client(tmp: Path, url: str, name: str, seed: int, job: str = JOB, top: str = "", data: str = ""):
+    """A device reading ``<tmp>/<name>.csv`` (``top``, ``data``: more lines for the TOML's top and
+    its ``[data]`` table)."""
     toml = tmp / f"{name}.toml"
     toml.write_text(f"""
 device_id = "{name}"
-job = "{JOB}"
+job = "{job}"
 seed = {seed}
+{top}
 [broker]
 url = "{url}"
 [device]
@@ -61,6 +64,7 @@ key = "ts"
 input_shape = [1, 8, 8]
 classes = {NAMES!r}
 holdout = 0.25
+{data}
 """.replace("'", '"'))
     return client_from_toml(toml)
 

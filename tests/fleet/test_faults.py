@@ -406,24 +406,30 @@ width = "{LABEL}"
     return path
 
 
-def test_coordinator_killed_and_restarted(broker, mnist, shards, tmp_path, cleanup):
-    """SIGKILL of an `edgefl coordinator` process mid-round, then a restart with the same config
-    (in-process, `run_coordinator`): it resumes after its last checkpoint, the devices (never
-    restarted) are asked to register with it again, and the final report has every round exactly
-    once, the checkpointed ones unchanged."""
-    job, rounds = f"coord{uuid.uuid4().hex[:6]}", 3
+def _coordinator_in_round_2(broker, mnist, shards, tmp_path, cleanup, job: str, rounds: int):
+    """An `edgefl coordinator` process and two devices, returned once round 1 is checkpointed and
+    round 2 under way: (config, a sniffer of d0's downlink, the devices, the process)."""
     config = coordinator_toml(tmp_path, broker.url, job, rounds)
     sniffer = Sniffer(broker.url, f"edgefl/{job}/down/d0")  # a round's announcement reaches its participants
     cleanup.callback(sniffer.close)
     devices = [Device(broker.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
     for device in devices:
         cleanup.callback(device.close)
-
     with open(tmp_path / "coordinator.log", "w") as log_file:
-        first = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
-                                 stdout=log_file, stderr=subprocess.STDOUT)
-    cleanup.callback(first.kill)
+        process = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
+                                   stdout=log_file, stderr=subprocess.STDOUT)
+    cleanup.callback(process.kill)
     sniffer.wait_for("round 1", round_start(1))  # round 0 is checkpointed
+    return config, sniffer, devices, process
+
+
+def test_coordinator_killed_and_restarted(broker, mnist, shards, tmp_path, cleanup):
+    """SIGKILL of an `edgefl coordinator` process mid-round, then a restart with the same config
+    (in-process, `run_coordinator`): it resumes after its last checkpoint, the devices (never
+    restarted) are asked to register with it again, and the final report has every round exactly
+    once, the checkpointed ones unchanged."""
+    job, rounds = f"coord{uuid.uuid4().hex[:6]}", 3
+    config, sniffer, devices, first = _coordinator_in_round_2(broker, mnist, shards, tmp_path, cleanup, job, rounds)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     checkpoint = load_checkpoint(tmp_path / "checkpoint")
@@ -451,17 +457,7 @@ def test_coordinator_sigterm_is_a_clean_stop_and_a_restart_resumes(broker, mnist
     """``systemctl stop`` sends SIGTERM: mid-round, the coordinator leaves the round, writes the
     report of its finished rounds (status "interrupted") and exits 0; started again it resumes."""
     job, rounds = f"term{uuid.uuid4().hex[:6]}", 3
-    config = coordinator_toml(tmp_path, broker.url, job, rounds)
-    sniffer = Sniffer(broker.url, f"edgefl/{job}/down/d0")
-    cleanup.callback(sniffer.close)
-    devices = [Device(broker.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
-    for device in devices:
-        cleanup.callback(device.close)
-    with open(tmp_path / "coordinator.log", "w") as log_file:
-        first = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
-                                 stdout=log_file, stderr=subprocess.STDOUT)
-    cleanup.callback(first.kill)
-    sniffer.wait_for("round 1", round_start(1))  # round 0 is checkpointed, round 1 under way
+    config, _sniffer, _devices, first = _coordinator_in_round_2(broker, mnist, shards, tmp_path, cleanup, job, rounds)
     first.send_signal(signal.SIGTERM)
     assert first.wait(30) == 0, (tmp_path / "coordinator.log").read_text()
     said = (tmp_path / "coordinator.log").read_text()

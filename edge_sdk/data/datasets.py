@@ -343,7 +343,20 @@ def _as_nchw(x: np.ndarray, key: str) -> np.ndarray:
     return x
 
 
-_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test", "classes")
+def _as_ncl(x: np.ndarray, key: str) -> np.ndarray:
+    """A series array as N x C x L (N x L: one channel)."""
+    if x.dtype.kind not in "uif" or x.size == 0:
+        raise ValueError(f"npz array {key!r} must be a non-empty numeric array, got {x.dtype}")
+    if x.ndim == 2:
+        return x[:, None]
+    if x.ndim != 3:
+        raise ValueError(f"npz array {key!r} of layout \"series\" must be N x L or N x C x L, got {x.shape}")
+    return x
+
+
+#: an npz's optional ``layout``: how its x arrays are read (never guessed from their shape for series)
+NPZ_LAYOUTS = ("images", "series")
+_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test", "classes", "layout")
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -372,7 +385,11 @@ def _load_npz(path: Path) -> ImageDataset:
     missing = {"x_train", "y_train", "x_test", "y_test"} - set(npz)
     if missing:
         raise ValueError(f"{path}: missing array(s) {sorted(missing)}")
-    xs = {k: _as_nchw(npz[k], k) for k in ("x_train", "x_test")}
+    layout = str(npz["layout"]) if "layout" in npz else "images"
+    if layout not in NPZ_LAYOUTS:
+        raise ValueError(f"{path}: layout must be one of {', '.join(NPZ_LAYOUTS)}, got {layout[:20]!r}")
+    as_layout = _as_ncl if layout == "series" else _as_nchw
+    xs = {k: as_layout(npz[k], k) for k in ("x_train", "x_test")}
     ys = {k: npz[k] for k in ("y_train", "y_test")}
     names = tuple(str(c) for c in npz["classes"]) if "classes" in npz else ()
     for k, y in ys.items():

@@ -231,3 +231,25 @@ def test_bytes_are_normalised_by_table_to_the_very_floats_of_the_arithmetic(shap
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # bit for bit
     floats = x.astype(np.float64)  # not bytes: the arithmetic itself
     assert np.array_equal(_normalise(floats, mean, std), arithmetic)
+
+
+def test_an_npz_says_its_series_layout_instead_of_being_guessed(tmp_path) -> None:
+    """(N, 1, 24) meter readings were read as 1 x 1 x 24 images; with ``layout = "series"`` they
+    are series of one channel (and N x L arrays too)."""
+    import numpy as np
+
+    from edge_sdk.data.datasets import load_dataset
+
+    rng = np.random.default_rng(0)
+    arrays = dict(x_train=rng.random((40, 1, 24), dtype=np.float32), y_train=np.arange(40) % 2,
+                  x_test=rng.random((10, 1, 24), dtype=np.float32), y_test=np.arange(10) % 2)
+    np.savez(tmp_path / "images.npz", **arrays)
+    np.savez(tmp_path / "series.npz", **arrays, layout=np.array("series"))
+    np.savez(tmp_path / "flat.npz", **{k: v[:, 0] if k.startswith("x") else v for k, v in arrays.items()},
+             layout=np.array("series"))
+    assert load_dataset(f"npz:{tmp_path / 'images.npz'}").input_shape == (1, 1, 24)
+    assert load_dataset(f"npz:{tmp_path / 'series.npz'}").input_shape == (1, 24)
+    assert load_dataset(f"npz:{tmp_path / 'flat.npz'}").input_shape == (1, 24)
+    np.savez(tmp_path / "bad.npz", **arrays, layout=np.array("video"))
+    with pytest.raises(ValueError, match="layout must be one of images, series"):
+        load_dataset(f"npz:{tmp_path / 'bad.npz'}")

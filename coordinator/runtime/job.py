@@ -79,6 +79,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
     transport.connect()
     if keep_previous:
         keep_previous_report(Path(out))
+    report.status = "running"  # what report.json says until the job ends (`RunReport.write_outcome`)
     finished = False
     try:
         fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job),

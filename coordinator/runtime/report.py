@@ -96,7 +96,8 @@ class RunReport:
     models: dict[str, dict[str, int]] = field(default_factory=dict)
     rejections: list[dict[str, str]] = field(default_factory=list)  # the latest 10,000
     rejection_count: int = 0
-    #: "finished", or "interrupted" (Ctrl-C or an error): `rounds` holds the rounds finished before
+    #: "finished", "interrupted" (Ctrl-C, SIGTERM or an error: `rounds` holds the rounds finished
+    #: before), or "running" in the report.json a coordinator writes after every round
     status: str = "finished"
     #: the model version devices serve at the end (a fixed-rounds job: its last; 0: none published)
     published_version: int = 0
@@ -205,8 +206,7 @@ class RunReport:
                       describe: Callable[[str], str] = str) -> None:
         """At the end of a run, however it ended: write the report when the job finished or
         finished at least one round (marked "interrupted" if it did not finish); else nothing."""
-        if not finished:
-            self.status = "interrupted"
+        self.status = "finished" if finished else "interrupted"
         try:
             if finished or self.rounds:
                 self.write(out, plots=plots, describe=describe)

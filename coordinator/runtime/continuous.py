@@ -35,7 +35,6 @@ class ContinuousServing:
     def __init__(self, config: FederationConfig, fleet: Fleet) -> None:
         self.config, self.fleet = config, fleet
         self.pacer = DataPacer(config)
-        self.published_version = 0  # 0: none yet (a resumed job: the last one it published)
         self.published_figures: dict[str, float] = {}  # what the published version scored (empty: unknown)
         #: called while the job waits for data (the Home Assistant bridge: state "waiting_for_data")
         self.on_waiting: Callable[[Pace], None] | None = None
@@ -52,24 +51,24 @@ class ContinuousServing:
             self.fleet.pump(1.0)
         log.info("round %d: %d new samples from %d devices", rnd + 1, pace.new, pace.devices)
 
-    def round_ended(self, record: RoundRecord) -> bool:
+    def round_ended(self, record: RoundRecord, published_version: int) -> bool:
         """After a round: its participants' data is trained on. Whether its version is to be
-        published (not worse than the published one); why not is logged."""
+        published (not worse than ``published_version``, the one devices serve); why not is logged."""
         self.pacer.round_ended(self.fleet.devices[d] for d in record.participants if d in self.fleet.devices)
         if not record.aggregated:
             return False
         figures, why = self._figures(record)
         if figures is None:
-            log.info("version %d not published (version %d stays): %s", record.version, self.published_version, why)
+            log.info("version %d not published (version %d stays): %s", record.version, published_version, why)
             return False
         worse = {label: (figures[label], before) for label, before in self.published_figures.items()
                  if label in figures and figures[label] < before - self.config.publish_tolerance}
         if worse:
             shown = ", ".join(f"{label} {new:.3f} < {old:.3f}" for label, (new, old) in sorted(worse.items()))
             log.warning("version %d not published: worse than version %d (%s; tolerance %g)", record.version,
-                        self.published_version, shown, self.config.publish_tolerance)
+                        published_version, shown, self.config.publish_tolerance)
             return False
-        self.published_version, self.published_figures = record.version, dict(figures)
+        self.published_figures = dict(figures)
         log.info("version %d published", record.version)
         return True
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -128,8 +128,6 @@ class RoundLoop:
         self.version = report.rounds[-1].version if report.rounds else 0
         if report.rounds:
             self.published_version = report.rounds[-1].published_version
-        if self.serving is not None:
-            self.serving.published_version = self.published_version
         if start < config.rounds:
             online = fleet.wait_for_devices(config.min_devices, config.register_timeout_s)
             if len(online) < config.min_devices:
@@ -150,7 +148,7 @@ class RoundLoop:
                 record = self._round(rnd)
                 self.version += int(record.aggregated)
                 record = replace(record, version=self.version)
-                if self.serving is not None and self.serving.round_ended(record):
+                if self.serving is not None and self.serving.round_ended(record, self.published_version):
                     self._publish(rnd)
                 record = replace(record, published_version=self.published_version)
                 report.add_round(record)
@@ -401,7 +399,7 @@ class RoundLoop:
         directory.mkdir(parents=True, exist_ok=True)
         if self.report.rounds:  # every round, appended (the checkpoint keeps the latest)
             with open(directory / HISTORY_FILE, "a") as fh:
-                fh.write(json.dumps(asdict(self.report.rounds[-1]), separators=(",", ":")) + "\n")
+                fh.write(json.dumps(self.report.rounds_as_dicts()[-1], separators=(",", ":")) + "\n")
         save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
                         self.report.rounds_total, self.report.totals)
 

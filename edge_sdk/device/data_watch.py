@@ -48,6 +48,9 @@ class DataWatch:
                  *counts)
 
     def trained(self) -> None:
-        """It trained on what it holds: nothing is new (the coordinator counts the same from its update)."""
+        """It trained on what it holds: nothing is new (the coordinator counts the same from its update).
+        Data given once (a simulated device's shard) never grows: nothing to keep, no work per round."""
+        if self.local.source is None:
+            return
         self.local.mark_trained()
         self._said = self.local.counts()

@@ -182,3 +182,23 @@ def test_the_rejection_log_is_bounded_but_counts_everything(setup):
     assert len(fleet.rejections) == MAX_KEPT_REJECTIONS and fleet.rejection_count >= MAX_KEPT_REJECTIONS + 5
     assert fleet.rejections[-1][0] == f"flood{(MAX_KEPT_REJECTIONS + 4) % 3}"
     assert max(len(m) for _, _, m in fleet.rejections) <= 1000
+
+
+def test_counts_and_statistics_weigh_no_more_than_the_samples_a_device_is_believed_to_hold(setup):
+    """A hostile `data_count` and `fleet_stats` (a billion new samples, a billion-sample mean): the
+    count is believed as far as the growth limits allow, the statistics weigh that much; one sent
+    under another device's name is refused, as every message is."""
+    from edge_sdk.protocol.messages import DataCount, FleetStats
+
+    _strategy, fleet, peer = setup
+    peer.send(DataCount(training=10**9, new=10**9, held_out=5))
+    peer.send(FleetStats("channel_moments", 10**9, (1e6,), (1e12,)))
+    record = fleet.devices[DEVICE]
+    end = time.monotonic() + 5
+    while time.monotonic() < end and "channel_moments" not in record.stats:
+        fleet.pump(0.2)
+    assert record.num_samples < 10**6 and record.new_samples <= record.num_samples
+    assert record.stats["channel_moments"].count == record.num_samples
+    peer.send(DataCount(training=60, new=60), sender="someone-else")
+    fleet.pump(1.0)
+    assert peer.reply().body.code == "sender_mismatch"

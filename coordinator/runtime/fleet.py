@@ -647,7 +647,10 @@ class Fleet:
         record = self.devices.get(device)
         if record is None:
             return  # it registers first (it is told so by its next status)
-        self._accept_samples(record, count.training)
+        # clamped here without a word: a growing source says so every reread_s between rounds, and
+        # its growth is believed round by round (`_accept_samples` warns for registrations)
+        limit = grown_sample_limit(record.num_samples, self.rounds_collected - record.samples_since, self.limits)
+        self._accept_samples(record, min(count.training, limit))
         record.new_samples = min(count.new, record.num_samples)
         record.held_out_samples = count.held_out
         if self.on_data_count is not None:

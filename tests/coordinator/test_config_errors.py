@@ -28,6 +28,7 @@ def _edgefl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     ('device_id = "d"\n[broker]\nca_file = "/nonexistent/ca.crt"\n', "[broker] ca_file /nonexistent/ca.crt does not exist"),
     ('device_id = "d"\n[link]\nchunk_size = 1.5\n', "[link] chunk_size must be an integer, got '1.5'"),
     ('device_id = "d"\n[data]\nshard = "two"\n', "[data] shard must be an integer, got 'two'"),
+    ('device_id = "d"\n[data]\nreread_s = "often"\n', "[data] reread_s must be a number, got 'often'"),
     ('device_id = "d"\n[data]\nroot = "/nonexistent/data"\n', "[data] root /nonexistent/data is not a folder"),
 ])
 def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words):
@@ -42,6 +43,11 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
 @pytest.mark.parametrize("toml, words", [
     ('[federation]\nrounds = "ten"\n', "[federation] rounds must be an integer >= 1, got 'ten'"),
     ('method = "fedavgg"\n', "method = 'fedavgg' is not a method; choose from fdnnc, fedavg"),
+    ('[federation]\nmin_new_samples = -5\n', "[federation] min_new_samples must be an integer >= 0, got -5"),
+    ('[federation]\nwindows = "22:00-06:00"\n', "[federation] windows must be a list such as"),
+    ('[federation]\nwindows = ["22-06"]\n', "[federation] windows: training window must look like 'HH:MM-HH:MM'"),
+    ('[federation]\nnew_samples_share = 2\n', "[federation] new_samples_share must be a number in (0, 1]"),
+    ('[federation]\nmin_eval_samples = 0\n', "[federation] min_eval_samples must be an integer >= 1"),
     ('[options]\nclp = "3x"\n', "[options] fedavg: unknown option(s) ['clp']"),
     ('method = "flanc"\n[options]\nclip = "banana"\n', "[options] flanc: option clip: expected none"),
     ('[train]\nlr = "fast"\n', "[train] lr must be a finite number"),

@@ -80,35 +80,32 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def dataset_name(text: str) -> str:
-    """``--dataset``: a known name, or ``npz:FILE`` naming a file that exists (checked before any work)."""
+def _name_or_file(text: str, what: str, names: tuple[str, ...], prefix: str) -> str:
+    """``text`` if it is one of ``names``, or ``prefix`` + a file that exists; else a one-line
+    argparse error naming the choices (checked before any work, before torch loads)."""
     from pathlib import Path
 
+    if text.startswith(prefix):
+        if not Path(text[len(prefix):]).is_file():
+            raise argparse.ArgumentTypeError(f"{text[len(prefix):]!r}: no such file")
+        return text
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; choose from {', '.join(names)} or {prefix}FILE")
+    return text
+
+
+def dataset_name(text: str) -> str:
+    """``--dataset``: a known name, or ``npz:FILE`` naming a file that exists."""
     from edge_sdk.data.datasets import DATASETS
 
-    if text.startswith("npz:"):
-        if not Path(text[4:]).is_file():
-            raise argparse.ArgumentTypeError(f"{text[4:]!r}: no such file")
-        return text
-    if text not in DATASETS:
-        raise argparse.ArgumentTypeError(f"unknown dataset {text!r}; choose from {', '.join(DATASETS)} or npz:FILE")
-    return text
+    return _name_or_file(text, "dataset", DATASETS, "npz:")
 
 
 def model_family(text: str) -> str:
-    """``--model``: a zoo family, or ``spec:FILE`` naming a file that exists (checked before torch loads)."""
-    from pathlib import Path
-
+    """``--model``: a zoo family, or ``spec:FILE`` naming a file that exists."""
     from edge_sdk.model_names import MODEL_FAMILY_NAMES
 
-    if text.startswith("spec:"):
-        if not Path(text[5:]).is_file():
-            raise argparse.ArgumentTypeError(f"{text[5:]!r}: no such file")
-        return text
-    if text not in MODEL_FAMILY_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown model family {text!r}; choose from "
-                                         f"{', '.join(MODEL_FAMILY_NAMES)} or spec:FILE")
-    return text
+    return _name_or_file(text, "model family", MODEL_FAMILY_NAMES, "spec:")
 
 
 def simulate_command(sub: argparse._SubParsersAction) -> None:

@@ -331,9 +331,13 @@ def _load_cifar10(root: Path) -> ImageDataset:
     return _build("cifar10", xtr, ytr, *parts[5], 10, _CIFAR10)
 
 
-def _as_nchw(x: np.ndarray, key: str) -> np.ndarray:
+def _numeric(x: np.ndarray, key: str) -> None:
     if x.dtype.kind not in "uif" or x.size == 0:
         raise ValueError(f"npz array {key!r} must be a non-empty numeric array, got {x.dtype}")
+
+
+def _as_nchw(x: np.ndarray, key: str) -> np.ndarray:
+    _numeric(x, key)
     if x.ndim == 3:
         return x[:, None]
     if x.ndim != 4:
@@ -345,8 +349,7 @@ def _as_nchw(x: np.ndarray, key: str) -> np.ndarray:
 
 def _as_ncl(x: np.ndarray, key: str) -> np.ndarray:
     """A series array as N x C x L (N x L: one channel)."""
-    if x.dtype.kind not in "uif" or x.size == 0:
-        raise ValueError(f"npz array {key!r} must be a non-empty numeric array, got {x.dtype}")
+    _numeric(x, key)
     if x.ndim == 2:
         return x[:, None]
     if x.ndim != 3:

@@ -167,6 +167,10 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.strategies import strategy_class
 
     config = coordinator_config_from_toml(args.config)
+    if args.versions or args.rollback is not None:
+        from coordinator.runtime.version_command import rollback, show_versions
+
+        return show_versions(config) if args.versions else rollback(config, args.rollback)
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
     rounds = (f"a round per {config.federation.min_new_samples} new samples" if config.federation.min_new_samples
               else plural(config.federation.rounds, "round"))
@@ -199,4 +203,10 @@ def coordinator_command(sub: argparse._SubParsersAction) -> None:
                        formatter_class=HelpFormatter)
     verbosity(p)
     p.add_argument("--config", required=True, help="coordinator TOML file (see deploy/coordinator.toml)")
+    kept = p.add_mutually_exclusive_group()
+    kept.add_argument("--versions", action="store_true",
+                      help="list the job's kept model versions ([federation] keep_versions) and exit")
+    kept.add_argument("--rollback", type=at_least(1), metavar="VERSION",
+                      help="serve this kept version again: the running (or next) coordinator publishes it "
+                           "and trains on from it")
     p.set_defaults(func=_coordinator)

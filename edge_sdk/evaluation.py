@@ -8,7 +8,9 @@ over devices, weighted by their samples.
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -19,6 +21,8 @@ from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan
 from edge_sdk.training import EVAL_BATCH, evaluate_counts
 
 __all__ = ["evaluate_holdout", "served_model"]
+
+log = logging.getLogger(__name__)
 
 #: device part -> ``"module:function"`` building the model a device of that part is served from a
 #: plan and its context, where that is not just the plan's model (:func:`planned_model`): the registry's
@@ -41,7 +45,16 @@ def evaluate_holdout(request: Evaluate, holdout: LocalData | None, ctx: DeviceCo
     if holdout is None or len(holdout) == 0:
         return Evaluation(request.label, 0, 0, 0.0, reason=(why_none or "no held-out data")[:300])
     start = time.perf_counter()
-    model = served_model(request.as_plan(), ctx)
+    plan = request.as_plan()
+    model = served_model(plan, ctx)
     counts = evaluate_counts(model, holdout.x, holdout.y, EVAL_BATCH, ctx.device, per_class=request.per_class)
+    baseline_correct = -1
+    if request.baseline is not None:  # the version served now, on the very same samples
+        try:
+            baseline = served_model(replace(plan, tensors=request.baseline), ctx)
+            baseline_correct = evaluate_counts(baseline, holdout.x, holdout.y, EVAL_BATCH, ctx.device).correct
+        except (KeyError, ValueError, RuntimeError) as exc:  # counted as not compared, the evaluation stands
+            log.warning("the baseline of the %s evaluation could not be evaluated: %s", request.label, exc)
     return Evaluation(request.label, counts.samples, counts.correct, max(0.0, counts.loss_sum),
-                      counts.class_counts, counts.class_correct, seconds=time.perf_counter() - start)
+                      counts.class_counts, counts.class_correct, seconds=time.perf_counter() - start,
+                      baseline_correct=baseline_correct)

@@ -41,6 +41,9 @@ class FederationConfig:
     #: publish to at most this many devices, the latest round's participants first (None: every
     #: device; a simulation: 100, so that a large simulated fleet's publish stays flat)
     publish_devices: int | None = None
+    #: published versions kept beside the checkpoint (state + ONNX) for ``edgefl coordinator
+    #: --rollback`` (0: none; needs ``checkpoint_dir``)
+    keep_versions: int = 5
     #: evaluate on the held-out data after every this many rounds; the last round always does
     eval_every: int = 1
     #: ((round, factor), ...): after `round` rounds every plan's lr is multiplied by `factor`
@@ -98,7 +101,7 @@ class FederationConfig:
                                  f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
                           ("stop_after_failed_rounds", 0), ("straggler_after", 0),
-                          ("min_eval_samples", 1), ("min_new_samples", 0)):
+                          ("min_eval_samples", 1), ("min_new_samples", 0), ("keep_versions", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

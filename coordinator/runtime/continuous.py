@@ -6,8 +6,11 @@ A *model version* is the model after an aggregation (round records count them: `
 *published version* is the one devices serve. A new version replaces the published one when no
 label's accuracy is more than ``publish_tolerance`` below the published version's — on the
 coordinator's test set when it has one, else on the devices' held-out data when the figure rests on
-``min_eval_samples`` or more. Not evaluable: the published one stays, and the log says why.
-Training always continues from the latest version.
+``min_eval_samples`` or more: there both versions are counted on the very same samples (each device
+evaluates the published version's model beside the new one, `against_baseline`); for a label no
+device could compare, against the figure the published version had when it was published. Not
+evaluable: the published one stays, and the log says why. Training always continues from the latest
+version.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from coordinator.core.federation import FederationConfig
 from coordinator.runtime.data_pacer import DataPacer, Pace
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.report import RoundRecord
+from edge_sdk.protocol.messages import Evaluation
 
-__all__ = ["ContinuousServing"]
+__all__ = ["ContinuousServing", "against_baseline"]
 
 log = logging.getLogger("coordinator.runtime.round_loop")
 
@@ -38,6 +42,8 @@ class ContinuousServing:
         self.published_figures: dict[str, float] = {}  # what the published version scored (empty: unknown)
         #: called while the job waits for data (the Home Assistant bridge: state "waiting_for_data")
         self.on_waiting: Callable[[Pace], None] | None = None
+        #: called every second of the wait (the round loop: a rollback asked meanwhile)
+        self.poll: Callable[[], None] | None = None
 
     def wait_for_data(self, rnd: int) -> None:
         """Pump the fleet until round ``rnd`` may start (Ctrl-C or SIGTERM stop it as any wait)."""
@@ -49,6 +55,8 @@ class ContinuousServing:
                 log.info("round %d waits for data: %s", rnd + 1, pace.why)
                 said, said_at = pace.why, time.monotonic()
             self.fleet.pump(1.0)
+            if self.poll is not None:
+                self.poll()
         log.info("round %d: %d new samples from %d devices", rnd + 1, pace.new, pace.devices)
 
     def round_ended(self, record: RoundRecord, published_version: int) -> bool:
@@ -61,15 +69,22 @@ class ContinuousServing:
         if figures is None:
             log.info("version %d not published (version %d stays): %s", record.version, published_version, why)
             return False
-        worse = {label: (figures[label], before) for label, before in self.published_figures.items()
-                 if label in figures and figures[label] < before - self.config.publish_tolerance}
+        paired = {label: (pair["accuracy"], pair["published_accuracy"])
+                  for label, pair in record.evaluation.get("against_published", {}).items()
+                  if pair["samples"] >= self.config.min_eval_samples and not record.accuracy}
+        compared = {**{label: (figures[label], before) for label, before in self.published_figures.items()
+                       if label in figures}, **paired}
+        worse = {label: pair for label, pair in compared.items() if pair[0] < pair[1] - self.config.publish_tolerance}
         if worse:
-            shown = ", ".join(f"{label} {new:.3f} < {old:.3f}" for label, (new, old) in sorted(worse.items()))
+            shown = ", ".join(f"{label} {new:.3f} < {old:.3f}{' on the same samples' if label in paired else ''}"
+                              for label, (new, old) in sorted(worse.items()))
             log.warning("version %d not published: worse than version %d (%s; tolerance %g)", record.version,
                         published_version, shown, self.config.publish_tolerance)
             return False
         self.published_figures = dict(figures)
-        log.info("version %d published", record.version)
+        same = "; on the same held-out samples: " + ", ".join(
+            f"{label} {new:.3f} vs {old:.3f}" for label, (new, old) in sorted(paired.items())) if paired else ""
+        log.info("version %d published%s", record.version, same)
         return True
 
     def _figures(self, record: RoundRecord) -> tuple[dict[str, float] | None, str]:
@@ -81,3 +96,20 @@ class ContinuousServing:
                 return dict(record.federated_accuracy), ""
             return None, "not enough held-out data to compare it"
         return None, "not evaluated (no test set here, no held-out data on the devices)"
+
+
+def against_baseline(reports: dict[str, Evaluation], asked: set[str], published_version: int) -> dict[str, dict]:
+    """Per label, the new version and the published one counted on the very same held-out samples:
+    pooled over the devices asked to compare (``asked``) that did. ``{label: {"samples", "devices",
+    "accuracy", "published_accuracy", "published_version"}}``; empty when none compared."""
+    sums: dict[str, list[int]] = {}
+    for device_id, report in reports.items():
+        if device_id in asked and report.baseline_correct >= 0 and report.num_samples:
+            total = sums.setdefault(report.label, [0, 0, 0, 0])
+            total[0] += report.num_samples
+            total[1] += report.correct
+            total[2] += report.baseline_correct
+            total[3] += 1
+    return {label: {"samples": n, "devices": devices, "accuracy": correct / n, "published_accuracy": base / n,
+                    "published_version": published_version}
+            for label, (n, correct, base, devices) in sorted(sums.items())}

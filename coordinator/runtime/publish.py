@@ -111,12 +111,14 @@ def _send(fleet: Fleet, device_id: str, message: Model, rnd: int, retain: bool) 
 def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int, wait_s: float = 60.0,
                    retain: bool = True, signer: ModelSigner | None = None, *,
                    preprocessing: Preprocessing | None = None,
-                   inputs: np.ndarray | None = None, only: Sequence[str] | None = None) -> list[PublishedModel]:
+                   inputs: np.ndarray | None = None, only: Sequence[str] | None = None,
+                   keep: Callable[[str, bytes], None] | None = None) -> list[PublishedModel]:
     """Send every registered device the ONNX network of its label (``inference_model(label)``, a
     method's :meth:`Strategy.inference_model`; None: nothing for that label), offline ones only
     when ``retain``, signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
     the graph starts with ``preprocessing``'s normalisation, and onnxruntime is checked against
-    torch on ``inputs`` (default: random ones); ``only``: to these devices alone (None: every one).
+    torch on ``inputs`` (default: random ones); ``only``: to these devices alone (None: every one);
+    ``keep(label, onnx_bytes)`` is told each model that goes out (the kept versions).
     Returns what was sent to whom."""
     signer = signer if signer is not None else fleet.model_signer
     issued_ms = time.time_ns() // 1_000_000
@@ -147,6 +149,8 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
             log.error("not publishing %s: onnxruntime differs from torch by %.3g (relative to the largest "
                       "output)", label, diff)
             continue
+        if keep is not None:
+            keep(label, data)
         message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
                         input_shape=input_shape)
         reached, unretained, reason = [], [], ""

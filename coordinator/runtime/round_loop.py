@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.data.preprocessing import Preprocessing
+from edge_sdk.protocol.capabilities import EVALUATE_BASELINE
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import Evaluate, Evaluation, Plan, RoundStart, Stop
 
@@ -30,10 +32,12 @@ from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.fleet import Fleet
 from coordinator.runtime.publish import publish_models
-from coordinator.runtime.continuous import ContinuousServing
+from coordinator.runtime.continuous import ContinuousServing, against_baseline
 from coordinator.runtime.device_counts import DeviceCount
 from coordinator.runtime.fleet_normalisation import normalisation_from_fleet, stored_normalisation
 from coordinator.runtime.job_identity import refuse_another_job
+from coordinator.runtime.kept_versions import clear_rollback, keep_version, kept_versions, pending_rollback, \
+    version_tensors
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
@@ -51,6 +55,12 @@ _SERVER_OPT = "server_opt:"  # checkpoint tensors of the server optimizer's mome
 #: weigh in the federated accuracy is bounded like its updates.
 EVAL_SAMPLES_PER_TRAINING = 10
 EVAL_SAMPLES_FLOOR = 1000
+
+
+def _same_model(a: Plan, b: Plan) -> bool:
+    """Are two plans' models of one label, spec and tensor shapes (one can stand in for the other)?"""
+    return a.label == b.label and a.model_spec == b.model_spec and \
+        {k: v.shape for k, v in a.tensors.items()} == {k: v.shape for k, v in b.tensors.items()}
 
 
 class RoundLoop:
@@ -95,6 +105,9 @@ class RoundLoop:
         self.serving = ContinuousServing(self.config, fleet) if self.config.min_new_samples > 0 else None
         self.version = 0  # the model version: rounds aggregated so far
         self.published_version = 0  # the version devices serve (0: none published)
+        self._rolled_back: float | None = None  # the rollback request applied, until its checkpoint
+        #: a job that keeps serving: the published version's training state (its baseline)
+        self._published_state: dict[str, Any] | None = None
         #: the last round's counts per device (trained, held out): devices.csv's rows
         self.device_counts: list[DeviceCount] = []
         self._counts: dict[str, DeviceCount] = {}
@@ -128,6 +141,7 @@ class RoundLoop:
         self.version = report.rounds[-1].version if report.rounds else 0
         if report.rounds:
             self.published_version = report.rounds[-1].published_version
+            self._restore_published()
         if start < config.rounds:
             online = fleet.wait_for_devices(config.min_devices, config.register_timeout_s)
             if len(online) < config.min_devices:
@@ -141,7 +155,9 @@ class RoundLoop:
         every = config.publish_every
         try:
             for rnd in range(start, config.rounds):
+                self._rollback_if_asked(rnd)
                 if self.serving is not None:
+                    self.serving.poll = partial(self._rollback_if_asked, rnd)
                     self.serving.wait_for_data(rnd)
                 if self.before_round is not None:
                     self.before_round(rnd)
@@ -153,6 +169,9 @@ class RoundLoop:
                 record = replace(record, published_version=self.published_version)
                 report.add_round(record)
                 self._checkpoint(rnd)
+                if self._rolled_back is not None:  # the checkpoint now holds it: the request is done
+                    clear_rollback(Path(config.checkpoint_dir or "."), self._rolled_back)
+                    self._rolled_back = None
                 if on_round is not None:
                     on_round(record)
                 self._stop_if_training_fails(rnd)
@@ -188,14 +207,59 @@ class RoundLoop:
             raise TrainingFailed(f"every device failed its training in the last {self._failed_in_a_row} rounds "
                                  f"(to round {rnd + 1}): {self._last_failure}")
 
-    def _publish(self, rnd: int) -> None:
-        """Send every device the model of its label as of round ``rnd`` (when publishing is on)."""
-        if self.config.publish:
-            self.published_version = self.version
-            inputs = self.eval_data.x if self.eval_data is not None else None
-            self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
-                                            retain=self.config.retain_models, preprocessing=self.preprocessing,
-                                            inputs=inputs, only=self._publish_to())
+    def _publish(self, rnd: int, version: int | None = None) -> None:
+        """Send every device the model of its label as of round ``rnd`` (when publishing is on), the
+        latest version (or ``version``, rolled back to) — kept when `keep_versions` says so."""
+        if not self.config.publish:
+            return
+        self.published_version = self.version if version is None else version
+        if self.serving is not None:
+            self._published_state = {k: np.array(v, copy=True) for k, v in self._training_state().items()}
+        inputs = self.eval_data.x if self.eval_data is not None else None
+        onnx: dict[str, bytes] = {}
+        self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
+                                        retain=self.config.retain_models, preprocessing=self.preprocessing,
+                                        inputs=inputs, only=self._publish_to(), keep=onnx.__setitem__)
+        if self.config.keep_versions and self.config.checkpoint_dir is not None and version is None:
+            figures = self.serving.published_figures if self.serving is not None else self._latest_figures()
+            keep_version(Path(self.config.checkpoint_dir), self.version, rnd, self.strategy.name,
+                         self._training_state(), figures, onnx, self.config.keep_versions)
+
+    def _latest_figures(self) -> dict[str, float]:
+        """The latest evaluated round's accuracy per label (the test set's, else the devices')."""
+        for record in reversed(self.report.rounds):
+            if record.accuracy or record.federated_accuracy:
+                return dict(record.accuracy or record.federated_accuracy)
+        return {}
+
+    def _restore_published(self) -> None:
+        """After a resume: the published version's state and figures, from its kept copy (when kept)."""
+        if self.serving is None or self.config.checkpoint_dir is None or not self.published_version:
+            return
+        directory = Path(self.config.checkpoint_dir)
+        kept = {v.version: v for v in kept_versions(directory)}.get(self.published_version)
+        if kept is not None:
+            self._published_state = version_tensors(directory, kept.version)
+            self.serving.published_figures = dict(kept.figures)
+
+    def _rollback_if_asked(self, rnd: int) -> None:
+        """Before round ``rnd`` and while waiting for data: serve a kept version again when
+        ``edgefl coordinator --rollback`` asked (`coordinator.runtime.kept_versions`)."""
+        if self.config.checkpoint_dir is None:
+            return
+        directory = Path(self.config.checkpoint_dir)
+        request = pending_rollback(directory)
+        if request is None or request["asked_at"] == self._rolled_back:
+            return
+        version = request["to"]
+        self._load_training_state(version_tensors(directory, version))
+        kept = {v.version: v for v in kept_versions(directory)}
+        if self.serving is not None:
+            self.serving.published_figures = dict(kept[version].figures) if version in kept else {}
+        log.warning("rollback: the devices serve version %d again and training continues from it (the next "
+                    "version is %d)", version, self.version + 1)
+        self._publish(max(rnd - 1, 0), version=version)
+        self._rolled_back = request["asked_at"]
 
     def _publish_to(self) -> list[str] | None:
         """`publish_devices` of the devices, the latest round's participants first (None: all)."""
@@ -312,13 +376,16 @@ class RoundLoop:
         online = fleet.online()
         able = [d for d in online if fleet.devices[d].takes_evaluations()]
         too_old = len(online) - len(able)
+        plans: dict[str, Plan] = {}
         for device_id in self._sample(able, rng, config.eval_devices):
             plan = strategy.configure_evaluate(rnd, fleet.devices[device_id])
-            if plan is None:
-                continue
+            if plan is not None:
+                plans[device_id] = plan
+        baselines = self._baselines(rnd, plans) if record.aggregated or self.version != self.published_version else {}
+        for device_id, plan in plans.items():
             if self.preprocessing is not None:
                 plan = replace(plan, preprocessing=self.preprocessing.normalisation())
-            down += fleet.send(device_id, Evaluate.of(plan, config.eval_per_class), rnd)
+            down += fleet.send(device_id, Evaluate.of(plan, config.eval_per_class, baselines.get(device_id)), rnd)
             labels[device_id] = plan.label
         asked = list(labels)
         up_before = sum(fleet.devices[d].bytes_up for d in asked)
@@ -331,12 +398,33 @@ class RoundLoop:
             log.info("round %d: %d of %d devices asked sent no evaluation in time", rnd + 1,
                      len(collected.missing), len(asked))
         seconds = time.monotonic() - started
+        compared = against_baseline(collected.reports, set(baselines), self.published_version)
         return replace(record, federated_accuracy=result.accuracy, federated_loss=result.loss,
                        evaluation={**result.summary(config.min_eval_samples), "asked": len(asked),
-                                   "sdk_too_old": too_old, "host_seconds": seconds},
+                                   "sdk_too_old": too_old, "host_seconds": seconds,
+                                   **({"against_published": compared} if compared else {})},
                        bytes_down=record.bytes_down + down,
                        bytes_up=record.bytes_up + sum(fleet.devices[d].bytes_up for d in asked) - up_before,
                        host_seconds=record.host_seconds + seconds)
+
+    def _baselines(self, rnd: int, plans: dict[str, Plan]) -> dict[str, dict[str, np.ndarray]]:
+        """A job that keeps serving: per device able to (``evaluate_baseline``), the tensors of the
+        published version's model of the same label and spec, to be counted on the very same held-out
+        samples as the new version (none when none is published yet)."""
+        able = [d for d in plans if EVALUATE_BASELINE in self.fleet.devices[d].capabilities]
+        if self.serving is None or self._published_state is None or not able:
+            return {}
+        current = {k: np.array(v, copy=True) for k, v in self._training_state().items()}
+        self._load_training_state(self._published_state)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        try:
+            for device_id in able:
+                plan = self.strategy.configure_evaluate(rnd, self.fleet.devices[device_id])
+                if plan is not None and _same_model(plan, plans[device_id]):
+                    out[device_id] = {k: np.array(v, copy=True) for k, v in plan.tensors.items()}
+        finally:
+            self._load_training_state(current)
+        return out
 
     def _evaluation_check(self, labels: dict[str, str]) -> Callable[[DeviceRecord, Evaluation], None]:
         """What a device's evaluation must be: of the label it was sent, of no more samples than
@@ -392,9 +480,7 @@ class RoundLoop:
     def _checkpoint(self, rnd: int) -> None:
         if self.config.checkpoint_dir is None:
             return
-        strategy = self.strategy
-        tensors: dict[str, Any] = {**strategy.state_tensors(),
-                                   **{_SERVER_OPT + k: v for k, v in strategy.server_opt.state_tensors().items()}}
+        strategy, tensors = self.strategy, self._training_state()
         directory = Path(self.config.checkpoint_dir)
         directory.mkdir(parents=True, exist_ok=True)
         if self.report.rounds:  # every round, appended (the checkpoint keeps the latest)
@@ -402,6 +488,18 @@ class RoundLoop:
                 fh.write(json.dumps(self.report.rounds_as_dicts()[-1], separators=(",", ":")) + "\n")
         save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
                         self.report.rounds_total, self.report.totals)
+
+    def _training_state(self) -> dict[str, Any]:
+        """The method's tensors and its server optimizer's moments (a checkpoint's, a kept version's)."""
+        strategy = self.strategy
+        return {**strategy.state_tensors(),
+                **{_SERVER_OPT + k: v for k, v in strategy.server_opt.state_tensors().items()}}
+
+    def _load_training_state(self, tensors: dict[str, Any]) -> None:
+        strategy = self.strategy
+        strategy.load_state_tensors({k: v for k, v in tensors.items() if not k.startswith(_SERVER_OPT)})
+        strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in tensors.items()
+                                                if k.startswith(_SERVER_OPT)})
 
     def _freeze_normalisation(self) -> None:
         """``[task] mean = "fleet"``: the job's normalisation from the devices' statistics, once."""
@@ -429,10 +527,7 @@ class RoundLoop:
             raise ValueError(f"checkpoint is for {checkpoint.method!r}, not {strategy.name!r}")
         if self.identity is not None:
             refuse_another_job(checkpoint.job, self.identity, f"the checkpoint in {self.config.checkpoint_dir}")
-        own = {k: v for k, v in checkpoint.tensors.items() if not k.startswith(_SERVER_OPT)}
-        strategy.load_state_tensors(own)
-        strategy.server_opt.load_state_tensors({k[len(_SERVER_OPT):]: v for k, v in checkpoint.tensors.items()
-                                                if k.startswith(_SERVER_OPT)})
+        self._load_training_state(checkpoint.tensors)
         self.report.restore_rounds(checkpoint.rounds, checkpoint.rounds_total, checkpoint.totals)
         if self.fleet_normalisation and self.preprocessing is not None:  # frozen with the job: not asked again
             self._frozen_normalisation = stored_normalisation(checkpoint.job, self.preprocessing)

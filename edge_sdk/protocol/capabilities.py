@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-__all__ = ["DATA_COUNT", "EVALUATE", "FEATURES", "FLEET_STATS"]
+__all__ = ["DATA_COUNT", "EVALUATE", "EVALUATE_BASELINE", "FEATURES", "FLEET_STATS"]
 
 #: it answers `evaluate`: the served model on its held-out data (federated evaluation)
 EVALUATE = "evaluate"
+#: it also evaluates an ``evaluate``'s ``baseline`` (the published version) on the same held-out
+#: samples and answers ``baseline_correct`` (a job that keeps serving compares the two)
+EVALUATE_BASELINE = "evaluate_baseline"
 #: it sends `data_count` when its data grows (a coordinator pacing rounds by new data waits for it)
 DATA_COUNT = "data_count"
 #: it answers `stats_request` with `fleet_stats` (the job's normalisation from the fleet's data)
 FLEET_STATS = "fleet_stats"
 #: every feature this SDK names
-FEATURES: tuple[str, ...] = (EVALUATE, DATA_COUNT, FLEET_STATS)
+FEATURES: tuple[str, ...] = (EVALUATE, EVALUATE_BASELINE, DATA_COUNT, FLEET_STATS)

@@ -457,7 +457,9 @@ class Evaluate(Message):
     """Coordinator -> device: evaluate this model — the one the device would be served, as a
     plan carries it — on the device's held-out data, and answer with an `Evaluation`
     (``reply_to`` = this message). ``per_class``: also count per class (they reveal the device's
-    label mix, so only when the job asks)."""
+    label mix, so only when the job asks). ``baseline``: the tensors of the version devices serve
+    now (same model spec), to count on the very same samples (only to a device that names the
+    capability ``evaluate_baseline``)."""
 
     KIND: ClassVar[str] = "evaluate"
     method: str
@@ -467,11 +469,13 @@ class Evaluate(Message):
     settings: dict[str, Any]  # the method's settings a device needs to build the model (a plan's ``train``)
     preprocessing: dict[str, Any] | None = None
     per_class: bool = False
+    baseline: dict[str, np.ndarray] | None = None
 
     @classmethod
-    def of(cls, plan: Plan, per_class: bool = False) -> Evaluate:
-        """The evaluation of the model ``plan`` carries."""
-        return cls(plan.method, plan.label, plan.model_spec, plan.tensors, plan.train, plan.preprocessing, per_class)
+    def of(cls, plan: Plan, per_class: bool = False, baseline: dict[str, np.ndarray] | None = None) -> Evaluate:
+        """The evaluation of the model ``plan`` carries (against ``baseline``'s tensors when given)."""
+        return cls(plan.method, plan.label, plan.model_spec, plan.tensors, plan.train, plan.preprocessing, per_class,
+                   baseline)
 
     def as_plan(self) -> Plan:
         """The model to evaluate as a plan (what the device's method parts build models from)."""
@@ -481,12 +485,15 @@ class Evaluate(Message):
         body = self.as_plan().to_body(transfer_dtype)
         body["settings"] = body.pop("train")
         body["per_class"] = self.per_class
+        if self.baseline is not None:  # after the plan's tensors: the data region is read in header order
+            body["baseline"] = pack_tensors(self.baseline, transfer_dtype)
         return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Evaluate:
         plan = Plan.from_body({**body, "train": _get(body, "settings", _MISSING)}, limits, data)
-        return cls.of(plan, _bool(body, "per_class", False))
+        baseline = unpack_tensors(body["baseline"], data, limits) if "baseline" in body else None
+        return cls.of(plan, _bool(body, "per_class", False), baseline)
 
 
 @dataclass(frozen=True)
@@ -494,7 +501,8 @@ class Evaluation(Message):
     """Device -> coordinator: how the model of an `Evaluate` did on the device's held-out data:
     ``num_samples`` evaluated, ``correct`` of them, ``loss_sum`` (summed cross-entropy), and per
     class (``class_counts``/``class_correct``, only when asked). ``num_samples`` 0: no evaluation,
-    ``reason`` says why (e.g. too little data)."""
+    ``reason`` says why (e.g. too little data). ``baseline_correct``: how many of the same samples
+    the `Evaluate`'s ``baseline`` got right (-1: none asked, or it could not be evaluated)."""
 
     KIND: ClassVar[str] = "evaluation"
     label: str
@@ -505,6 +513,7 @@ class Evaluation(Message):
     class_correct: tuple[int, ...] = ()
     reason: str = ""  # <= 300 characters
     seconds: float = 0.0  # the evaluation's wall-clock on the device
+    baseline_correct: int = -1
 
     def __post_init__(self) -> None:  # checked as a receiver would
         self._check(self.to_body())
@@ -522,12 +531,16 @@ class Evaluation(Message):
         if n == 0 and (correct or loss):
             raise _bad("an evaluation of no samples has no correct ones and no loss")
         return (_str(body, "label", max_len=MAX_ID_LEN), n, correct, loss, counts, right,
-                _str(body, "reason", "", max_len=300), _float(body, "seconds", 0.0, lo=0.0, hi=1e7))
+                _str(body, "reason", "", max_len=300), _float(body, "seconds", 0.0, lo=0.0, hi=1e7),
+                _int(body, "baseline_correct", -1, lo=-1, hi=n))
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"label": self.label, "num_samples": self.num_samples, "correct": self.correct,
+        body = {"label": self.label, "num_samples": self.num_samples, "correct": self.correct,
                 "loss_sum": self.loss_sum, "class_counts": list(self.class_counts),
                 "class_correct": list(self.class_correct), "reason": self.reason, "seconds": self.seconds}
+        if self.baseline_correct >= 0:  # absent otherwise: what an older coordinator reads stays as it was
+            body["baseline_correct"] = self.baseline_correct
+        return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Evaluation:

@@ -98,6 +98,12 @@ def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker) -> N
     published = [r.published_version for r in rounds]
     assert published[0] == 1 and published == sorted(published), published  # never goes back
     assert all(r.evaluation.get("devices") == 2 for r in rounds)
+    # from round 2 each device also counted the published version on the same held-out samples
+    assert "against_published" not in rounds[0].evaluation
+    for before, r in zip(rounds, rounds[1:]):
+        (label, pair), = r.evaluation["against_published"].items()
+        assert pair["devices"] == 2 and pair["published_version"] == before.published_version
+        assert pair["samples"] == r.evaluation["samples"] and pair["accuracy"] == r.federated_accuracy[label]
     assert clients[0].rounds.data_watch.sent, "the device never said its counts"
 
 

@@ -103,6 +103,35 @@ def test_the_evaluate_message_carries_the_model_a_plan_would() -> None:
     assert request.per_class
 
 
+def test_a_device_counts_the_published_baseline_on_the_same_samples() -> None:
+    from sklearn.datasets import load_digits
+
+    from coordinator.core.device_record import DeviceRecord
+    from coordinator.core.federation import FederationConfig
+    from coordinator.runtime.continuous import against_baseline
+    from coordinator.strategies.base import StrategyContext
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.evaluation import evaluate_holdout
+    from edge_sdk.methods.base import DeviceContext, LocalData
+    from edge_sdk.profiling import load_profile
+
+    digits = load_digits()
+    held_out = LocalData(((digits.data[:300] - 4.88) / 6.02).astype(np.float32).reshape(-1, 1, 8, 8),
+                         digits.target[:300].astype(np.int64), 10)
+    device = DeviceRecord("d0", load_profile("raspberry-pi-4b"), 100)
+    plans = [FedAvg.create(StrategyContext(FederationConfig(seed=seed), "mlp", (1, 8, 8), 10))
+             .configure_evaluate(0, device) for seed in (0, 1)]
+    ctx = DeviceContext("d0", 0)
+    alone = [evaluate_holdout(Evaluate.of(plan), held_out, ctx) for plan in plans]
+    both = evaluate_holdout(Evaluate.of(plans[0], baseline=plans[1].tensors), held_out, ctx)
+    assert alone[0].correct != alone[1].correct  # two different models, so the test can tell them apart
+    assert (both.num_samples, both.correct, both.baseline_correct) == (300, alone[0].correct, alone[1].correct)
+    assert alone[0].baseline_correct == -1
+    pooled = against_baseline({"d0": both, "d1": alone[1]}, {"d0", "d1"}, 3)  # d1 could not compare: left out
+    assert pooled == {both.label: {"samples": 300, "devices": 1, "accuracy": alone[0].correct / 300,
+                                   "published_accuracy": alone[1].correct / 300, "published_version": 3}}
+
+
 def test_a_simulated_fleet_reports_both_accuracies_for_the_same_model(tmp_path) -> None:
     from simulation.simulate import SimulationConfig, run_simulation, sim_federation
     from edge_sdk.training import TrainConfig

@@ -35,7 +35,9 @@ SAMPLES = [
     ProfileUpdate(12.5, 10, 1.08, 11.9, 0.31, 0.04, 1800.0),
     Evaluate("flanc", "0.5", {"layers": [{"type": "linear", "out": 2}]}, {"w": W}, {"static_bn": True},
              {"mean": [0.5], "std": [0.25]}, True),
+    Evaluate("fedavg", "global", {"layers": []}, {"w": W}, {}, None, False, {"w": W * 2}),
     Evaluation("0.5", 40, 31, 12.5, (20, 20), (15, 16), "", 0.02),
+    Evaluation("global", 40, 31, 12.5, baseline_correct=29),
     Evaluation("0.5", 0, 0, 0.0, reason="too little data"),
     DataCount(training=120, new=12, held_out=30),
     StatsRequest("channel_moments"),
@@ -47,7 +49,7 @@ def assert_same_body(a, b) -> None:
     assert type(a) is type(b)
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "tensors":
+        if f.name in ("tensors", "baseline") and x is not None:
             assert list(x) == list(y)
             for k in x:
                 assert x[k].dtype == y[k].dtype
@@ -75,6 +77,8 @@ def test_roundtrip_every_kind(body) -> None:
     {"label": "g", "num_samples": 0, "correct": 0, "loss_sum": 2.0},  # a loss over no samples
     {"label": "g", "num_samples": -1, "correct": 0, "loss_sum": 0.0},
     {"label": "g" * 100, "num_samples": 1, "correct": 0, "loss_sum": 0.0},
+    {"label": "g", "num_samples": 4, "correct": 2, "loss_sum": 1.0, "baseline_correct": 5},  # more than evaluated
+    {"label": "g", "num_samples": 4, "correct": 2, "loss_sum": 1.0, "baseline_correct": -2},
 ])
 def test_an_impossible_evaluation_is_malformed(body) -> None:
     with pytest.raises(ProtocolError, match="malformed"):

@@ -119,7 +119,8 @@ class HomeAssistantBridge:
         self.job_state = "idle"
         self._state: dict[str, Any] = {"round": 0, "rounds": rounds, "accuracy": {}, "federated_accuracy": {},
                                        "federated": {}, "version": 0, "published_version": 0, "bytes_down": 0,
-                                       "bytes_up": 0, "round_seconds": None}
+                                       "bytes_up": 0, "round_seconds": None, "health": "ok",
+                                       "health_problem": "", "health_since": None}
         self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0
@@ -239,6 +240,12 @@ class HomeAssistantBridge:
             self.job_state = state
             if self.transport is not None:
                 self._publish_job_state()
+
+    def set_health(self, health: dict[str, Any]) -> None:
+        """Whether the coordinator can write what it keeps (`coordinator.core.health.Health`)."""
+        self._state.update(health=health["state"], health_problem=health["problem"], health_since=health["since"])
+        if self.transport is not None:
+            self._publish_job_state()
 
     def restore(self, rounds: list[RoundView]) -> None:
         """A resumed job: its counters and figures as its finished rounds left them, not from 0."""

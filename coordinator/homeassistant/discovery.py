@@ -10,6 +10,8 @@ from typing import Any
 
 from coordinator.homeassistant.names import entity_slug, clean_text, ha_id
 
+from coordinator.core.health import HEALTH_STATES
+
 __all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config"]
 
 #: The coordinator's job states, in the order a job passes them.
@@ -115,6 +117,10 @@ def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str
         "bytes_up": _bytes(node, "bytes_up", "Bytes up", state, "bytes_up"),
         "round_duration": _sensor(node, "round_duration", "Last round duration", state, "round_seconds",
                                   device_class="duration", unit_of_measurement="s", state_class="measurement"),
+        "health": _sensor(node, "health", "Health", state, "health", device_class="enum", options=list(HEALTH_STATES),
+                          entity_category="diagnostic", icon="mdi:harddisk", json_attributes_topic=state,
+                          json_attributes_template="{{ {'problem': value_json.health_problem, "
+                                                   "'since': value_json.health_since} | tojson }}"),
         "paused": {"p": "switch", "unique_id": f"{node}_paused", "name": "Pause after this round",
                    "command_topic": topics.command, "payload_on": PAUSE, "payload_off": RESUME,
                    "state_topic": state, "state_on": PAUSE, "state_off": RESUME,

@@ -13,6 +13,8 @@ import csv
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
+from coordinator.runtime.safe_files import appending
+
 __all__ = ["DeviceCount", "DeviceCountsFile"]
 
 
@@ -43,7 +45,7 @@ class DeviceCountsFile:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        with open(self.path, "a", newline="") as fh:
+        with appending(self.path) as fh:
             writer = csv.writer(fh)
             if new:
                 writer.writerow(COLUMNS)

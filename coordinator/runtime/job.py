@@ -100,13 +100,18 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
                 if loop.serving is not None:
                     loop.serving.on_waiting = lambda _pace: home.set_job_state("waiting_for_data")
             counts = DeviceCountsFile(Path(out) / "devices.csv")
+            health = loop.health
+            health.on_change = _both(report.set_health, home.set_health if home else None)
+            report.set_health(health.as_dict())
 
             def on_disk(_record: RoundRecord) -> None:  # after every version: nothing waits for the job's end
-                counts.append(loop.device_counts)
-                if write_every_round:
-                    report.write(Path(out), plots=False, describe=strategy.describe_label)
-                else:  # metrics.csv has every round even when the report keeps only the latest
-                    report.append_metrics(Path(out))
+                with health.writing("devices.csv"):
+                    counts.append(loop.device_counts)
+                with health.writing("report.json and metrics.csv"):
+                    if write_every_round:
+                        report.write(Path(out), plots=False, describe=strategy.describe_label)
+                    else:  # metrics.csv has every round even when the report keeps only the latest
+                        report.append_metrics(Path(out))
             loop.run(_both(_both(on_disk, home.round_done if home else None), on_round))
             if plots:
                 report.prepare_plots()  # while the devices stop

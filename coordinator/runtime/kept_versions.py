@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.runtime.report import write_atomically
+from coordinator.runtime.safe_files import write_atomically
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 
 __all__ = ["KeptVersion", "ROLLBACK_FILE", "VERSIONS_DIR", "keep_version", "kept_versions", "request_rollback",

@@ -13,6 +13,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from coordinator.runtime.safe_files import appending, rewriting
+
 #: a round's record (`coordinator.runtime.report.RoundRecord`, which imports this module)
 RoundRecord = Any
 
@@ -90,7 +92,7 @@ class MetricsFile:
         fresh = not self._started or not self.path.exists()
         self.labels, self.federated = labels, federated
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "w" if fresh else "a", newline="") as fh:
+        with (rewriting if fresh else appending)(self.path) as fh:
             writer = csv.writer(fh)
             if fresh:
                 writer.writerow(metrics_columns(labels, federated))

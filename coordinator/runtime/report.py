@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from coordinator.runtime.safe_files import write_atomically
 from coordinator.runtime.metrics_file import MetricsFile
 
 if TYPE_CHECKING:
     from coordinator.runtime.fleet import Fleet
 
-__all__ = ["KEEP_ROUNDS", "RoundRecord", "RunReport", "merge_stages", "keep_previous_report", "write_atomically"]
+__all__ = ["KEEP_ROUNDS", "RoundRecord", "RunReport", "merge_stages", "keep_previous_report"]
 
 #: the rounds a report keeps in memory, in report.json and in the checkpoint: the latest (every
 #: round goes to metrics.csv and history.jsonl, appended)
@@ -99,6 +99,8 @@ class RunReport:
     #: "finished", "interrupted" (Ctrl-C, SIGTERM or an error: `rounds` holds the rounds finished
     #: before), or "running" in the report.json a coordinator writes after every round
     status: str = "finished"
+    #: whether the coordinator can write what it keeps (`coordinator.core.health`); None: not watched
+    health: dict[str, Any] | None = None
     #: the model version devices serve at the end (a fixed-rounds job: its last; 0: none published)
     published_version: int = 0
     #: rounds in all (``rounds`` keeps the latest `KEEP_ROUNDS`; history.jsonl has every one)
@@ -175,11 +177,16 @@ class RunReport:
         """The latest round that was evaluated (the last one, unless the job was interrupted)."""
         return next((r for r in reversed(self.rounds) if r.accuracy or r.federated_accuracy), None)
 
+    def set_health(self, health: dict[str, Any]) -> None:
+        """What `coordinator.core.health.Health` says (report.json's ``health``)."""
+        self.health = dict(health)
+
     def to_dict(self) -> dict[str, Any]:
         last = self.last_evaluated()
         return {
             "method": self.method,
             "status": self.status,
+            **({"health": self.health} if self.health is not None else {}),
             "config": self.config,
             "devices": self.devices,
             "rounds_total": self.rounds_total,
@@ -325,17 +332,6 @@ def _last_evaluation(last: tuple[int, int, int, str] | None) -> dict[str, Any]:
         return {}
     rnd, samples, correct, label = last
     return {"evaluation": {"round": rnd + 1, "label": label, "samples": samples, "accuracy": correct / samples}}
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file and a rename: a reader, a crash or a full
-    disk never leaves half a file (the earlier one stays whole)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def keep_previous_report(out: Path) -> Path | None:

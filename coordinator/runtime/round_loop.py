@@ -31,6 +31,7 @@ from coordinator.core.federation import EvalData, FederationConfig, TrainingFail
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.fleet import Fleet
+from coordinator.core.health import Health
 from coordinator.runtime.publish import publish_models
 from coordinator.runtime.continuous import ContinuousServing, against_baseline
 from coordinator.runtime.device_counts import DeviceCount
@@ -39,6 +40,7 @@ from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.kept_versions import clear_rollback, keep_version, kept_versions, pending_rollback, \
     version_tensors
 from coordinator.runtime.report import RoundRecord, RunReport, merge_stages
+from coordinator.runtime.safe_files import appending
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 from coordinator.strategies.base import Strategy
 
@@ -106,6 +108,8 @@ class RoundLoop:
         self.version = 0  # the model version: rounds aggregated so far
         self.published_version = 0  # the version devices serve (0: none published)
         self._rolled_back: float | None = None  # the rollback request applied, until its checkpoint
+        #: whether the checkpoint, the kept versions (and, in `run_job`, the report) could be written
+        self.health = Health()
         #: a job that keeps serving: the published version's training state (its baseline)
         self._published_state: dict[str, Any] | None = None
         #: the last round's counts per device (trained, held out): devices.csv's rows
@@ -222,8 +226,9 @@ class RoundLoop:
                                         inputs=inputs, only=self._publish_to(), keep=onnx.__setitem__)
         if self.config.keep_versions and self.config.checkpoint_dir is not None and version is None:
             figures = self.serving.published_figures if self.serving is not None else self._latest_figures()
-            keep_version(Path(self.config.checkpoint_dir), self.version, rnd, self.strategy.name,
-                         self._training_state(), figures, onnx, self.config.keep_versions)
+            with self.health.writing("the kept versions"):
+                keep_version(Path(self.config.checkpoint_dir), self.version, rnd, self.strategy.name,
+                             self._training_state(), figures, onnx, self.config.keep_versions)
 
     def _latest_figures(self) -> dict[str, float]:
         """The latest evaluated round's accuracy per label (the test set's, else the devices')."""
@@ -482,12 +487,13 @@ class RoundLoop:
             return
         strategy, tensors = self.strategy, self._training_state()
         directory = Path(self.config.checkpoint_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        if self.report.rounds:  # every round, appended (the checkpoint keeps the latest)
-            with open(directory / HISTORY_FILE, "a") as fh:
-                fh.write(json.dumps(self.report.rounds_as_dicts()[-1], separators=(",", ":")) + "\n")
-        save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
-                        self.report.rounds_total, self.report.totals)
+        with self.health.writing("the checkpoint"):
+            directory.mkdir(parents=True, exist_ok=True)
+            if self.report.rounds:  # every round, appended (the checkpoint keeps the latest)
+                with appending(directory / HISTORY_FILE, newline=None) as fh:
+                    fh.write(json.dumps(self.report.rounds_as_dicts()[-1], separators=(",", ":")) + "\n")
+            save_checkpoint(directory, strategy.name, rnd, self.report.rounds_as_dicts(), tensors, self.identity,
+                            self.report.rounds_total, self.report.totals)
 
     def _training_state(self) -> dict[str, Any]:
         """The method's tensors and its server optimizer's moments (a checkpoint's, a kept version's)."""

@@ -54,11 +54,14 @@ def save_checkpoint(directory: Path, method: str, rnd: int, rounds: list[dict[st
     payload = encode_frame(header, _LIMITS.max_header_bytes)
     path = directory / CHECKPOINT_FILE
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:  # a full disk: no half-written temporary file left, the earlier checkpoint whole
+        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import coordinator.runtime.report as report_module
-from coordinator.runtime.report import RoundRecord, RunReport, write_atomically
+from coordinator.runtime.report import RoundRecord, RunReport
+from coordinator.runtime.safe_files import appending, write_atomically
+from tests.support.full_disk import full_disk
 from coordinator.runtime.state import load_checkpoint, save_checkpoint
 
 
@@ -81,15 +83,32 @@ def test_a_resumed_job_goes_on_after_the_rows_already_written(tmp_path) -> None:
     assert [r["round"] for r in rows] == ["1", "2", "3", "4"]
 
 
-def test_a_failed_write_leaves_the_earlier_file_whole(tmp_path, monkeypatch) -> None:
+def test_a_failed_write_leaves_the_earlier_file_whole(tmp_path) -> None:
     target = tmp_path / "report.json"
     write_atomically(target, '{"status": "finished"}')
-
-    def full_disk(self: Path, text: str) -> int:
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(Path, "write_text", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        write_atomically(target, '{"status": "half"')
-    monkeypatch.undo()
+    with full_disk(1000), pytest.raises(OSError, match="too large"):
+        write_atomically(target, '{"status": "half", "pad": "' + "x" * 5000 + '"}')
     assert target.read_text() == '{"status": "finished"}'
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left behind
+
+
+def test_a_failed_append_leaves_no_half_row(tmp_path) -> None:
+    target = tmp_path / "metrics.csv"
+    with appending(target) as fh:
+        fh.write("round,accuracy\n1,0.5\n")
+    whole = target.read_bytes()
+    with full_disk(len(whole) + 10), pytest.raises(OSError, match="too large"), appending(target) as fh:
+        fh.write("2,0.6\n" * 100)  # the first 10 bytes fit: they are taken back
+    assert target.read_bytes() == whole
+    with appending(target) as fh:  # room again: appended as usual
+        fh.write("2,0.6\n")
+    assert target.read_bytes() == whole + b"2,0.6\n"
+
+
+def test_a_failed_checkpoint_keeps_the_earlier_one(tmp_path) -> None:
+    save_checkpoint(tmp_path, "fedavg", 3, [], {"w": np.ones(4, np.float32)})
+    with full_disk(2000), pytest.raises(OSError):
+        save_checkpoint(tmp_path, "fedavg", 4, [], {"w": np.ones(10_000, np.float32)})
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint is not None and checkpoint.round == 3 and checkpoint.tensors["w"].shape == (4,)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.msgpack"]

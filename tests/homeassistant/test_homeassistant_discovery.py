@@ -268,3 +268,18 @@ def test_a_resumed_job_keeps_its_counters_and_presence_is_said_as_devices_come_a
     fleet.pump(0.3)
     observer.drain()
     assert json.loads(observer.last(topics.coordinator_state))["devices_online"] == 1
+
+
+def test_the_health_sensor_reads_the_coordinators_writes(bridged):
+    bridge, fleet, observer = bridged()
+    sensor = coordinator_config(bridge.topics, name="n", method="flanc", version="1")["cmps"]["health"]
+    assert sensor["device_class"] == "enum" and sensor["options"] == ["ok", "disk_full", "write_failed"]
+    state = json.loads(observer.last(bridge.topics.coordinator_state))
+    assert _render(sensor["value_template"], state) == "ok"
+    bridge.set_health({"state": "disk_full", "problem": "the checkpoint: No space left on device", "since": 12.5})
+    fleet.pump(0.5)
+    observer.drain()
+    state = json.loads(observer.last(bridge.topics.coordinator_state))
+    assert _render(sensor["value_template"], state) == "disk_full"
+    assert json.loads(_render(sensor["json_attributes_template"], state)) == {
+        "problem": "the checkpoint: No space left on device", "since": 12.5}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edge_sdk.command_defaults import DEVICE_COMMANDS
 from edge_sdk.networking.not_authorized import NotAuthorized
+from edge_sdk.repeat_filter import install_repeat_filter
 from edge_sdk.stop_request import StopRequested, stop_on_sigterm
 from edge_sdk.version import SDK_VERSION  # pyproject.toml reads it too (tests/edge_sdk/test_version.py)
 
@@ -266,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_repeat_filter()  # a warning that repeats every few seconds: 5 a minute, then a count
     if not hasattr(args, "func"):
         parser.error(f"{args.command} is not available here; pip install 'edgefl[coordinator]'")
     stop_on_sigterm()

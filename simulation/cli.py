@@ -80,25 +80,28 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _name_or_file(text: str, what: str, names: tuple[str, ...], prefix: str) -> str:
-    """``text`` if it is one of ``names``, or ``prefix`` + a file that exists; else a one-line
-    argparse error naming the choices (checked before any work, before torch loads)."""
+def _name_or_file(text: str, what: str, names: tuple[str, ...], *prefixes: str) -> str:
+    """``text`` if it is one of ``names``, or one of ``prefixes`` + a file that exists; else a
+    one-line argparse error naming the choices (checked before any work, before torch loads)."""
     from pathlib import Path
 
-    if text.startswith(prefix):
-        if not Path(text[len(prefix):]).is_file():
-            raise argparse.ArgumentTypeError(f"{text[len(prefix):]!r}: no such file")
-        return text
+    for prefix in prefixes:
+        if text.startswith(prefix):
+            if not Path(text[len(prefix):]).expanduser().is_file():
+                raise argparse.ArgumentTypeError(f"{text[len(prefix):]!r}: no such file")
+            return text
     if text not in names:
-        raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; choose from {', '.join(names)} or {prefix}FILE")
+        files = " or ".join(f"{prefix}FILE" for prefix in prefixes)
+        raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; choose from {', '.join(names)} or {files}")
     return text
 
 
 def dataset_name(text: str) -> str:
-    """``--dataset``: a known name, or ``npz:FILE`` naming a file that exists."""
+    """``--dataset``: a known name, or ``npz:FILE`` / ``client:FILE`` (a client TOML's ``[data]``)
+    naming a file that exists."""
     from edge_sdk.data.datasets import DATASETS
 
-    return _name_or_file(text, "dataset", DATASETS, "npz:")
+    return _name_or_file(text, "dataset", DATASETS, "npz:", "client:")
 
 
 def model_family(text: str) -> str:
@@ -126,7 +129,8 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=at_least(1), default=SIMULATION.rounds, help="federated rounds")
     p.add_argument("--dataset", type=dataset_name, default=SIMULATION.dataset,
                    help="mnist-sample (ships offline), digits, mnist, fashion-mnist, cifar10, npz:FILE; sensor "
-                        "series (the sensors extra): plaid, acsf1, basicmotions")
+                        "series (the sensors extra): plaid, acsf1, basicmotions; client:FILE: the [data] of a "
+                        "device's client TOML (its held-out side is the test set)")
     p.add_argument("--data-root", help="folder with MNIST/Fashion-MNIST idx files or CIFAR-10 binaries")
     p.add_argument("--partition", default=SIMULATION.partition,
                    help="how data is split over devices: iid | shards:K (K classes per device) | dirichlet:ALPHA")

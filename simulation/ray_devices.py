@@ -70,13 +70,12 @@ def node_slot(slots: Any) -> Callable[[int], contextlib.AbstractContextManager[N
 def build_shards(config: "SimulationConfig") -> "DeviceShards":
     """The devices' `DeviceShards`, from the dataset loaded here (an actor on a node without the
     driver's folder)."""
-    from edge_sdk.data.datasets import load_dataset
-
     from simulation.config import split_public
+    from simulation.own_data import load_simulation_dataset
     from simulation.device_shards import DeviceShards
 
-    dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed,
-                           keep_raw_train=True)  # as the driver's: bytes, each device normalises its own
+    dataset = load_simulation_dataset(config.dataset, root=config.data_root, seed=config.federation.seed,
+                                      keep_raw_train=True)  # as the driver's: bytes, each device normalises its own
     private, _ = split_public(config, dataset)
     return DeviceShards.build(config, dataset, private)
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.data.datasets import ImageDataset, load_dataset
+from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.networking.fair_inbox import InboxLimits
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import load_profile
@@ -42,6 +42,7 @@ from coordinator.runtime.task import Task
 from coordinator.strategies import create_strategy
 from coordinator.strategies.base import Strategy, StrategyContext
 
+from simulation.own_data import load_simulation_dataset
 from simulation.config import DEFAULT_FLEET, STOP_AFTER_FAILED_ROUNDS, SimulationConfig, sim_federation, split_public
 from simulation.device_shards import DeviceOrder, DeviceShards
 from simulation.long_lived import building_long_lived, freezing_registrations, job_lifetime
@@ -120,7 +121,8 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
     shards: DeviceShards | None
     with building_long_lived():  # the data, the model and the imports meanwhile live for the job
         order = DeviceOrder(config)  # the training split stored device by device: each shard a slice of it
-        dataset = load_dataset(config.dataset, root=config.data_root, seed=config.federation.seed, train_order=order,
+        dataset = load_simulation_dataset(config.dataset, root=config.data_root, seed=config.federation.seed,
+                                          train_order=order,
                                keep_raw_train=True)  # uint8 images stay bytes: each device normalises its own
         for name in set(config.profiles):
             load_profile(name)  # a bad profile is an error now, not in a device thread

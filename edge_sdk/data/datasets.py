@@ -27,7 +27,7 @@ import numpy as np
 from edge_sdk.data.preprocessing import Preprocessing, uint8_normaliser
 from edge_sdk.data.spilled_arrays import SPILL_BYTES, spill
 
-__all__ = ["DATASETS", "ImageDataset", "load_dataset", "read_idx"]
+__all__ = ["DATASETS", "ImageDataset", "dataset_from_arrays", "load_dataset", "read_idx"]
 
 #: Names accepted by :func:`load_dataset` (plus ``"npz:<path>"``); the last three are sensor time
 #: series (`edge_sdk.data.sensor_datasets`, the ``sensors`` extra).
@@ -405,6 +405,18 @@ def _load_npz(path: Path) -> ImageDataset:
     num_classes = max(num_classes, len(names))
     return _build(f"npz:{path.name}", xs["x_train"], ys["y_train"], xs["x_test"], ys["y_test"],
                   num_classes, names)
+
+
+def dataset_from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                        num_classes: int, classes: tuple[str, ...] = (),
+                        train_order: Callable[[np.ndarray, int], np.ndarray] | None = None) -> ImageDataset:
+    """A dataset from raw arrays (N x C x H x W images or N x C x L series), normalised with the
+    training split's statistics as `load_dataset`'s are (``train_order``: as there)."""
+    token = _TRAIN_ORDER.set(train_order)
+    try:
+        return _build(name, x_train, y_train, x_test, y_test, num_classes, classes)
+    finally:
+        _TRAIN_ORDER.reset(token)
 
 
 def load_dataset(name: str = "mnist-sample", root: str | Path | None = None,

@@ -45,11 +45,10 @@ def _write(path: Path, x: np.ndarray, y: np.ndarray, start: int, append: bool = 
             writer.writerow([start + i, *[f"{v:g}" for v in row], NAMES[label]])
 
 
-def _client(tmp: Path, url: str, name: str, seed: int, job: str = JOB, top: str = "", data: str = ""):
-    """A device reading ``<tmp>/<name>.csv`` (``top``, ``data``: more lines for the TOML's top and
-    its ``[data]`` table)."""
-    toml = tmp / f"{name}.toml"
-    toml.write_text(f"""
+def _client_toml_text(tmp: Path, url: str, name: str, seed: int, job: str = JOB, top: str = "", data: str = "",
+                      holdout: float = 0.25) -> str:
+    """A client TOML of a device reading ``<tmp>/<name>.csv``."""
+    return f"""
 device_id = "{name}"
 job = "{job}"
 seed = {seed}
@@ -63,9 +62,16 @@ csv = "{tmp / name}.csv"
 key = "ts"
 input_shape = [1, 8, 8]
 classes = {NAMES!r}
-holdout = 0.25
+holdout = {holdout}
 {data}
-""".replace("'", '"'))
+""".replace("'", '"')
+
+
+def _client(tmp: Path, url: str, name: str, seed: int, job: str = JOB, top: str = "", data: str = ""):
+    """A device reading ``<tmp>/<name>.csv`` (``top``, ``data``: more lines for the TOML's top and
+    its ``[data]`` table)."""
+    toml = tmp / f"{name}.toml"
+    toml.write_text(_client_toml_text(tmp, url, name, seed, job, top, data))
     return client_from_toml(toml)
 
 

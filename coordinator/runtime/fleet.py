@@ -677,7 +677,7 @@ class Fleet:
             if env.body.state not in ("online", "offline"):  # a device this coordinator has not
                 # met (e.g. it restarted): ask it to register; a fresh device registers anyway
                 log.info("status %r from unregistered device %s: asking it to register", env.body.state, device)
-                self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register with this coordinator")
+                self._reject(device, ErrorCode.UNKNOWN_DEVICE, "register with this coordinator", level=logging.INFO)
             return
         stamp = env.body.connection
         if env.body.state == "offline":
@@ -826,9 +826,10 @@ class Fleet:
             return False
 
     def _reject(self, device: str, code: ErrorCode | str, message: str, reply_to: str | None = None,
-                count: int = 1) -> None:
+                count: int = 1, level: int = logging.WARNING) -> None:
         """Record ``count`` rejections of ``device``'s input and tell it — within its error-reply
-        budget: a rejection over it is counted, and the next reply sent names how many were."""
+        budget: a rejection over it is counted, and the next reply sent names how many were.
+        ``level``: of its log line (INFO for what is expected, e.g. after the coordinator restarted)."""
         code = str(code)  # kept and reported as the plain wire string
         self.rejections.append((device, code, message[:1000]))
         self.rejection_count += count
@@ -843,10 +844,10 @@ class Fleet:
             suppressed = self._suppressed.get(device, 0)
             self._suppressed[device] = suppressed + count
             if suppressed == 0:
-                log.warning("rejected input from %s: %s: %s (more of its rejections are only counted, "
-                            "at most %g replies/s)", device, code, message[:300], self.limits.error_replies_per_s)
+                log.log(level, "rejected input from %s: %s: %s (more of its rejections are only counted, "
+                        "at most %g replies/s)", device, code, message[:300], self.limits.error_replies_per_s)
             return
-        log.warning("rejected input from %s: %s: %s", device, code, message[:300])
+        log.log(level, "rejected input from %s: %s: %s", device, code, message[:300])
         if suppressed := self._suppressed.pop(device, 0):
             message = f"{message} ({suppressed} more rejections since the last reply were not answered)"
         self._reply(device, Error(code, message[:1000]), reply_to=reply_to)

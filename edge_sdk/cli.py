@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+import threading
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -120,11 +121,38 @@ def _client(args: argparse.Namespace) -> int:
           f"training on {client.torch_device}, "
           f"{len(client.data)} samples) joining job {client.config.job!r} on {client.config.transport.url}",
           flush=True)
-    reason = client.run()
+    from edge_sdk.serving.serve_command import serving_thread
+
+    stop_serving = threading.Event()
+    serving = serving_thread(args.config, stop_serving)  # [serve]: its model on live readings, meanwhile
+    try:
+        reason = client.run()
+    finally:
+        stop_serving.set()
+        if serving is not None:
+            serving.join(timeout=5)
     if client.turned_away is not None:
         print(f"edgefl client: error: {reason}", file=sys.stderr)
         return EXIT_TURNED_AWAY
     print(f"client finished: {reason}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from edge_sdk.serving.serve_command import server_from_toml
+
+    server = server_from_toml(args.config)
+    if server is None:
+        raise ValueError(f"{args.config}: no [serve] table: nothing to serve (docs/serving.md)")
+    print(f"device {server.device_id} serving on {', '.join(i.topic for i in server.config.inputs)}; predictions on "
+          f"{server.prediction_topic}", flush=True)
+    stop = threading.Event()
+    try:
+        server.run(stop)
+    finally:
+        server.close()
+        counts = {**server.counts, **vars(server.builder.counts)} if server.builder else server.counts
+        print("served: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
     return 0
 
 
@@ -219,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity(p)
     p.add_argument("--config", required=True, help="client TOML file (see deploy/raspberrypi/client.toml)")
     p.set_defaults(func=_client)
+
+    p = sub.add_parser("serve", help="run this device's model on live readings from MQTT topics ([serve]; no torch)",
+                       formatter_class=HelpFormatter)
+    verbosity(p)
+    p.add_argument("--config", required=True, help="client TOML with a [serve] table (docs/serving.md)")
+    p.set_defaults(func=_serve)
 
     p = sub.add_parser("predict", help="classify a batch with this device's ONNX model (onnxruntime, no torch)",
                        formatter_class=HelpFormatter)

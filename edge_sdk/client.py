@@ -21,7 +21,6 @@ from edge_sdk.methods import DEVICE_METHODS, LocalData
 from edge_sdk.device.model_install import ModelInstaller
 from edge_sdk.networking.network_loop import NetworkLoop
 from edge_sdk.profiling import DeviceProfile
-from edge_sdk.protocol.capabilities import FEATURES
 from edge_sdk.protocol.errors import ErrorCode, ProtocolError
 from edge_sdk.protocol.messages import Ack, Envelope, Error, Evaluate, Model, Plan, Register, RoundStart, Status, Stop
 from edge_sdk.protocol.messages import StatsRequest, Update
@@ -282,7 +281,7 @@ class DeviceClient:
     def _register(self) -> None:
         env = Envelope.of(
             Register(profile=self.profile.to_dict(), num_samples=len(self.data),
-                     capabilities=(*DEVICE_METHODS, *FEATURES), sdk_version=SDK_VERSION,
+                     capabilities=(*DEVICE_METHODS, *self.config.features), sdk_version=SDK_VERSION,
                      connection=self.link.transport.connection_stamp if self.link else 0,
                      input_shape=tuple(int(n) for n in self.data.x.shape[1:]), num_classes=self.data.num_classes),
             self.config.device_id,

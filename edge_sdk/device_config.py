@@ -19,6 +19,7 @@ from edge_sdk.sources import (
     Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NoData, NpzSource, PythonSource, ReadOptions,
     SqliteSource, WindowedSource, WindowSpec,
 )
+from edge_sdk.serving.serve_config import serve_from_toml
 from edge_sdk.sources.npz import npz_has_test
 from edge_sdk.training import default_threads
 
@@ -28,7 +29,7 @@ __all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "hold
 log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
-             "schedule", "security"}
+             "schedule", "security", "serve"}
 #: the `[data]` keys naming a source (one of them; none: dataset = "mnist-sample")
 _SOURCE_KEYS = ("dataset", "npz", "csv", "sqlite", "images", "python")
 #: keys that only some sources take
@@ -218,6 +219,7 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
     if "device_id" not in config:
         raise ValueError(f"{path}: device_id is required")
     device_id = setting(config, "device_id", str)
+    serves = serve_from_toml(config) is not None  # checked now: a typo in [serve] stops the device at once
     state_dir = setting(config, "state_dir", str)
     if state_dir is not None:
         writable_dir(state_dir, "state_dir")
@@ -237,6 +239,7 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
         measure_seconds=measure_seconds,
         holdout=holdout_from_toml(config),
         reread_s=setting(section(config, "data", _DATA_KEYS), "reread_s", float, 60.0, "[data]"),
+        serves=serves,
     )
     source = data_source_from_toml(config)
     try:  # read now for the registration; the client reads it again at the start of every round it trains

@@ -55,7 +55,7 @@ def save_model(state_dir: str | Path, model: Model) -> Path:
     path = folder / MODEL_FILENAME
     info = {"label": model.label, "round": model.round + 1, "round_index": model.round, "format": model.format,
             "sha256": bytes(model.sha256).hex(), "input_shape": list(model.input_shape), "bytes": len(data),
-            "issued_ms": model.issued_ms, "key_id": model.key_id}
+            "issued_ms": model.issued_ms, "key_id": model.key_id, "version": model.version}
     _atomic_write(path, data)
     _atomic_write(folder / MODEL_INFO_FILENAME, json.dumps(info, indent=1).encode())
     return path

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from edge_sdk.client import SDK_VERSION
 from edge_sdk.networking.transport import MqttTransport, Will
+from edge_sdk.protocol.capabilities import SERVE
 
 from coordinator.aggregate.evaluation import NOT_ENOUGH
 from coordinator.aggregate.interval import INTERVAL_KIND
@@ -117,11 +118,13 @@ class HomeAssistantBridge:
         if self.paused:
             log.warning("the job is paused (from Home Assistant; %s): resume it there", self._pause_file)
         self.job_state = "idle"
+        #: the task's class names: a serving device's prediction entities offer them (set by the job)
+        self.classes: tuple[str, ...] = ()
         self._state: dict[str, Any] = {"round": 0, "rounds": rounds, "accuracy": {}, "federated_accuracy": {},
                                        "federated": {}, "version": 0, "published_version": 0, "bytes_down": 0,
                                        "bytes_up": 0, "round_seconds": None, "health": "ok",
                                        "health_problem": "", "health_since": None}
-        self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk)
+        self._announced: dict[str, tuple[str, ...]] = {}  # device -> what its discovery said (model, sdk, classes)
         self._last_round: dict[str, int] = {}
         self._bad_commands = 0
         self._published_at = float("-inf")  # time.monotonic() of the last whole discovery
@@ -196,12 +199,13 @@ class HomeAssistantBridge:
         device = record.device_id
         if self.fleet is not None and device in self.fleet.removed:
             return
-        announced = (record.profile.name, record.sdk_version)
+        serving = self.classes if SERVE in record.capabilities and self.classes else ()
+        announced = (record.profile.name, record.sdk_version, *serving)
         if self._announced.get(device) != announced:
             self._announced[device] = announced
             self._publish(self.topics.discovery(self.topics.device_node(device)),
                           device_config(self.topics, device, model=record.profile.name,
-                                        sdk_version=record.sdk_version, version=SDK_VERSION))
+                                        sdk_version=record.sdk_version, version=SDK_VERSION, serving=serving))
         self._publish(self.topics.device_availability(device), b"online" if record.online else b"offline")
         self._publish(self.topics.device_state(device), self._device_state(record))
         self._presence_due = True  # the job's "Devices online", at most every PRESENCE_EVERY_S

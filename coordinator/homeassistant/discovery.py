@@ -11,8 +11,10 @@ from typing import Any
 from coordinator.homeassistant.names import entity_slug, clean_text, ha_id
 
 from coordinator.core.health import HEALTH_STATES
+from edge_sdk.protocol.topics import Topics
 
-__all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config"]
+__all__ = ["HaTopics", "JOB_STATES", "PAUSE", "RESUME", "coordinator_config", "device_config",
+           "serving_components"]
 
 #: The coordinator's job states, in the order a job passes them.
 JOB_STATES = ("idle", "waiting_for_devices", "training", "waiting_for_data", "paused", "finished", "interrupted")
@@ -147,11 +149,47 @@ def coordinator_config(topics: HaTopics, *, name: str, method: str, version: str
     }
 
 
-def device_config(topics: HaTopics, device: str, *, model: str, sdk_version: str, version: str) -> dict[str, Any]:
+def serving_components(topics: HaTopics, device: str, classes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """A serving device's entities (docs/serving.md): its latest prediction (an enum of the task's
+    classes, always one of them or unknown), its confidence, the end of the window it classified, and
+    a select that corrects it. They read what the device publishes itself and follow its serving
+    connection alone: a device serves while the coordinator is down."""
+    node = topics.device_node(device)
+    edgefl = Topics(job=topics.job, root=topics.root)
+    state, available = edgefl.prediction(device), [{"topic": edgefl.serving_availability(device)}]
+    names = json.dumps(list(classes))
+    prediction_id = f"{node}_prediction"
+    own = {"state_topic": state, "availability": available}
+    components = {
+        "prediction": {"p": "sensor", "unique_id": prediction_id, "name": "Prediction", "device_class": "enum",
+                       "options": list(classes), **own, "icon": "mdi:crystal-ball",
+                       "value_template": (f"{{% set c = value_json.get('class') %}}"
+                                          f"{{{{ c if c in {names} else None }}}}"),
+                       "json_attributes_topic": state, "json_attributes_template": (
+                           "{{ {'top': value_json.top, 'start': value_json.start, 'end': value_json.end, "
+                           "'version': value_json.version, 'model': value_json.model} | tojson }}")},
+        "confidence": _percent(node, "confidence", "Confidence", state,
+                               "{{ (100 * value_json.probability) | round(1) }}") | {"availability": available},
+        "last_prediction": {"p": "sensor", "unique_id": f"{node}_last_prediction", "name": "Last prediction",
+                            "device_class": "timestamp", **own, "value_template": "{{ value_json.end }}"},
+        "correct": {"p": "select", "unique_id": f"{node}_correct", "name": "Correct the last prediction",
+                    "options": list(classes), "command_topic": edgefl.correction(device),
+                    # the corrected prediction named by its window's end, so a correction meets one prediction
+                    "command_template": ("{{ {'class': value, 'end': state_attr('sensor."
+                                         f"{entity_slug(prediction_id)}', 'end')}} | tojson }}}}"),
+                    "state_topic": edgefl.correction_state(device), "availability": available,
+                    "icon": "mdi:pencil"},
+    }
+    return components
+
+
+def device_config(topics: HaTopics, device: str, *, model: str, sdk_version: str, version: str,
+                  serving: tuple[str, ...] = ()) -> dict[str, Any]:
     """A device's discovery payload: its connectivity, the model it was assigned (width, rank or
     level), the last round it trained, its local accuracy (federated evaluation), bytes, measured
     GFLOPS and SDK version. Its entities are available while the coordinator is and, except its
-    connectivity, while the device is online too."""
+    connectivity, while the device is online too. ``serving``: the task's class names when the
+    device serves its model (`serving_components`)."""
     node, state = topics.device_node(device), topics.device_state(device)
     coordinator = {"topic": topics.coordinator_availability}
     components = {
@@ -170,6 +208,8 @@ def device_config(topics: HaTopics, device: str, *, model: str, sdk_version: str
         "sdk_version": _sensor(node, "sdk_version", "SDK version", state, "sdk_version",
                                entity_category="diagnostic"),
     }
+    if serving:
+        components.update(serving_components(topics, device, serving))
     sdk = clean_text(sdk_version, "SDK version", device) or "unknown"
     return {
         "dev": {"ids": [node], "name": clean_text(device, "name", device), "mf": _ORIGIN,

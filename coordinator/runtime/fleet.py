@@ -23,7 +23,7 @@ from typing import Any, Callable
 from edge_sdk.networking.not_authorized import NotAuthorized
 from edge_sdk.networking.link import MessageLink, Received, Rejected
 from edge_sdk.profiling import DeviceProfile, MeasureQuality
-from edge_sdk.protocol.capabilities import FEATURES, FLEET_STATS
+from edge_sdk.protocol.capabilities import FEATURES, FLEET_STATS, SERVE
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
     Ack, DataCount, Envelope, Error, Evaluate, Evaluation, FleetStats, Plan, ProfileUpdate, Register, StatsRequest,
@@ -558,7 +558,7 @@ class Fleet:
         if self.method is not None and body.capabilities and self.method not in body.capabilities:
             self._reject(device, ErrorCode.UNSUPPORTED_METHOD,
                          f"this job runs method {self.method!r}, which this device's edgefl SDK does not "
-                         f"support (it supports {', '.join(sorted(set(body.capabilities) - set(FEATURES)))}); "
+                         f"support (it supports {', '.join(sorted(set(body.capabilities) - {*FEATURES, SERVE}))}); "
                          "update the SDK",
                          env.msg_id)
             return

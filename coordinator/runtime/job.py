@@ -91,6 +91,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
         if connection.removed_devices is not None:
             fleet.tickers.append(RemovedDevicesFile(connection.removed_devices, fleet.remove).check)
         if home is not None:
+            home.classes = tuple(preprocessing.classes) if preprocessing is not None else ()
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
             loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,

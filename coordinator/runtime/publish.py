@@ -112,13 +112,14 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
                    retain: bool = True, signer: ModelSigner | None = None, *,
                    preprocessing: Preprocessing | None = None,
                    inputs: np.ndarray | None = None, only: Sequence[str] | None = None,
-                   keep: Callable[[str, bytes], None] | None = None) -> list[PublishedModel]:
+                   keep: Callable[[str, bytes], None] | None = None, version: int = 0) -> list[PublishedModel]:
     """Send every registered device the ONNX network of its label (``inference_model(label)``, a
     method's :meth:`Strategy.inference_model`; None: nothing for that label), offline ones only
     when ``retain``, signed by ``signer`` (default: the fleet's, `attach_signer`; none: unsigned);
     the graph starts with ``preprocessing``'s normalisation, and onnxruntime is checked against
     torch on ``inputs`` (default: random ones); ``only``: to these devices alone (None: every one);
-    ``keep(label, onnx_bytes)`` is told each model that goes out (the kept versions).
+    ``keep(label, onnx_bytes)`` is told each model that goes out (the kept versions); ``version``: the
+    model version it is (predictions name it).
     Returns what was sent to whom."""
     signer = signer if signer is not None else fleet.model_signer
     issued_ms = time.time_ns() // 1_000_000
@@ -152,7 +153,7 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
         if keep is not None:
             keep(label, data)
         message = Model(label=label, round=rnd, sha256=hashlib.sha256(data).digest(), data=data,
-                        input_shape=input_shape)
+                        input_shape=input_shape, version=version)
         reached, unretained, reason = [], [], ""
         signed_for = {} if signer is None else signer.sign_each(message, fleet.topics.job, devices, issued_ms)
         for device_id in devices:

@@ -223,7 +223,8 @@ class RoundLoop:
         onnx: dict[str, bytes] = {}
         self.published = publish_models(self.strategy.inference_model, self.fleet, rnd,
                                         retain=self.config.retain_models, preprocessing=self.preprocessing,
-                                        inputs=inputs, only=self._publish_to(), keep=onnx.__setitem__)
+                                        inputs=inputs, only=self._publish_to(), keep=onnx.__setitem__,
+                                        version=self.published_version)
         if self.config.keep_versions and self.config.checkpoint_dir is not None and version is None:
             figures = self.serving.published_figures if self.serving is not None else self._latest_figures()
             with self.health.writing("the kept versions"):

@@ -35,7 +35,7 @@ def appending(path: Path, newline: str | None = "") -> Iterator[TextIO]:
     """``path`` opened for appending; when a write fails (a full disk) the file is truncated back
     to what it held before, so no half row or half line stays, and the error propagates."""
     size = path.stat().st_size if path.exists() else 0
-    fh = open(path, "a", newline=newline)
+    fh = open(path, "a", newline=newline)  # noqa: SIM115 - closed below, and truncated back when a write fails
     try:
         yield fh
         fh.close()  # the buffered rest is written here: a full disk says so now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edge_sdk.protocol.capabilities import FEATURES, SERVE
 from edge_sdk.data.holdout import NO_HOLDOUT, SOURCE_TEST_SET, check_holdout
 from edge_sdk.networking.link import LinkConfig
 from edge_sdk.schedule import SchedulePolicy
@@ -52,6 +53,13 @@ class ClientConfig:
     #: between rounds, read its data source again every this many seconds and tell the coordinator
     #: when its counts change (edge_sdk/device/data_watch.py); 0: only when it trains
     reread_s: float = 60.0
+    #: it serves its model on live readings (``[serve]``, docs/serving.md): it says so when it registers
+    serves: bool = False
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """What it names in its registration's capabilities besides its device parts."""
+        return (*FEATURES, SERVE) if self.serves else FEATURES
 
     def __post_init__(self) -> None:
         if self.holdout is not SOURCE_TEST_SET and self.holdout != NO_HOLDOUT:

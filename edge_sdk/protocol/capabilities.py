@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DATA_COUNT", "EVALUATE", "EVALUATE_BASELINE", "FEATURES", "FLEET_STATS"]
+__all__ = ["DATA_COUNT", "EVALUATE", "EVALUATE_BASELINE", "FEATURES", "FLEET_STATS", "SERVE"]
 
 #: it answers `evaluate`: the served model on its held-out data (federated evaluation)
 EVALUATE = "evaluate"
@@ -14,5 +14,8 @@ EVALUATE_BASELINE = "evaluate_baseline"
 DATA_COUNT = "data_count"
 #: it answers `stats_request` with `fleet_stats` (the job's normalisation from the fleet's data)
 FLEET_STATS = "fleet_stats"
+#: it serves its model on live readings (``[serve]``): Home Assistant gets its prediction entities;
+#: named only by a device that serves (not in `FEATURES`)
+SERVE = "serve"
 #: every feature this SDK names
 FEATURES: tuple[str, ...] = (EVALUATE, EVALUATE_BASELINE, DATA_COUNT, FLEET_STATS)

@@ -384,11 +384,17 @@ class Model(Message):
     issued_ms: int = 0
     key_id: str = ""  # which coordinator key signed it (edge_sdk/signing.py); "" unsigned
     signature: bytes = b""  # Ed25519 over the manifest of edge_sdk/signing.py; b"" unsigned
+    #: the coordinator's model version (docs/continuous.md; 0: not said) — what predictions name;
+    #: informational, not in the signed manifest
+    version: int = 0
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"label": self.label, "round": self.round, "format": self.format, "sha256": self.sha256,
+        body = {"label": self.label, "round": self.round, "format": self.format, "sha256": self.sha256,
                 "input_shape": list(self.input_shape), "data": Blob(self.data), "issued_ms": self.issued_ms,
                 "key_id": self.key_id, "signature": self.signature}
+        if self.version:
+            body["version"] = self.version
+        return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Model:
@@ -407,7 +413,7 @@ class Model(Message):
             raise _bad(f"signature must be at most {MAX_SIGNATURE_LEN} bytes of bin")
         return cls(label, rnd, sha, data.take(_get(body, "data", _MISSING), "model data"),  # type: ignore[arg-type]
                    tuple(shape), fmt, _int(body, "issued_ms", 0, lo=0), _str(body, "key_id", "", max_len=MAX_ID_LEN),
-                   signature)
+                   signature, _int(body, "version", 0, lo=0))
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,22 @@ class Topics:
     def status(self, device: str) -> str:
         return f"{self.prefix}/status/{validate_id(device, 'device id')}"
 
+    def prediction(self, device: str) -> str:
+        """The device's latest prediction (retained; docs/serving.md)."""
+        return f"{self.prefix}/predict/{validate_id(device, 'device id')}"
+
+    def serving_availability(self, device: str) -> str:
+        """``online`` / ``offline`` (retained; the serving connection's birth and last will)."""
+        return f"{self.prediction(device)}/available"
+
+    def correction_state(self, device: str) -> str:
+        """What Home Assistant's correction select shows: ``None`` once the device took a correction."""
+        return f"{self.prediction(device)}/correction"
+
+    def correction(self, device: str) -> str:
+        """A person's correction of the device's last prediction (Home Assistant's select)."""
+        return f"{self.prefix}/correct/{validate_id(device, 'device id')}"
+
     def all_status(self) -> str:
         return f"{self.prefix}/status/+"
 

@@ -92,6 +92,31 @@ def test_a_device_can_neither_press_the_switch_nor_read_the_fleet_state(home):
         device.close()
 
 
+def test_a_serving_device_publishes_its_own_predictions_and_home_assistant_corrects_them(home):
+    ha, device, other = home.homeassistant(), home.device("pi-a"), home.device("pi-b")
+    try:
+        ha.subscribe("edgefl/+/predict/#")
+        device.subscribe(TOPICS.correction("pi-a"))
+        device.subscribe(TOPICS.correction("pi-b"))  # not granted: another device's corrections
+        other.subscribe(TOPICS.correction("pi-a"))
+        time.sleep(0.3)
+        device.publish(TOPICS.prediction("pi-a"), b'{"class": "kettle"}', retain=False)
+        device.publish(TOPICS.serving_availability("pi-a"), b"online", retain=False)
+        device.publish(TOPICS.prediction("pi-b"), b'{"class": "posing as pi-b"}', retain=False)
+        seen = _drain(ha, 1.0)
+        assert (TOPICS.prediction("pi-a"), b'{"class": "kettle"}') in seen
+        assert (TOPICS.serving_availability("pi-a"), b"online") in seen
+        assert all(t != TOPICS.prediction("pi-b") for t, _ in seen)
+        ha.publish(TOPICS.correction("pi-a"), b'{"class": "idle", "end": "x"}', qos=0)
+        ha.publish(TOPICS.correction("pi-b"), b'{"class": "idle", "end": "y"}', qos=0)
+        other.publish(TOPICS.correction("pi-a"), b'{"class": "forged"}', qos=0)  # a device corrects no one
+        assert _drain(device, 1.0) == [(TOPICS.correction("pi-a"), b'{"class": "idle", "end": "x"}')]
+        assert _drain(other, 0.3) == []
+    finally:
+        for t in (ha, device, other):
+            t.close()
+
+
 def test_add_device_keeps_home_assistants_user_apart(home, tmp_path):
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
     for args, why in ((["homeassistant"], "'homeassistant' is reserved"),

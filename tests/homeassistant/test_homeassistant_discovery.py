@@ -283,3 +283,34 @@ def test_the_health_sensor_reads_the_coordinators_writes(bridged):
     assert _render(sensor["value_template"], state) == "disk_full"
     assert json.loads(_render(sensor["json_attributes_template"], state)) == {
         "problem": "the checkpoint: No space left on device", "since": 12.5}
+
+
+def test_a_serving_device_has_its_prediction_entities_and_they_follow_the_device_alone():
+    from coordinator.homeassistant.discovery import HaTopics, device_config
+    from edge_sdk.protocol.topics import Topics
+
+    topics, classes = HaTopics("home"), ("idle", "kettle", "toaster")
+    config = device_config(topics, "pi-a", model="m", sdk_version="0.5", version="0.5", serving=classes)
+    assert validate_device_discovery(topics.discovery(topics.device_node("pi-a")), config) == []
+    plain = device_config(topics, "pi-b", model="m", sdk_version="0.5", version="0.5")
+    assert "prediction" not in plain["cmps"]  # a device that does not serve has none
+    cmps, edgefl = config["cmps"], Topics(job="home")
+    prediction = {"class": "kettle", "index": 1, "probability": 0.8734, "start": "2026-11-28T17:00:00.000+00:00",
+                  "end": "2026-11-28T17:02:00.000+00:00", "version": 7, "model": "global",
+                  "top": [{"class": "kettle", "probability": 0.8734}]}
+    assert cmps["prediction"]["options"] == list(classes) and cmps["prediction"]["state_topic"] == edgefl.prediction("pi-a")
+    assert _render(cmps["prediction"]["value_template"], prediction) == "kettle"
+    assert _render(cmps["prediction"]["value_template"], {**prediction, "class": "oven"}) == "None"  # never off the list
+    assert _render(cmps["confidence"]["value_template"], prediction) == "87.3"
+    assert _render(cmps["last_prediction"]["value_template"], prediction) == prediction["end"]
+    for key in ("prediction", "confidence", "last_prediction", "correct"):  # not the coordinator's availability
+        assert cmps[key]["availability"] == [{"topic": edgefl.serving_availability("pi-a")}]
+    select = cmps["correct"]
+    assert select["command_topic"] == edgefl.correction("pi-a") and select["state_topic"] == edgefl.correction_state("pi-a")
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    entity = f"sensor.{cmps['prediction']['object_id']}"
+    attributes = {entity: {"end": prediction["end"]}}
+    sent = ImmutableSandboxedEnvironment().from_string(select["command_template"]).render(
+        value="toaster", state_attr=lambda e, a: attributes.get(e, {}).get(a))
+    assert json.loads(sent) == {"class": "toaster", "end": prediction["end"]}  # tied to that one prediction

@@ -136,3 +136,15 @@ def test_tables_cover_every_class(device_class: str) -> None:
     assert set(DEVICE_CLASS_STATE_CLASSES) == SENSOR_DEVICE_CLASS_NAMES and len(SENSOR_DEVICE_CLASS_NAMES) == 52
     assert DEVICE_CLASS_STATE_CLASSES[device_class] == {"measurement", "total", "total_increasing"}
     assert "B" in SENSOR_DEVICE_CLASSES["data_size"] and "s" in SENSOR_DEVICE_CLASSES["duration"]
+
+
+def test_a_select_needs_its_options_and_a_command_topic() -> None:
+    payload = copy.deepcopy(DOCS_EXAMPLE)
+    payload["cmps"]["pick"] = {"p": "select", "unique_id": "n1_pick", "command_topic": "edgefl/job/correct/n1",
+                               "state_topic": "edgefl/job/predict/n1/correction", "options": ["a", "b"]}
+    assert validate_device_discovery(TOPIC, payload) == []
+    payload["cmps"]["pick"].update(options=[], device_class="outlet")
+    del payload["cmps"]["pick"]["command_topic"]
+    problems = validate_device_discovery(TOPIC, payload)
+    assert _problems_about(problems, "pick.options") and _problems_about(problems, "pick.device_class")
+    assert _problems_about(problems, "pick.command_topic")

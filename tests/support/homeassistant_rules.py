@@ -132,7 +132,7 @@ SUPPORTED_COMPONENTS = frozenset({
     "scene", "siren", "select", "sensor", "switch", "tag", "text", "update", "vacuum", "valve", "water_heater",
 })
 #: The platforms this validator checks (the ones edgefl publishes); all four are in mqtt/const.py ENTITY_PLATFORMS.
-PLATFORMS = frozenset({"sensor", "binary_sensor", "switch", "button"})
+PLATFORMS = frozenset({"sensor", "binary_sensor", "switch", "button", "select"})
 
 # --- homeassistant/const.py: EntityCategory and the unit enums DEVICE_CLASS_UNITS uses --------------------------
 ENTITY_CATEGORIES: set[str] = {"config", "diagnostic"}
@@ -444,12 +444,18 @@ def _check_component(problems: list[str], where: str, platform: str, conf: dict[
         if "command_topic" not in conf:
             problems.append(f"{where}.command_topic: required for a {platform} (here or at the payload's root)")
         _check_topic(problems, where, conf, "command_topic", publish=True)
-        if platform == "switch":
+        if platform in ("switch", "select"):
             _check_topic(problems, where, conf, "state_topic", publish=False)
     classes = {"binary_sensor": BINARY_SENSOR_DEVICE_CLASSES, "button": BUTTON_DEVICE_CLASSES,
                "switch": SWITCH_DEVICE_CLASSES}
     if platform == "sensor":
         _check_sensor(problems, where, conf)
+    elif platform == "select":  # mqtt/select.py: options required (a list of strings); no device classes
+        options = conf.get("options")
+        if not isinstance(options, list) or not options or not all(isinstance(o, str) for o in options):
+            problems.append(f"{where}.options: a select needs a non-empty list of strings")
+        if "device_class" in conf:
+            problems.append(f"{where}.device_class: a select has no device class")
     elif (dc := conf.get("device_class")) is not None and str(dc).lower() not in classes[platform]:
         problems.append(f"{where}.device_class: unknown {platform} device class {dc!r}")
 

@@ -1,0 +1,63 @@
+"""``edgefl serve --config client.toml``: a device serves its installed model on its ``[serve]``
+topics — torch-free, beside ``edgefl client`` or alone (a device that only serves). ``edgefl client``
+with a ``[serve]`` table serves too, on a thread of its own (`serving_thread`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from edge_sdk.config import read_toml, setting, transport_from_toml
+from edge_sdk.networking.transport import MqttTransport, Will
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.serving.serve_config import serve_from_toml
+from edge_sdk.serving.server import Server
+
+__all__ = ["DEFAULT_STATE_DIR", "server_from_toml", "serving_thread"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = "/var/lib/edgefl"
+
+
+def server_from_toml(path: str | Path) -> Server | None:
+    """The server a client TOML's ``[serve]`` describes (connected), None without one; a bad
+    value is a one-line ValueError naming the file and key."""
+    config = read_toml(path)
+    try:
+        serve = serve_from_toml(config)
+        if serve is None:
+            return None
+        device_id = setting(config, "device_id", str)
+        if device_id is None:
+            raise ValueError("device_id is required")
+        job = setting(config, "job", str, "default")
+        state_dir = setting(config, "state_dir", str, DEFAULT_STATE_DIR)
+        transport_config = transport_from_toml(config, client_id=f"{device_id}-serve")
+        topics = Topics(job=job)
+        available = topics.serving_availability(device_id)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    # serving entities in Home Assistant follow this connection alone (the coordinator may be down)
+    transport = MqttTransport(replace(transport_config, will=Will(available, b"offline"),
+                                      birth=Will(available, b"online")))
+    transport.connect()
+    return Server(serve, transport, topics, device_id, state_dir)
+
+
+def serving_thread(path: str | Path, stop: threading.Event) -> threading.Thread | None:
+    """A started daemon thread serving a client TOML's ``[serve]`` until ``stop`` (None without one)."""
+    server = server_from_toml(path)
+    if server is None:
+        return None
+
+    def serve() -> None:
+        try:
+            server.run(stop)
+        finally:
+            server.close()
+    thread = threading.Thread(target=serve, name="edgefl-serve", daemon=True)
+    thread.start()
+    return thread

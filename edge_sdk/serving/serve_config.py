@@ -1,0 +1,91 @@
+"""``[serve]`` in a client TOML: which MQTT topics a device reads as the channels of the windows
+its model classifies, and how (docs/serving.md).
+
+```toml
+[serve]
+inputs = [{ topic = "zigbee2mqtt/Kitchen plug", field = "power", time_field = "last_seen" }]
+period_s = 5         # windows by time: a point every 5 s, the last value held (absent: by count)
+# length = 24        # points per window (default: the model's input length)
+# stride = 12        # a window every 12 points (default: length, no overlap)
+max_gap_s = 300      # a longer silence starts a new window
+max_per_s = 1        # at most one prediction a second
+log_lines = 10000    # the rolling log in state_dir/predictions.jsonl
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edge_sdk.config import section, setting
+
+__all__ = ["ServeConfig", "ServeInput", "serve_from_toml"]
+
+_KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads"}
+_INPUT_KEYS = {"topic", "field", "time_field"}
+
+
+@dataclass(frozen=True)
+class ServeInput:
+    """One channel: an MQTT topic, and where its value (and time) is in a message."""
+
+    topic: str
+    field: str | None = None  # a dotted JSON path; None: the payload is a plain number
+    time_field: str | None = None  # a dotted JSON path to the reading's time; None: its arrival
+
+    def __post_init__(self) -> None:
+        if not self.topic or "+" in self.topic or "#" in self.topic or "\0" in self.topic:
+            raise ValueError(f"topic {self.topic!r} must be one exact topic (no + or # wildcards)")
+        if self.time_field is not None and self.field is None:
+            raise ValueError(f"topic {self.topic!r}: time_field needs field (a JSON message)")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    inputs: tuple[ServeInput, ...]
+    period_s: float | None = None
+    length: int | None = None
+    stride: int | None = None
+    max_gap_s: float = 300.0
+    max_per_s: float = 1.0
+    log_lines: int = 10_000
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise ValueError("inputs must name at least one topic")
+        if len({i.topic for i in self.inputs}) != len(self.inputs):
+            raise ValueError("inputs name a topic twice (one topic, one channel)")
+        for name, value in (("period_s", self.period_s), ("max_gap_s", self.max_gap_s), ("max_per_s", self.max_per_s)):
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        for name, value in (("length", self.length), ("stride", self.stride), ("log_lines", self.log_lines),
+                            ("threads", self.threads)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def serve_from_toml(config: dict[str, Any]) -> ServeConfig | None:
+    """The ``[serve]`` table (None when there is none); errors name the table and the key."""
+    if "serve" not in config:
+        return None
+    table = section(config, "serve", _KEYS)
+    where = "[serve]"
+    raw = setting(table, "inputs", list, None, where)
+    if not raw:
+        raise ValueError(f"{where} inputs must list at least one {{ topic = ... }}")
+    try:
+        inputs = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, dict) or set(item) - _INPUT_KEYS or "topic" not in item:
+                raise ValueError(f"inputs[{i}] must be a table of {', '.join(sorted(_INPUT_KEYS))} with topic")
+            inputs.append(ServeInput(**{k: setting(item, k, str, None, f"{where} inputs[{i}]") for k in item}))
+        return ServeConfig(tuple(inputs), setting(table, "period_s", float, None, where),
+                           setting(table, "length", int, None, where), setting(table, "stride", int, None, where),
+                           setting(table, "max_gap_s", float, 300.0, where),
+                           setting(table, "max_per_s", float, 1.0, where),
+                           setting(table, "log_lines", int, 10_000, where), setting(table, "threads", int, 1, where))
+    except ValueError as exc:
+        message = str(exc)
+        raise ValueError(message if message.startswith(where) else f"{where} {message}") from None

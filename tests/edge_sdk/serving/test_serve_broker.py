@@ -1,0 +1,173 @@
+"""A device serves its installed model on live MQTT readings, over a real broker: the prediction
+(retained, with the model version and the window's span) is the one `edgefl predict` gives on the
+same window, floods are rate-limited, a bad reading starts a new window — and `edgefl serve` runs
+with torch absent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.inference import OnnxClassifier
+from edge_sdk.model_store import save_model
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
+from edge_sdk.protocol.messages import Model
+from edge_sdk.protocol.topics import Topics
+from edge_sdk.serving import ServeConfig, ServeInput, Server
+
+LENGTH, CLASSES = 24, ("idle", "kettle")
+
+
+def install_model(state_dir: Path, version: int = 7) -> None:
+    """A cnn1d on 1 x 24 raw readings (normalisation in the graph), exported as the coordinator
+    exports it, installed as a device installs a published model."""
+    import torch
+
+    from coordinator.runtime.export import export_onnx
+    from edge_sdk.data.preprocessing import Preprocessing
+    from edge_sdk.models.spec import build_model
+    from edge_sdk.models.zoo import cnn1d
+
+    torch.manual_seed(0)
+    model = build_model(cnn1d(1, len(CLASSES), LENGTH, width=0.25))
+    x = np.random.default_rng(0).normal(100.0, 50.0, size=(4, 1, LENGTH)).astype(np.float32)
+    path = state_dir / "export.onnx"
+    export_onnx(model, path, x, preprocessing=Preprocessing((100.0,), (50.0,), CLASSES, (1, LENGTH)))
+    data = path.read_bytes()
+    save_model(state_dir, Model("global", 3, hashlib.sha256(data).digest(), data, (1, LENGTH), version=version))
+
+
+class Home:
+    """Home Assistant's side: publishes readings as a plug does, reads the predictions."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        self.transport = MqttTransport(TransportConfig(url=url, client_id=f"home-{time.monotonic_ns()}"))
+        self.transport.connect()
+        self.transport.subscribe(topic)
+        self.predictions: list[dict] = []
+
+    def read(self, until, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not until():
+            message = self.transport.receive(timeout=0.2)
+            if message is not None:
+                self.predictions.append(json.loads(message.payload))
+
+
+def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker) -> None:
+    install_model(tmp_path)
+    topics = Topics(job="home")
+    config = ServeConfig((ServeInput("zigbee2mqtt/Kitchen plug", "power"),), max_per_s=1000.0)
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id="plug-serve"))
+    transport.connect()
+    server = Server(config, transport, topics, "plug", tmp_path)
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop,), daemon=True)
+    thread.start()
+    home = Home(broker.url, topics.prediction("plug"))
+    rng = np.random.default_rng(1)
+    series = rng.normal(100.0, 50.0, size=(3, LENGTH)).round(1)
+    try:
+        time.sleep(0.5)  # subscribed
+        for row in series:
+            for watts in row:
+                payload = {"power": float(watts), "state": "ON", "linkquality": 90}
+                home.transport.publish("zigbee2mqtt/Kitchen plug", json.dumps(payload).encode(), qos=0)
+                home.transport.publish("zigbee2mqtt/Kitchen plug", json.dumps({**payload, "linkquality": 91}).encode(),
+                                       qos=0)  # the same state re-sent on another field's change: a repeat
+        home.read(lambda: len(home.predictions) == 3)
+        home.transport.publish("zigbee2mqtt/Kitchen plug", b'{"power": "unavailable"}', qos=0)
+        # a person corrects the first prediction, as Home Assistant's select publishes it (QoS 0, not retained)
+        first_end = home.predictions[0]["end"]
+        home.transport.subscribe(topics.correction_state("plug"))
+        home.transport.publish(topics.correction("plug"), json.dumps({"class": "kettle", "end": first_end}).encode(),
+                               qos=0)
+        home.transport.publish(topics.correction("plug"), b'{"class": "oven", "end": null}', qos=0)  # not a class
+        time.sleep(1.0)
+        resets = []
+        while (message := home.transport.receive(timeout=0.2)) is not None:
+            resets.append(message.payload) if message.topic == topics.correction_state("plug") else None
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        transport.close()
+        home.transport.close()
+    expected = OnnxClassifier(tmp_path / "model.onnx").predict(series[:, None, :].astype(np.float32))
+    assert [p["class"] for p in home.predictions] == [CLASSES[k] for k in expected.classes]
+    np.testing.assert_allclose([p["probability"] for p in home.predictions],
+                               expected.probabilities.max(axis=1), atol=1e-5)
+    first = home.predictions[0]
+    assert first["version"] == 7 and first["model"] == "global" and len(first["top"]) == 2
+    assert first["start"] < first["end"]
+    counts = server.builder.counts
+    assert (counts.readings, counts.repeats, counts.windows, counts.bad) == (3 * LENGTH, 3 * LENGTH, 3, 1)
+    logged = [json.loads(line) for line in open(tmp_path / "predictions.jsonl")]
+    assert logged == home.predictions
+    (correction,) = [json.loads(line) for line in open(tmp_path / "corrections.jsonl")]
+    assert correction["class"] == "kettle" and correction["end"] == first_end
+    np.testing.assert_allclose(correction["values"], series[:1], rtol=1e-6)  # the corrected window's readings
+    assert server.corrections.refused == 1 and b"None" in resets  # the select can be used again
+
+
+def test_a_flood_is_rate_limited(tmp_path, broker) -> None:
+    install_model(tmp_path)
+    config = ServeConfig((ServeInput("esphome/kitchen/sensor/power/state"),), max_per_s=2.0)
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id="flood-serve"))
+    transport.connect()
+    server = Server(config, transport, Topics(job="home"), "flood", tmp_path)
+    from edge_sdk.networking.transport import IncomingMessage
+
+    started = time.monotonic()
+    for i in range(LENGTH * 50):  # 50 windows as fast as they come: at most 2 a second are predicted
+        server.handle(IncomingMessage("esphome/kitchen/sensor/power/state", str(100 + i % 7).encode(), False))
+    seconds = time.monotonic() - started
+    transport.close()
+    assert server.counts["predictions"] <= 2 + 2 * seconds + 1
+    assert server.counts["predictions"] + server.counts["rate_limited"] == 50
+
+
+def test_edgefl_serve_runs_without_torch(tmp_path, broker) -> None:
+    install_model(tmp_path)
+    blocker = tmp_path / "no_torch"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None  # import torch fails\n")
+    toml = tmp_path / "client.toml"
+    toml.write_text(f'device_id = "pi"\njob = "home"\nstate_dir = "{tmp_path}"\n[broker]\nurl = "{broker.url}"\n'
+                    f'[serve]\ninputs = [{{ topic = "home/power" }}]\nmax_per_s = 100\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
+    serve = subprocess.Popen([sys.executable, "-m", "edge_sdk.cli", "serve", "--config", str(toml)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    home = Home(broker.url, Topics(job="home").prediction("pi"))
+    try:
+        end = time.monotonic() + 60
+        while not home.predictions and time.monotonic() < end:  # until it has started and subscribed
+            for watts in np.linspace(50, 150, LENGTH):
+                home.transport.publish("home/power", f"{watts:.1f}".encode(), qos=0)
+            home.read(lambda: home.predictions, timeout=1.0)
+    finally:
+        serve.terminate()
+        out, err = serve.communicate(timeout=20)
+        home.transport.close()
+    assert serve.returncode == 0, err[-2000:]
+    assert home.predictions and home.predictions[0]["class"] in CLASSES, err[-2000:]
+    assert "served: predictions" in out and "torch" not in err
+
+
+def test_a_serve_config_error_is_one_line(tmp_path) -> None:
+    from edge_sdk.serving import serve_from_toml
+
+    with pytest.raises(ValueError, match=r"\[serve\] topic 'zigbee2mqtt/#' must be one exact topic"):
+        serve_from_toml({"serve": {"inputs": [{"topic": "zigbee2mqtt/#"}]}})
+    with pytest.raises(ValueError, match=r"\[serve\] inputs\[0\] must be a table"):
+        serve_from_toml({"serve": {"inputs": [{"topik": "a"}]}})
+    with pytest.raises(ValueError, match=r"\[serve\] period_s must be a number > 0"):
+        serve_from_toml({"serve": {"inputs": [{"topic": "a"}], "period_s": 0}})

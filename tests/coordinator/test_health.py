@@ -8,8 +8,6 @@ import errno
 import json
 import logging
 import shutil
-import threading
-from contextlib import contextmanager
 
 from coordinator.core.federation import FederationConfig
 from coordinator.core.health import Health
@@ -25,6 +23,7 @@ from edge_sdk.methods import LocalData
 from edge_sdk.networking.transport import TransportConfig
 from edge_sdk.profiling import load_profile
 from edge_sdk.training import TrainConfig
+from tests.support.fleet_job import clients_beside
 from tests.support.full_disk import full_disk
 
 
@@ -60,14 +59,7 @@ def test_a_job_goes_on_when_its_checkpoint_cannot_be_written(tmp_path, broker) -
                             load_profile("raspberry-pi-4b"))
                for name, shard in zip(("pi-a", "pi-b"), partition(digits.y_train, 2, "iid", seed=0), strict=True)]
 
-    @contextmanager
-    def devices(_fleet):
-        threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
-        for thread in threads:
-            thread.start()
-        yield
-        for thread in threads:
-            thread.join(timeout=20)
+    devices = clients_beside(clients)
 
     report = RunReport(method="fedavg", config={})
     states: list[str] = []

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -25,6 +24,7 @@ from edge_sdk.data.partition import partition
 from edge_sdk.profiling import load_profile
 from edge_sdk.training import TrainConfig
 from edge_sdk.networking.transport import MqttTransport, TransportConfig
+from tests.support.fleet_job import clients_beside
 from tests.support.homeassistant_rules import validate_device_discovery
 
 pytestmark = pytest.mark.slow
@@ -88,14 +88,7 @@ def test_a_job_in_home_assistant(mosquitto_broker, tmp_path):
                                     LocalData(digits.x_train[shard], digits.y_train[shard], digits.num_classes),
                                     load_profile("raspberry-pi-4b")))
 
-    @contextmanager
-    def devices(_fleet):
-        threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
-        for thread in threads:
-            thread.start()
-        yield
-        for thread in threads:
-            thread.join(timeout=20)
+    devices = clients_beside(clients)
 
     rounds_seen: list[int] = []
     outcome: dict = {}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 from coordinator.core.federation import EvalData
 from coordinator.runtime.fleet import Fleet
@@ -13,7 +14,7 @@ from coordinator.strategies.base import Strategy
 from edge_sdk.client import DeviceClient
 from edge_sdk.networking.transport import MqttTransport
 
-__all__ = ["run_job"]
+__all__ = ["run_job", "clients_beside"]
 
 
 def run_job(strategy: Strategy, fleet: Fleet, clients: Sequence[DeviceClient], coordinator: MqttTransport,
@@ -29,3 +30,17 @@ def run_job(strategy: Strategy, fleet: Fleet, clients: Sequence[DeviceClient], c
         for thread in threads:
             thread.join(timeout=20)
         coordinator.close()
+
+
+def clients_beside(clients: Sequence[DeviceClient]) -> Callable[[Fleet], AbstractContextManager[None]]:
+    """`coordinator.runtime.job.run_job`'s ``beside``: ``clients`` run in threads while the rounds
+    do, and are joined (a `Stop` ends them) when the job leaves it."""
+    @contextmanager
+    def beside(_fleet: Fleet) -> Iterator[None]:
+        threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
+        for thread in threads:
+            thread.start()
+        yield
+        for thread in threads:
+            thread.join(timeout=20)
+    return beside

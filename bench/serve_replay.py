@@ -1,0 +1,173 @@
+"""Serving on live readings, end to end (issue 59's targets): PLAID's test series, which no device
+trained on, replayed time-compressed as MQTT readings (a JSON reading with its time, as zigbee2mqtt
+sends ``last_seen``) at ``--rate`` readings a second into an ``edgefl serve`` process (onnxruntime,
+one thread, no torch imported), through a real mosquitto.
+
+It prints and writes (``--out``/result.json): the agreement of the live predictions with
+`edgefl predict` (`OnnxClassifier`) on the same windows, their accuracy on the test labels, the
+latency from a window's last reading leaving the bench to its prediction arriving back (p50, p99),
+and the serving process's RSS (peak, and at the start and the end of the flood).
+
+    OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000]
+
+``--model``: a published PLAID model (a kept version's ONNX: ``edgefl simulate --dataset plaid
+--model cnn1d --checkpoint-dir DIR`` keeps them in DIR/versions/); its version is read from the
+folder's version.json when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.inference import OnnxClassifier
+from edge_sdk.model_store import save_model
+from edge_sdk.networking.transport import MqttTransport, TransportConfig
+from edge_sdk.protocol.messages import Model
+from edge_sdk.protocol.topics import Topics
+
+TOPIC = "bench/plug/power"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def install(model: Path, state_dir: Path) -> tuple[int, tuple[int, ...]]:
+    data = model.read_bytes()
+    meta = model.parent / "version.json"
+    version = json.loads(meta.read_text())["version"] if meta.exists() else 1
+    shape = OnnxClassifier(model).preprocessing.input_shape  # type: ignore[union-attr]
+    save_model(state_dir, Model("global", 0, hashlib.sha256(data).digest(), data, tuple(shape), version=version))
+    return version, tuple(shape)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a published PLAID model (ONNX)")
+    parser.add_argument("--rate", type=float, default=2000.0, help="readings a second")
+    parser.add_argument("--series", type=int, default=0, help="replay only the first N test series (0: all)")
+    parser.add_argument("--out", default="runs/serve_replay")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    state_dir = out / "device"
+    state_dir.mkdir(exist_ok=True)
+    for old in state_dir.glob("*.jsonl"):
+        old.unlink()
+    version, (channels, length) = install(Path(args.model), state_dir)
+    plaid = load_dataset("plaid")
+    mean, std = np.array(plaid.mean)[:, None], np.array(plaid.std)[:, None]
+    series = plaid.x_test * std + mean  # raw readings (already resampled to the model's length)
+    labels = plaid.y_test
+    if args.series:
+        series, labels = series[:args.series], labels[:args.series]
+    assert series.shape[1:] == (channels, length), (series.shape, channels, length)
+    series = np.round(series, 4)  # as a meter sends them; `edgefl predict` sees the very same values
+    expected = OnnxClassifier(state_dir / "model.onnx").predict(series.astype(np.float32)).classes
+    topics = Topics(job="bench")
+    result: dict = {"model": str(args.model), "version": version, "series": len(series), "length": length,
+                    "rate": args.rate}
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+        toml = out / "client.toml"
+        toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n[broker]\nurl = "{broker.url}"\n'
+                        f'[serve]\ninputs = [{{ topic = "{TOPIC}", field = "w", time_field = "t" }}]\n'
+                        f'length = {length}\nmax_gap_s = 5\nmax_per_s = 100000\n')
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        serve = subprocess.Popen([sys.executable, "-m", "edge_sdk.cli", "serve", "--config", str(toml)],
+                                 stdout=open(out / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
+        home = MqttTransport(TransportConfig(url=broker.url, client_id="bench-home"))
+        home.connect()
+        home.subscribe(topics.prediction("plug"))
+        received: list[tuple[float, dict]] = []
+
+        def listen() -> None:
+            while serve.poll() is None or not done.is_set():
+                message = home.receive(timeout=0.2)
+                if message is not None and message.topic == topics.prediction("plug") and not message.retained:
+                    received.append((time.perf_counter(), json.loads(message.payload)))
+                if done.is_set() and len(received) >= len(series):
+                    return
+        done = threading.Event()
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        sender = MqttTransport(TransportConfig(url=broker.url, client_id="bench-plug"))
+        sender.connect()
+        # warm up: until the server answers (started, subscribed, model loaded)
+        clock, warm = 1_000_000.0, 0
+        while not received and warm < 200:
+            for value in series[0, 0]:
+                clock += 0.001
+                sender.publish(TOPIC, json.dumps({"w": float(value), "t": clock}).encode(), qos=0)
+            clock += 10.0  # a gap: the next series is a new window
+            warm += 1
+            time.sleep(0.5)
+        time.sleep(1.0)
+        received.clear()
+        rss_start = rss_mb(serve.pid)
+        peak = rss_start
+        sent_at: list[float] = []
+        gap = 1.0 / args.rate
+        started = time.perf_counter()
+        n = 0
+        for row in series:
+            for value in row[0]:
+                clock += 0.001
+                n += 1
+                due = started + n * gap
+                if (wait := due - time.perf_counter()) > 0:
+                    time.sleep(wait)
+                sender.publish(TOPIC, json.dumps({"w": float(value), "t": round(clock, 3)}).encode(), qos=0)
+            sent_at.append(time.perf_counter())
+            clock += 10.0
+            if len(sent_at) % 20 == 0:
+                peak = max(peak, rss_mb(serve.pid))
+        flood_s = time.perf_counter() - started
+        end = time.monotonic() + 30
+        while len(received) < len(series) and time.monotonic() < end:
+            time.sleep(0.1)
+        done.set()
+        rss_end = rss_mb(serve.pid)
+        peak = max(peak, rss_end)
+        serve.terminate()
+        serve.wait(20)
+        sender.close()
+        home.close()
+    live = [p for _, p in received]
+    got = len(live)
+    agree = sum(p["index"] == int(e) for p, e in zip(live, expected, strict=False))
+    latencies = np.array([(at - sent) * 1000 for (at, _), sent in zip(received, sent_at, strict=False)])
+    result.update(predictions=got, agreement=agree / max(got, 1), readings_per_s=round(n / flood_s, 1),
+                  accuracy_live=float(np.mean([p["index"] == int(y) for p, y in zip(live, labels, strict=False)]))
+                  if got else None,
+                  accuracy_predict=float((expected == labels).mean()),
+                  latency_ms={"p50": round(float(np.percentile(latencies, 50)), 2),
+                              "p99": round(float(np.percentile(latencies, 99)), 2),
+                              "max": round(float(latencies.max()), 2)} if got else None,
+                  rss_mb={"start": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(peak, 1)},
+                  versions_named=sorted({p["version"] for p in live}))
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+    lat = result["latency_ms"] or {}
+    print(f"{got} of {len(series)} windows predicted live, agreement with edgefl predict {100 * result['agreement']:.1f} %, "
+          f"accuracy {result['accuracy_live']:.3f}; latency p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms at "
+          f"{result['readings_per_s']:.0f} readings/s; serving RSS {peak:.0f} MB; model {args.model} (version {version})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

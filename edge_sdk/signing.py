@@ -55,6 +55,8 @@ def manifest_bytes(model: Model, job: str, device: str) -> bytes:
     manifest = {"device": device, "format": model.format, "input_shape": [int(n) for n in model.input_shape],
                 "issued_ms": int(model.issued_ms), "job": job, "key_id": model.key_id, "label": model.label,
                 "purpose": PURPOSE, "round": int(model.round), "sha256": bytes(model.sha256)}
+    if model.version:  # the version predictions name is signed too (absent when 0: older manifests unchanged)
+        manifest["version"] = int(model.version)
     return msgpack.packb({k: manifest[k] for k in sorted(manifest)}, use_bin_type=True)
 
 

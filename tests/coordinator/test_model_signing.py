@@ -91,9 +91,17 @@ def test_the_manifest_covers_every_field_of_the_message_but_the_bytes_and_the_si
     """A field added to `Model` must be added to the manifest (or here, on purpose)."""
     import msgpack
 
-    manifest = msgpack.unpackb(manifest_bytes(_model(), JOB, DEVICE))
+    manifest = msgpack.unpackb(manifest_bytes(dataclasses.replace(_model(), version=7), JOB, DEVICE))
     fields = {f.name for f in dataclasses.fields(Model)} - {"data", "signature"}
     assert set(manifest) == fields | {"job", "device", "purpose"}
+    assert manifest["version"] == 7
+
+
+def test_a_model_whose_version_was_changed_in_transit_is_refused() -> None:
+    signed = A.sign(dataclasses.replace(_model(), version=3), JOB, DEVICE, issued_ms=5_000)
+    verify_model(signed, [A.public_key], JOB, DEVICE)
+    for version in (0, 4):
+        _refused(dataclasses.replace(signed, version=version), "bad signature by key")
 
 
 def _refused(model: Model, match: str, trusted: tuple[bytes, ...] = (A.public_key,), job: str = JOB,

@@ -77,7 +77,10 @@ def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker
     rng = np.random.default_rng(1)
     series = rng.normal(100.0, 50.0, size=(3, LENGTH)).round(1)
     try:
-        time.sleep(0.5)  # subscribed
+        server.start()  # subscribed once a later QoS 1 publish is acknowledged (the broker keeps their order)
+        for peer in (transport, home.transport):  # both subscriptions in place
+            peer.publish("test/sync", b"", qos=1)
+            assert peer.wait_published(10.0)
         for row in series:
             for watts in row:
                 payload = {"power": float(watts), "state": "ON", "linkquality": 90}

@@ -66,7 +66,7 @@ class Home:
 def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker) -> None:
     install_model(tmp_path)
     topics = Topics(job="home")
-    config = ServeConfig((ServeInput("zigbee2mqtt/Kitchen plug", "power"),), max_per_s=1000.0)
+    config = ServeConfig((ServeInput("zigbee2mqtt/Kitchen plug", "power"),), max_per_s=100_000.0)  # windows 24 readings apart
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="plug-serve"))
     transport.connect()
     server = Server(config, transport, topics, "plug", tmp_path)
@@ -105,12 +105,13 @@ def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker
         transport.close()
         home.transport.close()
     expected = OnnxClassifier(tmp_path / "model.onnx").predict(series[:, None, :].astype(np.float32))
-    assert [p["class"] for p in home.predictions] == [CLASSES[k] for k in expected.classes]
+    assert [p["class"] for p in home.predictions] == [CLASSES[k] for k in expected.classes], \
+        (server.builder.counts, server.counts)
     np.testing.assert_allclose([p["probability"] for p in home.predictions],
                                expected.probabilities.max(axis=1), atol=1e-5)
     first = home.predictions[0]
     assert first["version"] == 7 and first["model"] == "global" and len(first["top"]) == 2
-    assert first["start"] < first["end"]
+    assert first["start"] <= first["end"]  # arrival times: 24 readings may come within one millisecond
     counts = server.builder.counts
     assert (counts.readings, counts.repeats, counts.windows, counts.bad) == (3 * LENGTH, 3 * LENGTH, 3, 1)
     logged = [json.loads(line) for line in open(tmp_path / "predictions.jsonl")]

@@ -124,6 +124,31 @@ def warm_up_optimizer() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
+#: the most values a fixed prefix's features may take to be computed once (256 MB of float32)
+MAX_FIXED_FEATURES = 64 << 20
+
+
+def fixed_prefix(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(prefix, rest)`` when a spec model starts with layers whose output depends on their input
+    alone (``FIXED_FEATURES``: nothing trains, train and eval alike), else None."""
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.Sequential) or len(layers) < 2:
+        return None
+    count = 0
+    while count < len(layers) - 1 and getattr(layers[count], "FIXED_FEATURES", False):
+        count += 1
+    return (layers[:count], layers[count:]) if count else None
+
+
+def fixed_features(prefix: nn.Module, x: torch.Tensor, batch: int) -> torch.Tensor | None:
+    """``prefix(x)`` in batches, without gradients; None when they would be too many to keep."""
+    with torch.no_grad():
+        first = prefix(x[:batch])
+        if first[0].numel() * len(x) > MAX_FIXED_FEATURES:
+            return None
+        return torch.cat([first, *[prefix(x[i:i + batch]) for i in range(batch, len(x), batch)]])
+
+
 def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
                 seed: int = 0, regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
                 on_step: Callable[[int], None] | None = None,
@@ -165,6 +190,11 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                 torch.default_generator.manual_seed(seed)  # accelerator's, with a traceback (~0.1 ms)
             else:
                 torch.manual_seed(seed)
+            forward, inputs = model, xt
+            if config.augment == "none" and (split := fixed_prefix(model)) is not None:
+                features = fixed_features(split[0], xt, config.batch_size)  # once, not once an epoch
+                if features is not None:  # (MiniRocket's transform)
+                    forward, inputs = split[1], features
             for epoch in range(config.epochs):
                 if config.max_steps is not None and steps >= config.max_steps:
                     break
@@ -173,11 +203,11 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                     if config.max_steps is not None and steps >= config.max_steps:
                         break
                     idx = order[i:i + config.batch_size].to(dev)
-                    xb, yb = xt[idx], yt[idx]
+                    xb, yb = inputs[idx], yt[idx]
                     if config.augment == "hflip":
                         flip = (torch.rand(len(idx), generator=gen) < 0.5).to(dev)
                         xb = torch.where(flip[:, None, None, None], xb.flip(-1), xb)
-                    logits = model(xb)
+                    logits = forward(xb)
                     if steps == 0:
                         _check_labels(logits, yb)
                     data_loss = F.cross_entropy(logits, yb)

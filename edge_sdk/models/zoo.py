@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from edge_sdk.models.minirocket import MiniRocketPlan  # (registers the minirocket layer type)
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.spec_file import is_spec_file, load_spec_file
 
-__all__ = ["cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp", "MODEL_FAMILIES", "model_for_dataset", "scale_width"]
+__all__ = ["cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp", "minirocket", "MODEL_FAMILIES", "model_for_dataset",
+           "scale_width"]
 
 _NORMS = (None, "batchnorm", "groupnorm")
 
@@ -190,8 +192,25 @@ def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (200, 200),
     return _spec(shape, num_classes, layers, "mlp")
 
 
+def minirocket(in_channels: int = 1, num_classes: int = 10, length: int = 300, width: float = 1.0,
+               features: int = 9_996, seed: int = 0, series_norm: bool = False) -> dict:
+    """MiniRocket's fixed features of a series ``(C, L)`` (`edge_sdk.models.minirocket`: ``features``
+    times ``width``, at least 84) and a linear classifier, the only part that trains. The features'
+    biases are fitted once before the first round from the fleet's statistics
+    (`coordinator.runtime.series_features`) and travel with the model's state."""
+    if isinstance(length, bool) or not isinstance(length, int) or length < 9:
+        raise ValueError(f"minirocket needs series of at least 9 values, got length {length!r}")
+    count = max(84, int(round(features * width)))
+    rocket = {"type": "minirocket", "in": in_channels, "length": length, "features": count, "seed": seed,
+              "series_norm": series_norm}
+    plan = MiniRocketPlan(in_channels, length, count, seed=seed)
+    head = {"type": "linear", "in": plan.features + (in_channels if series_norm else 0), "out": num_classes}
+    return _spec([in_channels, length], num_classes, [rocket, head], "minirocket")
+
+
 MODEL_FAMILIES: dict[str, Callable[..., dict]] = {
-    "cnn4": cnn4, "cnn1d": cnn1d, "flanc_cnn": flanc_cnn, "resnet_small": resnet_small, "mlp": mlp}
+    "cnn4": cnn4, "cnn1d": cnn1d, "flanc_cnn": flanc_cnn, "resnet_small": resnet_small, "mlp": mlp,
+    "minirocket": minirocket}
 
 
 def model_for_dataset(family: str, input_shape: Sequence[int], num_classes: int,
@@ -208,10 +227,11 @@ def model_for_dataset(family: str, input_shape: Sequence[int], num_classes: int,
     shape = tuple(int(d) for d in input_shape)
     if family == "mlp":
         return mlp(math.prod(shape), num_classes, width=width, input_shape=shape, **kw)
-    if family == "cnn1d":
+    if family in ("cnn1d", "minirocket"):
         if len(shape) != 2:
-            raise ValueError(f"cnn1d needs a (C, L) series input shape, got {shape}; for images use cnn4")
-        return cnn1d(in_channels=shape[0], num_classes=num_classes, length=shape[1], width=width, **kw)
+            raise ValueError(f"{family} needs a (C, L) series input shape, got {shape}; for images use cnn4")
+        return MODEL_FAMILIES[family](in_channels=shape[0], num_classes=num_classes, length=shape[1], width=width,
+                                      **kw)
     if len(shape) != 3:
         hint = "; for a (C, L) series use cnn1d" if len(shape) == 2 else ""
         raise ValueError(f"{family} needs a (C, H, W) input shape, got {shape}{hint}")

@@ -94,7 +94,7 @@ def test_msgpack_round_trip_same_weights() -> None:
 
 
 def test_bad_arguments() -> None:
-    assert set(MODEL_FAMILIES) == {"cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp"}
+    assert set(MODEL_FAMILIES) == {"cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp", "minirocket"}
     with pytest.raises(ValueError, match="unknown model family"):
         model_for_dataset("vgg", (3, 32, 32), 10)
     with pytest.raises(ValueError, match="C, H, W"):

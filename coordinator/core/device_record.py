@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from edge_sdk.data.channel_moments import ChannelMoments
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.capabilities import EVALUATE
+from edge_sdk.protocol.messages import FleetStats
 
 __all__ = ["DeviceRecord", "MAX_KEPT_ACKS", "MISS_WINDOW", "MISS_MASK"]
 
@@ -71,7 +72,7 @@ class DeviceRecord:
     held_out_samples: int = 0
     #: the statistics of its training data it sent (`fleet_stats`), by kind, weighed as far as its
     #: sample count is believed
-    stats: dict[str, ChannelMoments] = field(default_factory=dict)
+    stats: dict[str, ChannelMoments | FleetStats] = field(default_factory=dict)
 
     @property
     def missed_rounds(self) -> int:

@@ -239,13 +239,15 @@ class Fleet:
         return nbytes * len(online)
 
     # -- receiving --------------------------------------------------------
-    def gather_stats(self, kind: str, devices: list[str], timeout_s: float) -> dict[str, ChannelMoments]:
-        """Ask ``devices`` (those naming the capability) for statistics of ``kind`` and wait up to
-        ``timeout_s`` for their answers; returns what came, by device."""
+    def gather_stats(self, kind: str, devices: list[str], timeout_s: float,
+                     params: dict[str, int] | None = None) -> dict[str, Any]:
+        """Ask ``devices`` (those naming the capability) for statistics of ``kind`` (with
+        ``params``) and wait up to ``timeout_s`` for their answers; returns what came, by device:
+        `ChannelMoments`, or the `FleetStats` of other kinds, weighed as far as believed."""
         asked = [d for d in devices if FLEET_STATS in self.devices[d].capabilities]
         for device in asked:
             self.devices[device].stats.pop(kind, None)
-            self.send(device, StatsRequest(kind))
+            self.send(device, StatsRequest(kind, dict(params or {})))
         end = time.monotonic() + timeout_s
         while time.monotonic() < end and any(kind not in self.devices[d].stats for d in asked):
             self.pump(min(0.5, max(0.0, end - time.monotonic())))
@@ -540,8 +542,11 @@ class Fleet:
             self._on_data_count(device, env.body)
         elif isinstance(env.body, FleetStats):
             if (record := self.devices.get(device)) is not None:  # weighed no more than its believed samples
-                moments = ChannelMoments(env.body.count, env.body.mean, env.body.m2)
-                record.stats[env.body.kind] = moments.weighed_as(record.num_samples)
+                if env.body.kind == "channel_moments":
+                    moments = ChannelMoments(env.body.count, env.body.mean, env.body.m2)
+                    record.stats[env.body.kind] = moments.weighed_as(record.num_samples)
+                else:
+                    record.stats[env.body.kind] = replace(env.body, count=min(env.body.count, record.num_samples))
         elif not isinstance(env.body, Status):
             self._reject(device, ErrorCode.UNEXPECTED, f"a device may not send {env.kind!r}", env.msg_id)
 

@@ -36,6 +36,7 @@ from coordinator.runtime.publish import publish_models
 from coordinator.runtime.continuous import ContinuousServing, against_baseline
 from coordinator.runtime.device_counts import DeviceCount
 from coordinator.runtime.fleet_normalisation import normalisation_from_fleet, stored_normalisation
+from coordinator.runtime.series_features import fit_rocket_biases, rocket_layers
 from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.kept_versions import clear_rollback, keep_version, kept_versions, pending_rollback, \
     version_tensors
@@ -153,6 +154,7 @@ class RoundLoop:
                                    f"within {config.register_timeout_s} s; {fleet.why_not_registered()}")
             if self.fleet_normalisation and self._frozen_normalisation is None:
                 self._freeze_normalisation()
+            self._fit_rocket_biases()
             labels = self.strategy.setup(dict(fleet.devices), fleet.online())
             for device_id, label in (labels or {}).items():  # the method labels; the fleet's records keep it
                 fleet.devices[device_id].label = label
@@ -514,6 +516,17 @@ class RoundLoop:
         self.preprocessing = self._frozen_normalisation = normalisation_from_fleet(
             self.fleet, self.preprocessing, self.config.register_timeout_s)
         self._keep_normalisation()
+
+    def _fit_rocket_biases(self) -> None:
+        """A MiniRocket model's biases from the fleet's statistics, once: before its first round (a
+        resumed job's checkpoint holds them)."""
+        state = self.strategy.state_tensors()
+        for key, layer in rocket_layers(getattr(self.strategy, "model_spec", None)):
+            if key in state and not np.any(state[key]):
+                assert self.preprocessing is not None
+                state[key] = fit_rocket_biases(self.fleet, layer, self.preprocessing, self.config.seed,
+                                               self.config.register_timeout_s)
+                self.strategy.load_state_tensors(state)
 
     def _keep_normalisation(self) -> None:
         """The frozen normalisation in the report and in the job's identity (its checkpoint)."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from edge_sdk.methods.base import LocalData
 
-__all__ = ["ChannelMoments", "channel_moments", "merge_moments"]
+__all__ = ["ChannelMoments", "channel_moments", "merge_moments", "raw_values"]
 
 
 @dataclass(frozen=True)
@@ -34,20 +34,27 @@ class ChannelMoments:
         return tuple(max(math.sqrt(m / self.count), 1e-6) if self.count else 1.0 for m in self.m2)
 
 
-def channel_moments(data: LocalData) -> ChannelMoments:
-    """The moments of ``data``'s samples in the raw value scale (its own normalisation undone)."""
+def raw_values(data: LocalData) -> np.ndarray:
+    """``data``'s samples as ``(N, C, positions)`` float64 in the raw value scale (its own
+    normalisation undone)."""
     x = np.asarray(data.x, np.float64)
-    if len(x) == 0:
-        return ChannelMoments(0, (), ())
     channels = x.shape[1] if x.ndim > 1 else 1
     values = x.reshape(len(x), channels, -1)
-    if data.preprocessing is not None and not data.preprocessing.is_raw and x.dtype != np.uint8:
+    if data.preprocessing is not None and not data.preprocessing.is_raw and data.x.dtype != np.uint8:
         own = data.preprocessing
         mean, std = (np.asarray(v, np.float64)[None, :, None] for v in (own.mean, own.std))
         values = values * std + mean
+    return values
+
+
+def channel_moments(data: LocalData) -> ChannelMoments:
+    """The moments of ``data``'s samples in the raw value scale (its own normalisation undone)."""
+    if len(data.x) == 0:
+        return ChannelMoments(0, (), ())
+    values = raw_values(data)
     mean = values.mean(axis=(0, 2))
     variance = values.var(axis=(0, 2))  # the channel's per-value variance over every value
-    return ChannelMoments(len(x), tuple(float(m) for m in mean), tuple(float(v) * len(x) for v in variance))
+    return ChannelMoments(len(values), tuple(float(m) for m in mean), tuple(float(v) * len(values) for v in variance))
 
 
 def merge_moments(parts: list[ChannelMoments]) -> ChannelMoments:

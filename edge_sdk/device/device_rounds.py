@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from edge_sdk.data.channel_moments import channel_moments
 from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.device.data_watch import DataWatch
 from edge_sdk.device.device_data import DeviceData
+from edge_sdk.device.fleet_statistics import fleet_statistics
 from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ErrorCode
-from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, FleetStats, Plan, Update
+from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, Plan, Update
 from edge_sdk.schedule import Decision, SystemMonitor, apply_caps
 from edge_sdk.device.sim_hooks import SimHooks
 from edge_sdk.throttle import Throttle
@@ -229,8 +229,13 @@ class DeviceRounds:
         if isinstance(env.body, Evaluate):
             self.evaluate(env)
             return
-        moments = channel_moments(self.local.data)
-        self.uplink.reply(FleetStats(env.body.kind, moments.count, moments.mean, moments.m2), env)
+        try:
+            stats = fleet_statistics(env.body, self.local.data)
+        except ValueError as exc:
+            log.error("%s: no %s statistics: %s", self.config.device_id, env.body.kind, exc)
+            self.uplink.reply(Error(ErrorCode.NO_DATA, str(exc)[:200]), env)
+            return
+        self.uplink.reply(stats, env)
 
     def evaluate(self, env: Envelope) -> None:
         """Evaluate the model the coordinator names on the held-out data, and answer with the

@@ -26,6 +26,7 @@ __all__ = [
     "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
     "Model", "ProfileUpdate", "Evaluate", "Evaluation", "DataCount", "StatsRequest", "FleetStats", "STATS_KINDS",
+    "SERIES_PARAMS",
     "MAX_EVAL_CLASSES", "Message", "MESSAGE_TYPES",
     "Envelope",
     "encode_envelope", "decode_envelope",
@@ -582,30 +583,43 @@ class DataCount(Message):
 
 
 #: the fleet statistics a coordinator may ask for (`StatsRequest.kind`): the per-channel moments of
-#: the training data, for ``[task] mean = "fleet"``; later kinds (e.g. a series model's) add names here
-STATS_KINDS = ("channel_moments",)
+#: the training data, for ``[task] mean = "fleet"``; ``series_histograms``: where a MiniRocket
+#: layer's convolution outputs fall and the spread of the series' scales, for its biases
+#: (`edge_sdk.models.minirocket_biases`)
+STATS_KINDS = ("channel_moments", "series_histograms")
 #: the most channels a `FleetStats` carries
 MAX_STATS_CHANNELS = 4096
+#: what a ``series_histograms`` request names: the MiniRocket layer's feature count, dilations, seed
+SERIES_PARAMS = ("features", "max_dilations", "seed")
 
 
 @dataclass(frozen=True)
 class StatsRequest(Message):
     """Coordinator -> device: send `FleetStats` of kind ``kind`` over your training data (asked only
-    of a device that names the capability ``fleet_stats``)."""
+    of a device that names the capability ``fleet_stats``); ``params``: what the kind needs (for
+    ``series_histograms``: `SERIES_PARAMS`, small ints)."""
 
     KIND: ClassVar[str] = "stats_request"
     kind: str
+    params: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in STATS_KINDS:
             raise _bad(f"stats kind {self.kind!r} is not one of {STATS_KINDS}")
+        wanted = SERIES_PARAMS if self.kind == "series_histograms" else ()
+        if set(self.params) != set(wanted) or not all(
+                type(v) is int and 0 <= v < 1 << 31 for v in self.params.values()):
+            raise _bad(f"stats kind {self.kind!r} takes params {list(wanted)} (ints >= 0), got {sorted(self.params)}")
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"kind": self.kind}
+        return {"kind": self.kind, **({"params": dict(self.params)} if self.params else {})}
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> StatsRequest:
-        return cls(_str(body, "kind", max_len=64))
+        params = _get(body, "params", {})
+        if not isinstance(params, dict) or len(params) > len(SERIES_PARAMS):
+            raise _bad("field 'params' must be a small map")
+        return cls(_str(body, "kind", max_len=64), {str(k): v for k, v in params.items()})
 
 
 @dataclass(frozen=True)
@@ -613,17 +627,21 @@ class FleetStats(Message):
     """Device -> coordinator: statistics of its training data of a `StatsRequest`'s ``kind``. For
     ``channel_moments``: ``count`` samples and per channel the ``mean`` and ``m2`` (summed squared
     deviations, per value averaged over a sample's positions), in float64, in the raw value scale.
-    Aggregates only, never a sample; the coordinator weighs ``count`` no more than the samples it
-    believes the device holds."""
+    For ``series_histograms``: ``tensors`` ``shares`` (per MiniRocket combination, the share of its
+    outputs in each bin, each row summing to 1) and ``scales`` (per channel, the share of series
+    whose log scale falls in each bin), mean and m2 empty. Aggregates only, never a sample; the
+    coordinator weighs ``count`` no more than the samples it believes the device holds."""
 
     KIND: ClassVar[str] = "fleet_stats"
     kind: str
     count: int
     mean: tuple[float, ...]
     m2: tuple[float, ...]
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # checked as a receiver would
         self._check(self.to_body())
+        self._check_tensors(self.kind, self.tensors)
 
     @classmethod
     def _check(cls, body: dict) -> tuple:
@@ -642,12 +660,26 @@ class FleetStats(Message):
             raise _bad("mean and m2 must be of one length, m2 >= 0")
         return kind, count, values[0], values[1]
 
+    @staticmethod
+    def _check_tensors(kind: str, tensors: dict[str, np.ndarray]) -> None:
+        wanted = {"shares", "scales"} if kind == "series_histograms" else set()
+        if set(tensors) != wanted:
+            raise _bad(f"stats kind {kind!r} carries tensors {sorted(wanted)}, got {sorted(tensors)}")
+        for name, t in tensors.items():
+            if t.ndim != 2 or t.dtype != np.float32 or not np.isfinite(t).all() or (t < 0).any():
+                raise _bad(f"tensor {name!r} must be a 2-D float32 array of finite shares >= 0")
+
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"kind": self.kind, "count": self.count, "mean": list(self.mean), "m2": list(self.m2)}
+        body = {"kind": self.kind, "count": self.count, "mean": list(self.mean), "m2": list(self.m2)}
+        if self.tensors:
+            body["tensors"] = pack_tensors(self.tensors)
+        return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> FleetStats:
-        return cls(*cls._check(body))
+        packed = _get(body, "tensors", None)
+        tensors = {} if packed is None else unpack_tensors(packed, data, limits)
+        return cls(*cls._check(body), tensors)
 
 
 AnyMessage = Union[Register, Plan, RoundStart, Update, Ack, Error, Status, Stop, Chunk, Model, ProfileUpdate,

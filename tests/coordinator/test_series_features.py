@@ -1,0 +1,87 @@
+"""A MiniRocket model's biases from the fleet: the request and the answer on the wire, what a
+device computes, and a job whose devices' statistics fit them before its first round."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.runtime.series_features import rocket_layers
+from coordinator.runtime.state import load_checkpoint
+from edge_sdk.data.preprocessing import Preprocessing
+from edge_sdk.device.fleet_statistics import fleet_statistics
+from edge_sdk.methods.base import LocalData
+from edge_sdk.models.minirocket import MiniRocketPlan
+from edge_sdk.models.minirocket_biases import series_statistics
+from edge_sdk.models.zoo import model_for_dataset
+from edge_sdk.protocol.errors import ProtocolError
+from edge_sdk.protocol.messages import Envelope, FleetStats, StatsRequest, decode_envelope, encode_envelope
+from edge_sdk.train_config import TrainConfig
+
+PARAMS = {"features": 840, "max_dilations": 32, "seed": 0}
+
+
+def _waves(n: int, seed: int, length: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Two classes: a slow and a fast sine, of any amplitude and phase, with noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    t = np.arange(length)
+    freq = np.where(y == 0, 0.03, 0.2)[:, None]
+    x = rng.uniform(1, 20, (n, 1)) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6, (n, 1)))
+    return (x + rng.normal(0, 0.2, x.shape))[:, None, :].astype(np.float32), y
+
+
+def test_the_request_and_the_answer_travel_and_bad_ones_are_refused() -> None:
+    request = StatsRequest("series_histograms", PARAMS)
+    assert decode_envelope(encode_envelope(Envelope.of(request, "coordinator", round=0))).body == request
+    x, _ = _waves(10, 0)
+    stats = FleetStats("series_histograms", 10, (), (), series_statistics(MiniRocketPlan(1, 64, 840), x))
+    got = decode_envelope(encode_envelope(Envelope.of(stats, "dev", round=0))).body
+    assert got.count == 10 and all(np.array_equal(got.tensors[k], stats.tensors[k]) for k in ("shares", "scales"))
+    for bad in ({}, {**PARAMS, "seed": -1}, {**PARAMS, "more": 1}):
+        with pytest.raises(ProtocolError, match="takes params"):
+            StatsRequest("series_histograms", bad)
+    with pytest.raises(ProtocolError, match="takes params"):
+        StatsRequest("channel_moments", PARAMS)
+    negative = {**stats.tensors, "shares": -stats.tensors["shares"]}
+    with pytest.raises(ProtocolError, match="finite shares"):
+        FleetStats("series_histograms", 10, (), (), negative)
+    with pytest.raises(ProtocolError, match="carries tensors"):
+        FleetStats("series_histograms", 10, (), (), {"shares": stats.tensors["shares"]})
+
+
+def test_a_device_answers_in_the_raw_scale_whatever_its_own_normalisation() -> None:
+    x, y = _waves(30, 1)
+    request = StatsRequest("series_histograms", PARAMS)
+    raw = fleet_statistics(request, LocalData(x, y, 2))
+    own = Preprocessing((5.0,), (3.0,), ("slow", "fast"), (1, 64))
+    normalised = fleet_statistics(request, LocalData((x - 5.0) / 3.0, y, 2, preprocessing=own))
+    for key in ("shares", "scales"):
+        np.testing.assert_allclose(normalised.tensors[key], raw.tensors[key], atol=2e-3)
+    assert raw.count == 30 and raw.tensors["shares"].shape == (MiniRocketPlan(1, 64, 840).combinations, 256)
+    with pytest.raises(ValueError, match="need \\(C, L\\) series"):
+        fleet_statistics(request, LocalData(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 2))
+
+
+def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path) -> None:
+    from simulation.config import SimulationConfig, sim_federation
+    from simulation.simulate import run_simulation
+
+    x_train, y_train = _waves(90, 2)
+    x_test, y_test = _waves(60, 3)
+    data = tmp_path / "waves.npz"
+    np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series",
+             classes=np.array(["slow", "fast"]))
+    checkpoints = tmp_path / "ckpt"
+    config = SimulationConfig(method="fedavg", clients=3, dataset=f"npz:{data}", model="minirocket", plots=False,
+                              out=str(tmp_path / "out"), options={}, holdout=0.0,
+                              federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
+                                                        train=TrainConfig(epochs=5, batch_size=8)))
+    report = run_simulation(config)
+    spec = model_for_dataset("minirocket", (1, 64), 2)
+    ((key, _),) = rocket_layers(spec)
+    checkpoint = load_checkpoint(checkpoints)
+    assert checkpoint is not None
+    biases = checkpoint.tensors[key]
+    assert biases.shape == (MiniRocketPlan(1, 64).features,) and np.isfinite(biases).all() and np.any(biases)
+    assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs

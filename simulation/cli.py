@@ -105,10 +105,10 @@ def dataset_name(text: str) -> str:
 
 
 def model_family(text: str) -> str:
-    """``--model``: a zoo family, or ``spec:FILE`` naming a file that exists."""
-    from edge_sdk.model_names import MODEL_FAMILY_NAMES
+    """``--model``: ``auto``, a zoo family, or ``spec:FILE`` naming a file that exists."""
+    from edge_sdk.model_names import AUTO, MODEL_FAMILY_NAMES
 
-    return _name_or_file(text, "model family", MODEL_FAMILY_NAMES, "spec:")
+    return _name_or_file(text, "model family", (AUTO, *MODEL_FAMILY_NAMES), "spec:")
 
 
 def simulate_command(sub: argparse._SubParsersAction) -> None:
@@ -187,8 +187,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="publish the job and its devices to Home Assistant by MQTT discovery under PREFIX "
                         "(default homeassistant) on --broker (docs/homeassistant.md); off by default")
     p.add_argument("--model", type=model_family, default=SIMULATION.model,
-                   help="model family: cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, mlp, "
-                        "cnn1d (sensor series); "
+                   help="model family: auto (default: minirocket for sensor series with fedavg/fedprox, else "
+                        "cnn1d; cnn4 for images), cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, "
+                        "mlp, minirocket, cnn1d (sensor series); "
                         "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")
     p.add_argument("--profiles", help="comma-separated device profiles (names in profiles/ or .toml/.json "
                                       "files), taken in turn (default: a mixed home fleet)")

@@ -25,7 +25,7 @@ class SimulationDefaults:
     rounds: int = 3
     dataset: str = "mnist-sample"  # ships with the package: runs offline
     partition: str = "iid"
-    model: str = "cnn4"
+    model: str = "auto"  # the input's shape decides (`edge_sdk.model_names.default_family`)
     out: str = "runs/latest"
     throttle: str = "virtual"  # report the profiled devices' time
     sim_device: str = "cpu"

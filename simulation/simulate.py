@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
+from edge_sdk.model_names import AUTO, default_family
 from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.networking.fair_inbox import InboxLimits
 from edge_sdk.paths import writable_dir
@@ -127,6 +128,8 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
         for name in set(config.profiles):
             load_profile(name)  # a bad profile is an error now, not in a device thread
         resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
+        if config.model == AUTO:  # the family the data's shape calls for, named as such from here on
+            config = replace(config, model=default_family(dataset.input_shape, config.method))
         shards, public = order.split(dataset)  # every device's data, in one array
         if checkpoint_dir is not None:
             check_same_job(config)

@@ -12,6 +12,7 @@ import numpy as np
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.methods.registry import METHODS
+from edge_sdk.model_names import AUTO, default_family
 from edge_sdk.methods.settings.options import check_options
 from edge_sdk.data.datasets import ImageDataset, load_dataset
 from edge_sdk.networking.link import LinkConfig
@@ -50,7 +51,7 @@ class CoordinatorConfig:
     method: str = "fedavg"
     job: str = "default"
     out: str = "runs/coordinator"
-    model: str = "cnn4"
+    model: str = AUTO  # the task's shape decides (`edge_sdk.model_names.default_family`)
     #: held-out data the coordinator evaluates on (None: none; the task then comes from `[task]` alone)
     dataset: str | None = None
     data_root: str | None = None
@@ -104,7 +105,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     _in_table("options", lambda: check_options(METHODS[method].settings, method, options))
     return CoordinatorConfig(
         method=method, job=job, out=setting(config, "out", str, "runs/coordinator"),
-        model=setting(config, "model", str, "cnn4"), dataset=setting(config, "dataset", str),
+        model=setting(config, "model", str, AUTO), dataset=setting(config, "dataset", str),
         data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
         options=options,
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
@@ -204,6 +205,8 @@ def run_coordinator(config: CoordinatorConfig,
     checkpoint = load_checkpoint(Path(checkpoint_dir)) if checkpoint_dir else None
     signer = _signer(config)  # a missing key is an error even for a finished job: the config is wrong
     task, preprocessing, eval_data = job_task(config)
+    if config.model == AUTO:  # the family the task's shape calls for
+        config = replace(config, model=default_family(task.input_shape, config.method))
     identity = job_identity(config.method, config.options, config.model, task.input_shape, task.num_classes,
                             config.federation.seed)
     if checkpoint is not None:

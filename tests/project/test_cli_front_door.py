@@ -34,7 +34,7 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     (["--backend", "ray", "--ray-actors-per-worker", "0"], "argument --ray-actors-per-worker: must be >= 1, got 0"),
     (["--dataset", "mnistt"], "argument --dataset: unknown dataset 'mnistt'; choose from mnist-sample"),
     (["--dataset", "npz:/nonexistent.npz"], "argument --dataset: '/nonexistent.npz': no such file"),
-    (["--model", "cnnn"], "argument --model: unknown model family 'cnnn'; choose from cnn4"),
+    (["--model", "cnnn"], "argument --model: unknown model family 'cnnn'; choose from auto, cnn4"),
     (["--model", "spec:/nonexistent.json"], "argument --model: '/nonexistent.json': no such file"),
 ])
 def test_impossible_simulate_options_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:

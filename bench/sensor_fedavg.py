@@ -1,5 +1,6 @@
-"""The zoo's 1-D model on the smart-home sensor datasets (issue 40): its central accuracy (the
-ceiling) beside FedAvg on 10 devices, IID and ``dirichlet:0.5``, over several seeds.
+"""The zoo's series models (``--model cnn1d``, ``minirocket``) on the smart-home sensor datasets
+(issues 40, 60): central accuracy (the ceiling) beside FedAvg on 10 devices, IID and
+``dirichlet:0.5``, over several seeds.
 
     pip install -e ".[sensors]"        # the .ts files (sktime)
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid,acsf1 --seeds 3
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edge_sdk.data.datasets import load_dataset  # noqa: E402
 from coordinator.strategies.base import seeded_init  # noqa: E402
+from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics  # noqa: E402
 from edge_sdk.models.spec import build_model  # noqa: E402
 from edge_sdk.models.zoo import model_for_dataset  # noqa: E402
 from edge_sdk.train_config import TrainConfig  # noqa: E402
@@ -50,16 +52,23 @@ CLIENTS = 10
 
 #: the batch size of every run, central and federated (--batch-size)
 BATCH = 32
+#: local epochs a round (--local-epochs); the central run trains rounds x this many epochs
+LOCAL_EPOCHS = 1
 
 
 def train_config(epochs: int, lr: float = 0.05) -> TrainConfig:
     return TrainConfig(epochs=epochs, batch_size=BATCH, lr=lr, momentum=0.9, threads=1)
 
 
-def central(name: str, epochs: int, seed: int, decay: LrDecay = ()) -> float:
+def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str = "cnn1d") -> float:
     dataset = load_dataset(name)
     with seeded_init(seed):
-        model = build_model(model_for_dataset("cnn1d", dataset.input_shape, dataset.num_classes))
+        model = build_model(model_for_dataset(family, dataset.input_shape, dataset.num_classes))
+    if family == "minirocket":  # its biases from the training split's statistics, as a one-device fleet's
+        layer = model.layers[0]
+        stats = series_statistics(layer.plan, dataset.x_train)
+        layer.biases.copy_(torch.as_tensor(fleet_biases(layer.plan, stats["shares"], stats["scales"],
+                                                        np.ones(layer.plan.channels), seed)))
     edges = [0, *[at for at, _ in decay if at < epochs], epochs]
     for phase, (start, end) in enumerate(zip(edges, edges[1:])):
         train_local(model, dataset.x_train, dataset.y_train, train_config(end - start, 0.05 * lr_factor(decay, start)),
@@ -71,13 +80,14 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = ()) -> float:
 
 
 def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = (),
-              options: dict[str, str] | None = None) -> dict:
+              options: dict[str, str] | None = None, family: str = "cnn1d") -> dict:
     out = work / f"{name}-{partition.replace(':', '-')}-{seed}"
-    config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model="cnn1d", partition=partition,
+    config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model=family, partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
                               options=dict(options or {}),
                               federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
-                                                        eval_every=rounds, lr_decay=decay, train=train_config(1)))
+                                                        eval_every=rounds, lr_decay=decay,
+                                                        train=train_config(LOCAL_EPOCHS)))
     report = run_simulation(config).to_dict()
     last = report["rounds"][-1]
     return {"accuracy": last["accuracy"]["global"],
@@ -89,7 +99,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH
+    global BATCH, LOCAL_EPOCHS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -101,11 +111,14 @@ def main() -> None:
                    help="a FedAvg option for the federated runs (repeatable), e.g. server_opt=fedavgm")
     p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
     p.add_argument("--json", type=Path, help="also write every run here")
+    p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
+    p.add_argument("--local-epochs", type=int, default=1, help="a round's; central: rounds x this many epochs")
     args = p.parse_args()
     options = dict(option.split("=", 1) for option in args.option)
-    BATCH = args.batch_size
+    BATCH, LOCAL_EPOCHS = args.batch_size, args.local_epochs
     torch.set_num_threads(1)
-    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.rounds} rounds/epochs, "
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
+          f"{args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
           f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,9 +126,10 @@ def main() -> None:
             row = results[name] = {"central": [], **{part: [] for part in args.partitions.split(",")}}
             for seed in range(args.seeds):
                 started = time.monotonic()
-                row["central"].append(central(name, args.rounds, seed, args.lr_decay))
+                row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay, args.model))
                 for part in args.partitions.split(","):
-                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay, options))
+                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay, options,
+                                               args.model))
                 print(f"  {name} seed {seed}: central {row['central'][-1]:.3f}, "
                       + ", ".join(f"{part} {row[part][-1]['accuracy']:.3f}" for part in args.partitions.split(","))
                       + f" ({time.monotonic() - started:.0f} s)", flush=True)

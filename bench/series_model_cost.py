@@ -1,0 +1,75 @@
+"""What a published series model costs a device that serves it: onnxruntime (one thread) on one raw
+PLAID test series at a time, MiniRocket (the transform inside the model) against cnn1d, the same
+exported way (`export_onnx` with PLAID's preprocessing: any length is resampled inside the graph).
+
+    OMP_NUM_THREADS=1 python bench/series_model_cost.py [--series 200]
+
+Prints each model's file size, median and p90 milliseconds a series (the archive's raw lengths,
+134-1,000 values), and the ratio MiniRocket / cnn1d measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from coordinator.runtime.export import export_onnx  # noqa: E402
+from edge_sdk.data.datasets import load_dataset  # noqa: E402
+from edge_sdk.data.sensor_datasets import sensor_files  # noqa: E402
+from edge_sdk.data.ts_format import read_ts  # noqa: E402
+from edge_sdk.inference import OnnxClassifier  # noqa: E402
+from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics  # noqa: E402
+from edge_sdk.models.spec import build_model  # noqa: E402
+from edge_sdk.models.zoo import model_for_dataset  # noqa: E402
+
+
+def timed(path: Path, series: list[np.ndarray]) -> list[float]:
+    classifier = OnnxClassifier(path, threads=1)
+    classifier.predict(series[0][None])  # warm
+    out = []
+    for s in series:
+        started = time.perf_counter()
+        classifier.predict(s[None])
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--series", type=int, default=200, help="raw test series timed (default %(default)s)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    dataset = load_dataset("plaid")
+    raw = [np.asarray(s, np.float32) for s in read_ts(sensor_files("plaid")[1]).series[:args.series]]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for family in ("cnn1d", "minirocket"):
+            torch.manual_seed(0)
+            model = build_model(model_for_dataset(family, dataset.input_shape, dataset.num_classes)).eval()
+            if family == "minirocket":
+                layer = model.layers[0]
+                stats = series_statistics(layer.plan, dataset.x_train)
+                layer.biases.copy_(torch.as_tensor(fleet_biases(layer.plan, stats["shares"], stats["scales"],
+                                                                np.ones(1), 0)))
+            path = Path(tmp) / f"{family}.onnx"
+            export_onnx(model, path, dataset.x_test[:4], preprocessing=dataset.preprocessing)
+            ms = timed(path, raw)
+            results[family] = statistics.median(ms)
+            print(f"{family}: {path.stat().st_size / 1e6:.2f} MB, {statistics.median(ms):.2f} ms a series (median), "
+                  f"p90 {np.percentile(ms, 90):.2f} ms, {len(raw)} raw series of {min(map(len, map(np.ravel, raw)))}"
+                  f"-{max(map(len, map(np.ravel, raw)))} values", flush=True)
+    print(f"minirocket / cnn1d: {results['minirocket'] / results['cnn1d']:.2f}x the time a series")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

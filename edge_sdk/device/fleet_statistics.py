@@ -10,7 +10,11 @@ from edge_sdk.data.channel_moments import channel_moments, raw_values
 from edge_sdk.methods.base import LocalData
 from edge_sdk.protocol.messages import FleetStats, StatsRequest
 
-__all__ = ["fleet_statistics"]
+__all__ = ["MIN_SERIES", "fleet_statistics"]
+
+#: the fewest training series a device shares ``series_histograms`` of: with one or two, its
+#: histograms would show those series' own output distributions
+MIN_SERIES = 3
 
 
 def fleet_statistics(request: StatsRequest, data: LocalData) -> FleetStats:
@@ -25,6 +29,9 @@ def fleet_statistics(request: StatsRequest, data: LocalData) -> FleetStats:
     if np.ndim(data.x) != 3 or len(data.x) == 0:
         raise ValueError(f"series statistics need (C, L) series, this device holds {len(data.x)} samples of shape "
                          f"{tuple(np.shape(data.x)[1:])}")
+    if len(data.x) < MIN_SERIES:
+        raise ValueError(f"{len(data.x)} training series are fewer than the {MIN_SERIES} whose statistics a device "
+                         "shares (they would show those series themselves)")
     series = raw_values(data).astype(np.float32)
     params = request.params
     plan = MiniRocketPlan(series.shape[1], series.shape[2], params["features"], params["max_dilations"],

@@ -59,6 +59,8 @@ def test_a_device_answers_in_the_raw_scale_whatever_its_own_normalisation() -> N
     for key in ("shares", "scales"):
         np.testing.assert_allclose(normalised.tensors[key], raw.tensors[key], atol=2e-3)
     assert raw.count == 30 and raw.tensors["shares"].shape == (MiniRocketPlan(1, 64, 840).combinations, 256)
+    with pytest.raises(ValueError, match="fewer than the 3"):
+        fleet_statistics(request, LocalData(x[:2], y[:2], 2))
     with pytest.raises(ValueError, match="need \\(C, L\\) series"):
         fleet_statistics(request, LocalData(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 2))
 

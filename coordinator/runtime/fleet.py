@@ -178,6 +178,7 @@ class Fleet:
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
         self._collecting: _Collection | None = None
+        self._declined_stats: set[str] | None = None  # while gather_stats waits: who answered no_data
         self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
         #: per device, the (device connection, coordinator connection) its plan was last sent
         #: over: a plan is sent again only when one side has reconnected since
@@ -249,8 +250,13 @@ class Fleet:
             self.devices[device].stats.pop(kind, None)
             self.send(device, StatsRequest(kind, dict(params or {})))
         end = time.monotonic() + timeout_s
-        while time.monotonic() < end and any(kind not in self.devices[d].stats for d in asked):
-            self.pump(min(0.5, max(0.0, end - time.monotonic())))
+        self._declined_stats = declined = set()  # devices that answered no_data: not waited for
+        try:
+            while time.monotonic() < end and any(kind not in self.devices[d].stats and d not in declined
+                                                 for d in asked):
+                self.pump(min(0.5, max(0.0, end - time.monotonic())))
+        finally:
+            self._declined_stats = None
         return {d: self.devices[d].stats[kind] for d in asked if kind in self.devices[d].stats}
 
     def why_not_registered(self) -> str:
@@ -524,6 +530,8 @@ class Fleet:
             self._on_profile_update(device, env)
         elif isinstance(env.body, Error):
             log.warning("device %s reports %s: %s", device, env.body.code, env.body.message)
+            if self._declined_stats is not None and env.body.code == ErrorCode.NO_DATA:
+                self._declined_stats.add(device)  # no statistics to give: gather_stats need not wait
             col = self._collecting
             if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED, ErrorCode.NO_DATA) and col is not None
                     and env.round == col.round and device in col.participants):

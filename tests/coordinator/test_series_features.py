@@ -87,3 +87,22 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     biases = checkpoint.tensors[key]
     assert biases.shape == (MiniRocketPlan(1, 64).features,) and np.isfinite(biases).all() and np.any(biases)
     assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
+
+
+def test_devices_with_too_few_series_decline_and_the_job_does_not_wait_for_them(tmp_path) -> None:
+    import time
+
+    from simulation.config import SimulationConfig, sim_federation
+    from simulation.simulate import run_simulation
+
+    x_train, y_train = _waves(7, 4)  # 3 devices: 3, 2 and 2 series; the two with 2 decline
+    x_test, y_test = _waves(20, 5)
+    data = tmp_path / "few.npz"
+    np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series")
+    config = SimulationConfig(method="fedavg", clients=3, dataset=f"npz:{data}", plots=False, out=str(tmp_path / "out"),
+                              holdout=0.0, federation=sim_federation(rounds=1, seed=0, register_timeout_s=60.0))
+    started = time.monotonic()
+    report = run_simulation(config)
+    assert time.monotonic() - started < 30  # not the 60 s a silent device would have cost
+    assert report.config["model"] == "minirocket"  # `--model auto` on series
+    assert report.rounds and report.rounds[-1].aggregated

@@ -131,12 +131,12 @@ class OnnxClassifier:
         """``x`` reshaped to ``(N, *sample_shape)`` (e.g. flat rows of pixels); ValueError if impossible."""
         if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu" or x.ndim < 1:
             raise ValueError("inputs must be a numeric numpy array")
-        if self.preprocessing is not None and self.preprocessing.resample:  # (N, C, any length)
+        if self.preprocessing is not None and self.preprocessing.any_length:  # (N, C, any length)
             channels, length = self.preprocessing.input_shape
             series = x[:, None, :] if x.ndim == 2 and channels == 1 else x
             if series.ndim != 3 or series.shape[1] != channels or series.shape[2] < 1:
                 raise ValueError(f"inputs have sample shape {x.shape[1:]}; the model takes series of {channels} "
-                                 f"channel(s) of any length (resampled to {length})")
+                                 f"channel(s) of any length (brought to {length})")
             return series
         if self.sample_shape is None or x.shape[1:] == self.sample_shape:
             return x

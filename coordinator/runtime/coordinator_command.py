@@ -127,7 +127,7 @@ def _in_table(name: str, build: Callable[[], T]) -> T:
         raise ValueError(f"[{name}] {exc}") from None
 
 
-_TASK_KEYS = {"mean", "std", "classes", "input_shape", "num_classes", "resample"}
+_TASK_KEYS = {"mean", "std", "classes", "input_shape", "num_classes", "resample", "repeat"}
 #: `[task] mean` and `std` that ask the devices for their statistics
 FLEET = "fleet"
 
@@ -155,7 +155,7 @@ def _task(path: str | Path, config: dict) -> dict[str, Any]:
 def _task_normalisation(path: str | Path, task: dict) -> Preprocessing | None:
     """`[task]` ``mean`` and ``std`` (one number per input channel, in the devices' raw value scale)
     and optional ``classes`` (a name per class); None when it names none."""
-    normalisation = {k: v for k, v in task.items() if k in ("mean", "std", "classes", "resample")}
+    normalisation = {k: v for k, v in task.items() if k in ("mean", "std", "classes", "resample", "repeat")}
     if not normalisation:  # input_shape / num_classes only: the dataset's normalisation
         return None
     if "input_shape" in task:
@@ -271,7 +271,8 @@ def job_preprocessing(dataset: ImageDataset, task: Preprocessing | None) -> tupl
     if task.classes and len(task.classes) != dataset.num_classes:
         raise ValueError(f"[task] classes names {len(task.classes)} classes; the data has {dataset.num_classes}")
     job = Preprocessing(task.mean, task.std, task.classes or own.classes, dataset.input_shape,
-                        task.resample or own.resample)
+                        (task.resample or own.resample) and not (task.repeat or own.repeat),
+                        (task.repeat or own.repeat) and not task.resample)
     log.info("the job normalises inputs with [task] mean %s, std %s", list(job.mean), list(job.std))
     return job, job.convert_from(own, dataset.x_test)
 

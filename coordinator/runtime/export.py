@@ -61,19 +61,23 @@ def onnx_max_abs_diff(model: nn.Module, path: str | Path, inputs: np.ndarray | t
 class Normalised(nn.Module):
     """``model`` after the job's per-channel normalisation: the exported graph takes raw inputs
     (with ``preprocessing.resample``, series of any length: each is first resampled to the model's
-    length, linearly over its whole span, as `edge_sdk.data.sensor_datasets.resample` does)."""
+    length, linearly over its whole span, as `edge_sdk.data.sensor_datasets.resample` does; with
+    ``preprocessing.repeat``, repeated end to end and cut, as `repeat_to` does)."""
 
     def __init__(self, model: nn.Module, preprocessing: Preprocessing) -> None:
         super().__init__()
         self.model = model
-        self.length = preprocessing.input_shape[-1] if preprocessing.resample else None
+        self.length = preprocessing.input_shape[-1] if preprocessing.any_length else None
+        self.repeat = preprocessing.repeat
         shape = (1, preprocessing.channels) + (1,) * (len(preprocessing.input_shape) - 1 if preprocessing.input_shape
                                                        else 2)
         self.register_buffer("mean", torch.tensor(preprocessing.mean, dtype=torch.float32).reshape(shape))
         self.register_buffer("std", torch.tensor(preprocessing.std, dtype=torch.float32).reshape(shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.length is not None:
+        if self.length is not None and self.repeat:  # position i takes value i mod the series' length
+            x = x.index_select(2, torch.arange(self.length, device=x.device) % x.shape[2])
+        elif self.length is not None:
             x = nn.functional.interpolate(x, size=self.length, mode="linear", align_corners=True)
         return self.model((x - self.mean) / self.std)
 
@@ -87,14 +91,15 @@ def export_onnx(model: nn.Module, path: str | Path, inputs: np.ndarray | torch.T
     With ``preprocessing`` the graph starts with its normalisation, so it takes *raw* inputs, and
     carries it (mean, std, class names, input shape) as metadata (`ONNX_METADATA_KEY`, JSON);
     ``inputs`` are still given normalised (as the model trained on them) and checked raw. With
-    ``preprocessing.resample`` the series axis is dynamic too (any length is resampled)."""
+    ``preprocessing.resample`` or ``repeat`` the series axis is dynamic too (any length is resampled,
+    or repeated and cut)."""
     if preprocessing is not None:
         x = _inputs(inputs)
         raw = x * np.asarray(preprocessing.std, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2)) \
             + np.asarray(preprocessing.mean, np.float32).reshape((1, -1) + (1,) * (x.ndim - 2))
         wrapped = Normalised(model, preprocessing).train(model.training)  # a new module is in training mode:
         # `_export` restores the mode it found, which must be the model's own
-        diff = _export(wrapped, Path(path), raw, opset, dynamic_length=preprocessing.resample)
+        diff = _export(wrapped, Path(path), raw, opset, dynamic_length=preprocessing.any_length)
         _add_metadata(Path(path), {ONNX_METADATA_KEY: preprocessing.to_json()})
         return diff
     return _export(model, Path(path), _inputs(inputs), opset)

@@ -61,6 +61,8 @@ class ImageDataset:
     std: tuple[float, ...] = ()
     #: series that came in varying lengths and were resampled to one (`Preprocessing.resample`)
     resample: bool = False
+    #: series that came in varying lengths and were repeated or cut to one (`Preprocessing.repeat`)
+    repeat: bool = False
     #: each training sample's row in the training split as published, when `load_dataset`'s
     #: ``train_order`` stored them in another order (None: in that order)
     train_rows: np.ndarray | None = None
@@ -92,7 +94,7 @@ class ImageDataset:
     @property
     def preprocessing(self) -> Preprocessing:
         """How raw samples become this dataset's inputs (its train statistics), and its class names."""
-        return Preprocessing(self.mean, self.std, self.classes, self.input_shape, self.resample)
+        return Preprocessing(self.mean, self.std, self.classes, self.input_shape, self.resample, self.repeat)
 
     @property
     def raw_train(self) -> bool:
@@ -176,7 +178,8 @@ def _train_order(y: np.ndarray, num_classes: int) -> np.ndarray | None:
 
 
 def _build(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
-           num_classes: int, classes: tuple[str, ...] = (), resample: bool = False) -> ImageDataset:
+           num_classes: int, classes: tuple[str, ...] = (), resample: bool = False,
+           repeat: bool = False) -> ImageDataset:
     """Normalise raw N x C x ... samples with train statistics and wrap them (the training split in
     the order `load_dataset`'s ``train_order`` asks, if it does)."""
     mean, std = _channel_stats(xtr)
@@ -188,7 +191,7 @@ def _build(name: str, xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np
         x_test=_normalise(xte, mean, std), y_test=yte.astype(np.int64),
         num_classes=num_classes, classes=classes,
         mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std), resample=resample,
-        train_rows=order,
+        repeat=repeat, train_rows=order,
     )
 
 
@@ -466,8 +469,8 @@ def _load(name: str, root: str | Path | None, test_fraction: float, seed: int) -
     if name in ("plaid", "acsf1", "basicmotions"):
         from edge_sdk.data.sensor_datasets import SENSOR_DATASETS, load_sensor_arrays
         xtr, ytr, xte, yte, classes = load_sensor_arrays(name)
-        resampled = SENSOR_DATASETS[name][2] is not None  # a fixed length: its series vary (PLAID)
-        return _build(name, xtr, ytr, xte, yte, len(classes), classes, resample=resampled)
+        repeated = SENSOR_DATASETS[name][2] is not None  # a fixed length: its series vary (PLAID)
+        return _build(name, xtr, ytr, xte, yte, len(classes), classes, repeat=repeated)
     folder = Path(root).expanduser() if root is not None else _default_root(name)
     if name == "cifar10":
         return _load_cifar10(folder)

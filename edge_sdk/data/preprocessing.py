@@ -7,8 +7,9 @@ its ONNX graph and metadata, so `edgefl predict` takes raw inputs. A device whos
 normalised with its own data's statistics converts once (`LocalData.normalised_as`): the two
 normalisations differ by an affine map per channel, so no raw copy is kept.
 
-A job on series of varying length (``resample``; e.g. the ``plaid`` dataset) has every series
-resampled to the model's length, linearly over its whole span (`edge_sdk.data.sensor_datasets.resample`);
+A job on series of varying length has every series brought to the model's length: ``resample``d,
+linearly over its whole span (`edge_sdk.data.sensor_datasets.resample`), or ``repeat``ed end to end
+and cut (`edge_sdk.data.sensor_datasets.repeat_to`; the ``plaid`` dataset: its currents are periodic);
 the published model does the same in its graph, so `edgefl predict` takes a series of any length.
 """
 
@@ -80,6 +81,9 @@ class Preprocessing:
     #: series of any length are resampled to ``input_shape``'s length (linear interpolation over the
     #: whole span) before the normalisation: a (C, L) input shape only
     resample: bool = False
+    #: series of any length are repeated end to end, then cut, to ``input_shape``'s length (a window
+    #: of a periodic signal) before the normalisation: a (C, L) input shape only; not with resample
+    repeat: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", _floats("mean", self.mean))
@@ -97,11 +101,15 @@ class Preprocessing:
                 type(n) is int and 1 <= n <= 65536 for n in shape):
             raise ValueError(f"preprocessing input_shape must be up to 3 ints in [1, 65536], got {shape!r}")
         object.__setattr__(self, "input_shape", tuple(shape))
-        if type(self.resample) is not bool:
-            raise ValueError(f"preprocessing resample must be true or false, got {str(self.resample)[:20]!r}")
-        if self.resample and len(shape) not in (0, 2):
-            raise ValueError(f"preprocessing resample needs a series input_shape (channels, length), "
-                             f"got {tuple(shape)}")
+        for name in ("resample", "repeat"):
+            value = getattr(self, name)
+            if type(value) is not bool:
+                raise ValueError(f"preprocessing {name} must be true or false, got {str(value)[:20]!r}")
+            if value and len(shape) not in (0, 2):
+                raise ValueError(f"preprocessing {name} needs a series input_shape (channels, length), "
+                                 f"got {tuple(shape)}")
+        if self.resample and self.repeat:
+            raise ValueError("preprocessing takes resample or repeat, not both")
         if shape and shape[0] != len(self.mean):
             raise ValueError(f"preprocessing names {len(self.mean)} channels but input_shape {tuple(shape)} "
                              f"has {shape[0]}")
@@ -173,22 +181,29 @@ class Preprocessing:
             out["input_shape"] = list(self.input_shape)
         if self.resample:
             out["resample"] = True
+        if self.repeat:
+            out["repeat"] = True
         return out
+
+    @property
+    def any_length(self) -> bool:
+        """Whether a series of any length is brought to the model's (``resample`` or ``repeat``)."""
+        return self.resample or self.repeat
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Preprocessing":
         """From untrusted plain data: unknown keys and bad values raise a one-line ValueError."""
         if not isinstance(data, Mapping):
             raise ValueError(f"preprocessing must be a table/mapping, got {type(data).__name__}")
-        unknown = sorted(repr(k)[:40] for k in data if k not in ("mean", "std", "classes", "input_shape", "resample"))
+        known = ("mean", "std", "classes", "input_shape", "resample", "repeat")
+        unknown = sorted(repr(k)[:40] for k in data if k not in known)
         if unknown:
-            raise ValueError(f"preprocessing: unknown key(s) {', '.join(unknown)} (known: mean, std, classes, "
-                             "input_shape, resample)")
+            raise ValueError(f"preprocessing: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
         for key in ("mean", "std"):
             if key not in data:
                 raise ValueError(f"preprocessing needs {key!r} (a list with one number per channel)")
         return cls(data["mean"], data["std"], data.get("classes", ()), data.get("input_shape", ()),
-                   data.get("resample", False))
+                   data.get("resample", False), data.get("repeat", False))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))

@@ -2,16 +2,21 @@
 wheel ships (``pip install 'edgefl[sensors]'``; sktime is located, never imported):
 
 - ``plaid``: plug-load current signatures of 11 appliance types from more than 56 households
-  (537 + 537 series of 100-1,344 values, resampled to `PLAID_LENGTH`);
+  (537 + 537 series of 100-1,344 values, repeated or cut to windows of `PLAID_LENGTH`);
 - ``acsf1``: power consumption signatures of 10 home-appliance types (100 + 100, length 1,460);
 - ``basicmotions``: smartwatch accelerometer + gyroscope, 6 channels, 4 activities (40 + 40,
   length 100).
 
 Each keeps the archive's own train/test split. Where the series differ in length (PLAID), every
-series is *resampled* (linear interpolation) to one length rather than cropped: a PLAID series
-is a window of an appliance's current, and the classes differ in the waveform's shape over the
-whole window; cropping to the shortest (100 values) would drop up to 93% of a series, padding
-would make the length itself a feature of the recording rather than of the appliance.
+series becomes a window of one length *at its own time scale*: a shorter one repeated end to end
+(a PLAID series is a few cycles of an appliance's mains current, which repeat), a longer one cut
+(`repeat_to`). Resampling each series to one length instead (linear interpolation, before
+2026-11-29) stretched every waveform by its own factor, so the same appliance showed different
+frequencies: sktime's MiniRocket + ridge scored 0.896 on the resampled series against 0.955 on
+the raw variable-length ones, edgefl's MiniRocket 0.901 resampled and 0.940 repeated to 500
+(`bench/minirocket_peer.py`, BENCHMARKS.md "Series model family"). A device's live readings are
+windows of a stream, as these are. Padding with zeros would make the length a feature of the
+recording rather than of the appliance.
 Sources and licences: docs/sensor-data.md.
 """
 
@@ -24,10 +29,11 @@ import numpy as np
 
 from edge_sdk.data.ts_format import TsData, read_ts
 
-__all__ = ["SENSOR_DATASETS", "PLAID_LENGTH", "resample", "sensor_files", "load_sensor_arrays"]
+__all__ = ["SENSOR_DATASETS", "PLAID_LENGTH", "resample", "repeat_to", "sensor_files", "load_sensor_arrays"]
 
-#: PLAID's series are resampled to this length: the median length of its training split
-PLAID_LENGTH = 300
+#: PLAID's windows: its series repeated or cut to this many values (the median training series has
+#: 300; 500 scored 0.940 and 1,344, the longest, 0.944 on MiniRocket + ridge, at 2.7x the cost)
+PLAID_LENGTH = 500
 
 #: name -> (folder and file stem in sktime/datasets/data, class names, fixed length or None)
 SENSOR_DATASETS: dict[str, tuple[str, tuple[str, ...], int | None]] = {
@@ -52,6 +58,12 @@ def resample(series: np.ndarray, length: int) -> np.ndarray:
     return np.stack([np.interp(at, np.arange(current), series[c]) for c in range(channels)]).astype(np.float32)
 
 
+def repeat_to(series: np.ndarray, length: int) -> np.ndarray:
+    """A ``(C, L)`` series as ``(C, length)``: repeated end to end when shorter, its first ``length``
+    values when longer (the published model does the same in its graph: `Preprocessing.repeat`)."""
+    return np.stack([np.resize(np.asarray(c, np.float32), length) for c in series])
+
+
 def sensor_files(name: str) -> tuple[Path, Path]:
     """The train and test ``.ts`` files of dataset ``name`` inside the installed sktime."""
     folder, _, _ = SENSOR_DATASETS[name]
@@ -68,7 +80,7 @@ def sensor_files(name: str) -> tuple[Path, Path]:
 
 
 def _stack(data: TsData, length: int) -> np.ndarray:
-    return np.stack([resample(s, length) for s in data.series])
+    return np.stack([repeat_to(s, length) for s in data.series])
 
 
 def load_sensor_arrays(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:

@@ -29,7 +29,7 @@ class Served:
     sha256: str
     classes: tuple[str, ...]
     channels: int
-    length: int | None  # None: any length (the model resamples)
+    length: int | None  # None: any length (the model resamples, or repeats and cuts)
 
 
 class ServedModel:
@@ -69,7 +69,7 @@ class ServedModel:
 
     def _describe(self, classifier: OnnxClassifier, info: dict) -> Served:
         prep = classifier.preprocessing
-        if prep is not None and prep.resample:
+        if prep is not None and prep.any_length:
             channels, length = prep.input_shape[0], None
         elif classifier.sample_shape is not None and len(classifier.sample_shape) == 2:
             channels, length = classifier.sample_shape

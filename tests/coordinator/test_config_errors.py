@@ -69,8 +69,8 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
     ('dataset = "digits"\n[task]\ninput_shape = "1x8x8"\nnum_classes = 10\n',
      "[task] input_shape must be a list"),
     ('dataset = "digits"\n[task]\ninput_shap = [1, 8, 8]\n',
-     "[task]: unknown keys ['input_shap']; allowed: ['classes', 'input_shape', 'mean', 'num_classes', 'resample', "
-     "'std']"),
+     "[task]: unknown keys ['input_shap']; allowed: ['classes', 'input_shape', 'mean', 'num_classes', 'repeat', "
+     "'resample', 'std']"),
     ('dataset = "digits"\n[train]\nlr = 2.0\n[federation]\nlr_decay = "5:10"\n',
      "[federation] lr_decay: from round 6 the lr would be 20 (lr 2 times 10); a device takes at most 10"),
     ('[task]\ninput_shape = [1, 28, 28]\nnum_classes = 10\nmean = [0.5]\nstd = [1]\nresample = true\n',

@@ -93,6 +93,37 @@ def test_a_resampling_series_model_takes_any_length_and_resamples_as_the_loader_
         Preprocessing((0.0,), (1.0,), (), (1, 28, 28), resample=True)
 
 
+def test_a_repeating_series_model_takes_any_length_and_repeats_as_the_loader_did(tmp_path):
+    """PLAID's windows: a shorter series repeated end to end, a longer one cut (sensor_datasets.repeat_to);
+    the published MiniRocket model does the same in its graph."""
+    from edge_sdk.data.preprocessing import Preprocessing
+    from edge_sdk.data.sensor_datasets import repeat_to
+    from edge_sdk.inference import OnnxClassifier
+    from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics
+    from edge_sdk.models.zoo import minirocket
+
+    torch.manual_seed(0)
+    model = build_model(minirocket(in_channels=1, num_classes=3, length=60, features=840)).eval()
+    preprocessing = Preprocessing((2.0,), (3.0,), ("fan", "fridge", "heater"), (1, 60), repeat=True)
+    rng = np.random.default_rng(0)
+    train = preprocessing.apply(rng.normal(2, 3, (8, 1, 60)).astype(np.float32))
+    plan = model.layers[0].plan
+    stats = series_statistics(plan, train)
+    model.layers[0].biases.copy_(torch.as_tensor(fleet_biases(plan, stats["shares"], stats["scales"], np.ones(1), 0)))
+    export_onnx(model, tmp_path / "m.onnx", train, preprocessing=preprocessing)
+    classifier = OnnxClassifier(tmp_path / "m.onnx")
+    assert classifier.preprocessing == preprocessing  # carried in the metadata, repeat included
+    for length in (7, 59, 60, 61, 1344):
+        raw = (2 + 3 * np.sin(np.linspace(0, 9, length)) + rng.normal(0, 0.5, length)).astype(np.float32)
+        as_loaded = preprocessing.apply(repeat_to(raw[None], 60)[None])  # what the model trained on
+        with torch.no_grad():
+            expected = model(torch.from_numpy(as_loaded)).numpy()
+        assert np.allclose(classifier.logits(raw[None]), expected, atol=1e-4 * max(1.0, float(np.abs(expected).max())))
+    assert np.array_equal(repeat_to(np.arange(3.0)[None], 7), [[0, 1, 2, 0, 1, 2, 0]])
+    with pytest.raises(ValueError, match="resample or repeat, not both"):
+        Preprocessing((0.0,), (1.0,), (), (1, 60), resample=True, repeat=True)
+
+
 def test_exporting_with_preprocessing_leaves_the_model_in_its_mode(tmp_path):
     from edge_sdk.data.preprocessing import Preprocessing
 

@@ -90,4 +90,5 @@ def test_the_sensor_datasets_load_at_one_length_with_the_archive_split(name, sha
     assert len(data.classes) == classes and np.isfinite(data.x_train).all()
     np.testing.assert_allclose(data.x_train.mean(axis=(0, 2)), 0, atol=1e-4)  # normalised per channel
     assert data.preprocessing.input_shape == shape
-    assert data.preprocessing.resample == (name == "plaid")  # its series vary: the published model resamples
+    assert data.preprocessing.repeat == (name == "plaid")  # its series vary: the published model repeats/cuts
+    assert not data.preprocessing.resample

@@ -5,9 +5,10 @@
 
 sktime needs numba, which edgefl's own install does not: the peer runs in a separate venv
 (``--peer-venv``, made on first use with ``sktime==1.2.0 numba scikit-learn``; only this bench
-uses it). Both sides read the arrays edgefl's loaders give (PLAID resampled to 300 values, as every
-PLAID job here), and for PLAID sktime's variable-length MiniRocket also runs on the raw series of
-the archive's files. edgefl's side: its `MiniRocket` layer with the biases a fleet fits
+uses it). Both sides read the arrays edgefl's loaders give (PLAID as windows of 500 values: a
+shorter series repeated, a longer one cut), and for PLAID sktime's variable-length MiniRocket also
+runs on the raw series of the archive's files, and edgefl's on series resampled to 300 values (the
+loader's way until 2026-11-29). edgefl's side: its `MiniRocket` layer with the biases a fleet fits
 (`fleet_biases`: the statistics of all training series, as one device's) and with sktime's
 choice (`example_biases`: one random training series per combination), each into a ridge
 classifier with cross-validated regularisation (scikit-learn's ``RidgeClassifierCV``, alphas
@@ -100,23 +101,22 @@ def ours(name: str, seeds: list[int]) -> dict[str, list[float]]:
     return out
 
 
-def repeated_windows(name: str, length: int, seeds: list[int]) -> list[float]:
-    """PLAID's raw series as windows of ``length`` values, not resampled: a shorter one repeated end
-    to end (an appliance's steady current is periodic), a longer one cut; edgefl's MiniRocket with
-    the fleet's biases and the ridge. What resampling costs (issue 60: a possible representation)."""
+def resampled(name: str, length: int, seeds: list[int]) -> list[float]:
+    """PLAID's raw series each resampled to ``length`` values (the loader's way before 2026-11-29,
+    which stretched each waveform by its own factor); edgefl's MiniRocket with the fleet's biases
+    and the ridge: what resampling costs against the loader's windows."""
     import torch
     from sklearn.linear_model import RidgeClassifierCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from edge_sdk.data.sensor_datasets import sensor_files
+    from edge_sdk.data.sensor_datasets import resample, sensor_files
     from edge_sdk.data.ts_format import read_ts
     from edge_sdk.models.minirocket import MiniRocket, MiniRocketPlan
     from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics
 
     train, test = (read_ts(f) for f in sensor_files(name))
-    xtr, xte = (np.stack([np.stack([np.resize(c, length) for c in np.asarray(s, np.float32)]) for s in d.series])
-                for d in (train, test))
+    xtr, xte = (np.stack([resample(np.asarray(s, np.float32), length) for s in d.series]) for d in (train, test))
     plan = MiniRocketPlan(xtr.shape[1], length)
     layer, stats = MiniRocket(plan), series_statistics(plan, xtr)
     out = []
@@ -156,8 +156,8 @@ def main() -> int:
         peer = json.loads(done.stdout.strip().splitlines()[-1])
         results[name] = {"sktime": peer, "edgefl": ours(name, seeds)}
         if name == "plaid":
-            results[name]["edgefl"]["fleet biases, raw series repeated or cut to 500 values"] = \
-                repeated_windows(name, 500, seeds)
+            results[name]["edgefl"]["fleet biases, series resampled to 300 values (before 2026-11-29)"] = \
+                resampled(name, 300, seeds)
         show = {f"sktime MiniRocket ({xtr.shape[2]} values)": peer["fixed"],
                 **({"sktime MiniRocket, raw variable lengths": peer["variable"]} if peer["variable"] else {}),
                 **{f"edgefl MiniRocket, {how}": accs for how, accs in results[name]["edgefl"].items()}}

@@ -137,10 +137,6 @@ class MiniRocket(nn.Module):
             self.register_buffer(f"inner_{d}", torch.tensor(inner), persistent=False)
             self.register_buffer(f"order_{d}", order, persistent=False)
 
-    @property
-    def out_features(self) -> int:
-        return self.plan.features + (self.plan.channels if self.series_norm else 0)
-
     def standardised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Each series standardised per channel (in float64, as `SeriesNorm`), and its log scale."""
         if not self.series_norm:

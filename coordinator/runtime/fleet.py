@@ -244,7 +244,8 @@ class Fleet:
                      params: dict[str, int] | None = None) -> dict[str, Any]:
         """Ask ``devices`` (those naming the capability) for statistics of ``kind`` (with
         ``params``) and wait up to ``timeout_s`` for their answers; returns what came, by device:
-        `ChannelMoments`, or the `FleetStats` of other kinds, weighed as far as believed."""
+        `ChannelMoments`, or the `FleetStats` of other kinds, weighed as far as believed (and no
+        longer held by the device records)."""
         asked = [d for d in devices if FLEET_STATS in self.devices[d].capabilities]
         for device in asked:
             self.devices[device].stats.pop(kind, None)
@@ -257,7 +258,8 @@ class Fleet:
                 self.pump(min(0.5, max(0.0, end - time.monotonic())))
         finally:
             self._declined_stats = None
-        return {d: self.devices[d].stats[kind] for d in asked if kind in self.devices[d].stats}
+        # handed over, not kept: a series model's histograms are a megabyte or more a device
+        return {d: self.devices[d].stats.pop(kind) for d in asked if kind in self.devices[d].stats}
 
     def why_not_registered(self) -> str:
         """What the devices turned away were told (up to 5), or that none was: one line for the

@@ -17,7 +17,8 @@ import numpy as np
 
 from coordinator.runtime.fleet import Fleet
 from edge_sdk.data.preprocessing import Preprocessing
-from edge_sdk.models.minirocket import MiniRocketPlan
+from edge_sdk.models.layers import resolved
+from edge_sdk.models.minirocket import MiniRocketPlan, layer_plan
 from edge_sdk.models.minirocket_biases import GRID, SCALE_GRID, fleet_biases, merge_histograms
 from edge_sdk.protocol.messages import FleetStats
 
@@ -36,11 +37,6 @@ def rocket_layers(spec: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]
             if isinstance(layer, dict) and layer.get("type") == "minirocket"]
 
 
-def _plan(layer: dict[str, Any]) -> MiniRocketPlan:
-    return MiniRocketPlan(layer["in"], layer["length"], layer.get("features", 9_996), layer.get("max_dilations", 32),
-                          layer.get("seed", 0))
-
-
 def _usable(device: str, stats: FleetStats, plan: MiniRocketPlan) -> bool:
     shares, scales = stats.tensors["shares"], stats.tensors["scales"]
     if shares.shape != (plan.combinations, len(GRID) - 1) or scales.shape != (plan.channels, len(SCALE_GRID) - 1):
@@ -55,10 +51,9 @@ def fit_rocket_biases(fleet: Fleet, layer: dict[str, Any], job: Preprocessing, s
                       timeout_s: float) -> np.ndarray:
     """The biases of MiniRocket ``layer`` from the online devices' statistics (``job``: the
     normalisation the model's input goes through); a one-line ValueError when none sent any."""
-    plan = _plan(layer)
+    plan = layer_plan(layer)
     online = fleet.online()
-    params = {"features": layer.get("features", 9_996), "max_dilations": layer.get("max_dilations", 32),
-              "seed": layer.get("seed", 0)}
+    params = {"features": plan.num_features, "max_dilations": plan.max_dilations, "seed": plan.seed}
     got = {d: s for d, s in fleet.gather_stats(SERIES_HISTOGRAMS, online, timeout_s, params).items()
            if isinstance(s, FleetStats) and _usable(d, s, plan)}
     if not got:
@@ -67,7 +62,8 @@ def fit_rocket_biases(fleet: Fleet, layer: dict[str, Any], job: Preprocessing, s
     weights = [(s, float(s.count)) for s in got.values()]
     shares = merge_histograms([(s.tensors["shares"], w) for s, w in weights])
     scales = merge_histograms([(s.tensors["scales"], w) for s, w in weights])
-    biases = fleet_biases(plan, shares, scales, np.asarray(job.std, np.float64), seed, layer.get("series_norm", False))
+    biases = fleet_biases(plan, shares, scales, np.asarray(job.std, np.float64), seed,
+                          resolved(layer)["series_norm"])
     log.info("minirocket biases from the fleet: %d features from %d series of %d devices (of %d online)",
              plan.features, sum(s.count for s in got.values()), len(got), len(online))
     return biases

@@ -25,15 +25,16 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import combinations
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
 
-from edge_sdk.models.layers import Shape, SpecError, bool_field, int_field, register_layer
+from edge_sdk.models.layers import Shape, SpecError, bool_field, int_field, register_layer, resolved
 
-__all__ = ["KERNEL_LENGTH", "NUM_KERNELS", "MiniRocketPlan", "MiniRocket", "quantile_points"]
+__all__ = ["KERNEL_LENGTH", "NUM_KERNELS", "MiniRocketPlan", "MiniRocket", "layer_plan", "quantile_points"]
 
 KERNEL_LENGTH = 9
 NUM_KERNELS = 84  # C(9, 3)
@@ -98,6 +99,14 @@ class MiniRocketPlan:
     def padded(self, dilation_index: int, kernel: int) -> bool:
         """Whether a combination counts over the zero-padded ends too (every other one)."""
         return (dilation_index + kernel) % 2 == 0
+
+    def combination_slices(self) -> Iterator[tuple[int, int, slice]]:
+        """``(dilation index, kernel, the slice of its features)`` of every combination, in feature order."""
+        start = 0
+        for d, (_, count) in enumerate(self.dilations):
+            for k in range(NUM_KERNELS):
+                yield d, k, slice(start, start + count)
+                start += count
 
     def quantiles(self) -> np.ndarray:
         """The quantile point of every feature, in feature order (dilation, kernel, feature)."""
@@ -179,6 +188,11 @@ class MiniRocket(nn.Module):
 # ----------------------------------------------------------------- the spec's layer type
 def _plan(layer: dict) -> MiniRocketPlan:
     return MiniRocketPlan(layer["in"], layer["length"], layer["features"], layer["max_dilations"], layer["seed"])
+
+
+def layer_plan(layer: dict) -> MiniRocketPlan:
+    """The plan of a spec's (validated) ``minirocket`` layer, its defaults filled in."""
+    return _plan(resolved(layer))
 
 
 def _validate(layer: dict) -> None:

@@ -57,25 +57,25 @@ def histograms(module: MiniRocket, series: np.ndarray) -> np.ndarray:
 
 
 def merge_histograms(parts: list[tuple[np.ndarray, float]]) -> np.ndarray:
-    """The weighted sum of ``(histogram, weight)`` pairs, renormalised per combination."""
-    total = sum(weight * hist.astype(np.float64) for hist, weight in parts)
+    """The weighted sum of ``(histogram, weight)`` pairs, renormalised per combination. Each part's
+    rows are brought to sum 1 first, so a part weighs its weight whatever the scale it was sent in."""
+    total = 0.0
+    for hist, weight in parts:
+        rows = hist.astype(np.float64)
+        total = total + weight * rows / np.maximum(rows.sum(axis=1, keepdims=True), 1e-300)
     return total / np.maximum(total.sum(axis=1, keepdims=True), 1e-300)
 
 
-def biases_from_histograms(module: MiniRocket, merged: np.ndarray) -> np.ndarray:
+def biases_from_histograms(plan: MiniRocketPlan, merged: np.ndarray) -> np.ndarray:
     """Every feature's bias: its quantile point read off its combination's histogram (the CDF
     linear within a bin)."""
-    plan = module.plan
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    start = 0
-    for d, (_, count) in enumerate(plan.dilations):
-        for k in range(NUM_KERNELS):
-            cdf = np.concatenate([[0.0], np.cumsum(merged[d * NUM_KERNELS + k])])
-            cdf /= max(cdf[-1], 1e-300)
-            # the first edge the CDF reaches at each point, interpolated within the bin
-            biases[start:start + count] = np.interp(quantiles[start:start + count], cdf, GRID)
-            start += count
+    for d, k, features in plan.combination_slices():
+        cdf = np.concatenate([[0.0], np.cumsum(merged[d * NUM_KERNELS + k])])
+        cdf /= max(cdf[-1], 1e-300)
+        # the first edge the CDF reaches at each point, interpolated within the bin
+        biases[features] = np.interp(quantiles[features], cdf, GRID)
     return biases
 
 
@@ -84,12 +84,11 @@ def pooled_biases(module: MiniRocket, series: np.ndarray) -> np.ndarray:
     plan = module.plan
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    start = 0
-    for d, (_, count) in enumerate(plan.dilations):
-        outputs = _outputs(module, series, d).permute(1, 0, 2).reshape(NUM_KERNELS, -1).numpy()
-        for k in range(NUM_KERNELS):
-            biases[start:start + count] = np.quantile(outputs[k], quantiles[start:start + count])
-            start += count
+    outputs = np.empty(0)
+    for d, k, features in plan.combination_slices():
+        if k == 0:  # a dilation's outputs, once for its 84 kernels
+            outputs = _outputs(module, series, d).permute(1, 0, 2).reshape(NUM_KERNELS, -1).numpy()
+        biases[features] = np.quantile(outputs[k], quantiles[features])
     return biases
 
 
@@ -99,13 +98,9 @@ def example_biases(module: MiniRocket, series: np.ndarray, seed: int = 0) -> np.
     rng = np.random.default_rng(seed)
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    start = 0
-    for d, (_, count) in enumerate(plan.dilations):
-        for k in range(NUM_KERNELS):
-            one = series[rng.integers(len(series))][None]
-            outputs = _outputs(module, one, d)[0, k].numpy()
-            biases[start:start + count] = np.quantile(outputs, quantiles[start:start + count])
-            start += count
+    for d, k, features in plan.combination_slices():
+        one = series[rng.integers(len(series))][None]
+        biases[features] = np.quantile(_outputs(module, one, d)[0, k].numpy(), quantiles[features])
     return biases
 
 
@@ -140,7 +135,7 @@ def fleet_biases(plan: MiniRocketPlan, shares: np.ndarray, scales: np.ndarray, c
     training series, so each combination works at that series' scale; here each combination's
     standardised quantiles are multiplied by a scale drawn (``seed``) from the fleet's ``scales``,
     over ``channel_std`` (the job's normalisation, which the model's input went through)."""
-    biases = biases_from_histograms(MiniRocket(plan, series_norm=True), shares)
+    biases = biases_from_histograms(plan, shares)
     if series_norm:
         return biases
     rng = np.random.default_rng(seed)
@@ -151,5 +146,6 @@ def fleet_biases(plan: MiniRocketPlan, shares: np.ndarray, scales: np.ndarray, c
                      axis=1)  # (combinations, C): a log scale per combination and channel
     drawn -= np.log(np.asarray(channel_std, np.float64))[None, :]
     per_combination = np.exp((drawn * masks).sum(axis=1) / masks.sum(axis=1))
-    counts = np.tile([f for _, f in plan.dilations], (NUM_KERNELS, 1)).T.reshape(-1)  # features per combination
-    return (biases * np.repeat(per_combination, counts)).astype(np.float32)
+    for (_, _, features), scale in zip(plan.combination_slices(), per_combination, strict=True):
+        biases[features] *= scale
+    return biases

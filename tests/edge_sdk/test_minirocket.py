@@ -95,10 +95,20 @@ def test_merged_histograms_are_those_of_the_union_of_the_series() -> None:
     np.testing.assert_allclose(merged, histograms(layer, np.concatenate([a, b])), atol=1e-6)
 
 
+def test_a_part_sent_at_another_scale_weighs_no_more_than_its_weight() -> None:
+    layer = MiniRocket(MiniRocketPlan(1, 120, num_features=840), series_norm=True)
+    honest = histograms(layer, _series(20, seed=8))
+    hostile = np.zeros_like(honest)
+    hostile[:, 0] = 1e30  # every output in the lowest bin, a thousand billion billion times over
+    merged = merge_histograms([(honest, 99.0), (hostile, 1.0)])
+    np.testing.assert_allclose(merged[:, 0], 0.99 * honest[:, 0] + 0.01, atol=1e-6)
+    np.testing.assert_allclose(merge_histograms([(honest, 99.0), (hostile / 1e30, 1.0)]), merged, atol=1e-9)
+
+
 def test_biases_read_off_the_histograms_are_the_pooled_quantiles_within_a_bin() -> None:
     layer = MiniRocket(MiniRocketPlan(1, 120, num_features=840), series_norm=True)
     series = _series(30, seed=3)
-    from_histograms = biases_from_histograms(layer, histograms(layer, series))
+    from_histograms = biases_from_histograms(layer.plan, histograms(layer, series))
     exact = pooled_biases(layer, series)
     widths = np.diff(GRID)[np.clip(np.searchsorted(GRID, exact) - 1, 0, len(GRID) - 2)]
     assert (np.abs(from_histograms - exact) <= widths + 1e-5).all()
@@ -112,7 +122,7 @@ def test_the_fleets_biases_follow_the_jobs_normalisation_and_the_seed() -> None:
     np.testing.assert_allclose(halved, 2 * base, rtol=1e-5)  # inputs divided by 0.5: outputs twice as large
     assert not np.allclose(fleet_biases(plan, stats["shares"], stats["scales"], np.ones(1), seed=1), base)
     standardised = fleet_biases(plan, stats["shares"], stats["scales"], np.ones(1), seed=0, series_norm=True)
-    np.testing.assert_allclose(standardised, biases_from_histograms(MiniRocket(plan, True), stats["shares"]))
+    np.testing.assert_allclose(standardised, biases_from_histograms(plan, stats["shares"]))
 
 
 def test_the_onnx_model_computes_the_same_features(tmp_path) -> None:

@@ -13,7 +13,7 @@ series becomes a window of one length *at its own time scale*: a shorter one rep
 (`repeat_to`). Resampling each series to one length instead (linear interpolation, before
 2026-11-29) stretched every waveform by its own factor, so the same appliance showed different
 frequencies: sktime's MiniRocket + ridge scored 0.896 on the resampled series against 0.955 on
-the raw variable-length ones, edgefl's MiniRocket 0.901 resampled and 0.940 repeated to 500
+the raw variable-length ones, edgefl's MiniRocket 0.901 resampled and 0.945 repeated to 500
 (`bench/minirocket_peer.py`, BENCHMARKS.md "Series model family"). A device's live readings are
 windows of a stream, as these are. Padding with zeros would make the length a feature of the
 recording rather than of the appliance.
@@ -32,7 +32,7 @@ from edge_sdk.data.ts_format import TsData, read_ts
 __all__ = ["SENSOR_DATASETS", "PLAID_LENGTH", "resample", "repeat_to", "sensor_files", "load_sensor_arrays"]
 
 #: PLAID's windows: its series repeated or cut to this many values (the median training series has
-#: 300; 500 scored 0.940 and 1,344, the longest, 0.944 on MiniRocket + ridge, at 2.7x the cost)
+#: 300; 94% of them have at most 500, so few are cut)
 PLAID_LENGTH = 500
 
 #: name -> (folder and file stem in sktime/datasets/data, class names, fixed length or None)

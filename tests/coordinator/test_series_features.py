@@ -106,3 +106,37 @@ def test_devices_with_too_few_series_decline_and_the_job_does_not_wait_for_them(
     assert time.monotonic() - started < 30  # not the 60 s a silent device would have cost
     assert report.config["model"] == "minirocket"  # `--model auto` on series
     assert report.rounds and report.rounds[-1].aggregated
+
+
+class _Answered:
+    """The fleet's side of the exchange as `Fleet.gather_stats` hands it over (by device)."""
+
+    def __init__(self, answers: dict[str, FleetStats]) -> None:
+        self.answers, self.asked = answers, []
+
+    def online(self) -> list[str]:
+        return ["a", "b"]
+
+    def gather_stats(self, kind: str, devices: list[str], timeout_s: float, params: dict[str, int]) -> dict:
+        self.asked.append((kind, params))
+        return self.answers
+
+
+def test_statistics_of_another_shape_are_left_out_and_none_usable_is_one_line(caplog) -> None:
+    from coordinator.runtime.series_features import fit_rocket_biases
+    from edge_sdk.models.minirocket import layer_plan
+
+    layer = model_for_dataset("minirocket", (1, 64), 2, features=840)["layers"][0]
+    plan = layer_plan(layer)
+    x, _ = _waves(10, 6)
+    good = FleetStats("series_histograms", 10, (), (), series_statistics(plan, x))
+    other = FleetStats("series_histograms", 10, (), (), series_statistics(MiniRocketPlan(1, 64, 168), x))
+    job = Preprocessing((0.0,), (1.0,))
+    both = _Answered({"a": good, "b": other})
+    biases = fit_rocket_biases(both, layer, job, seed=0, timeout_s=1.0)  # type: ignore[arg-type]
+    assert both.asked == [("series_histograms", {"features": 840, "max_dilations": 32, "seed": 0})]
+    alone = fit_rocket_biases(_Answered({"a": good}), layer, job, 0, 1.0)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(biases, alone)
+    assert "b: series statistics of shapes" in caplog.text
+    with pytest.raises(ValueError, match="none of the 2 online devices sent statistics"):
+        fit_rocket_biases(_Answered({"b": other}), layer, job, 0, 1.0)  # type: ignore[arg-type]

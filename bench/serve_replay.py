@@ -82,14 +82,15 @@ def main() -> int:
     topics = Topics(job="bench")
     result: dict = {"model": str(args.model), "version": version, "series": len(series), "length": length,
                     "rate": args.rate}
-    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker:
+    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker, open(out / "serve.log", "w") as serve_log:
         toml = out / "client.toml"
-        toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n[broker]\nurl = "{broker.url}"\n'
+        toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n'
+                        f'[broker]\nurl = "{broker.url}"\n'
                         f'[serve]\ninputs = [{{ topic = "{TOPIC}", field = "w", time_field = "t" }}]\n'
                         f'length = {length}\nmax_gap_s = 5\nmax_per_s = 100000\n')
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         serve = subprocess.Popen([sys.executable, "-m", "edge_sdk.cli", "serve", "--config", str(toml)],
-                                 stdout=open(out / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
+                                 stdout=serve_log, stderr=subprocess.STDOUT, env=env)
         home = MqttTransport(TransportConfig(url=broker.url, client_id="bench-home"))
         home.connect()
         home.subscribe(topics.prediction("plug"))
@@ -163,9 +164,11 @@ def main() -> int:
     (out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
     lat = result["latency_ms"] or {}
-    print(f"{got} of {len(series)} windows predicted live, agreement with edgefl predict {100 * result['agreement']:.1f} %, "
-          f"accuracy {result['accuracy_live']:.3f}; latency p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms at "
-          f"{result['readings_per_s']:.0f} readings/s; serving RSS {peak:.0f} MB; model {args.model} (version {version})")
+    print(f"{got} of {len(series)} windows predicted live, agreement with edgefl predict "
+          f"{100 * result['agreement']:.1f} %, accuracy {result['accuracy_live']:.3f}; "
+          f"latency p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms at {result['readings_per_s']:.0f} readings/s; "
+          f"serving RSS {peak:.0f} MB; "
+          f"model {args.model} (version {version})")
     return 0
 
 

@@ -153,6 +153,12 @@ def _serve(args: argparse.Namespace) -> int:
         server.close()
         counts = {**server.counts, **vars(server.builder.counts)} if server.builder else server.counts
         print("served: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v), flush=True)
+        if server.labels is not None or server.corrections.taken:
+            labelled = {f"labels {k}": v for k, v in vars(server.labels.counts).items() if v and k != "names"} \
+                if server.labels is not None else {}
+            kept = {f"kept {k}": v for k, v in server.store.added.items() if v}
+            print("labelled: " + (", ".join(f"{k} {v}" for k, v in {**labelled, **kept}.items()) or "nothing"),
+                  flush=True)
     return 0
 
 

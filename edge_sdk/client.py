@@ -33,7 +33,7 @@ from edge_sdk.device.uplink import Uplink
 from edge_sdk.version import SDK_VERSION
 
 if TYPE_CHECKING:
-    from edge_sdk.sources import DataSource
+    from edge_sdk.sources import DataSource, SourceRead
 
 __all__ = ["ClientConfig", "DeviceClient", "RoundTrained", "SDK_VERSION", "plan_digest"]
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 class DeviceClient:
     """Runs one device until the coordinator says stop (or `stop()` is called)."""
 
-    def __init__(self, config: ClientConfig, data: LocalData | None, profile: DeviceProfile,
+    def __init__(self, config: ClientConfig, data: "LocalData | SourceRead | None", profile: DeviceProfile,
                  throttle: Throttle | None = None,
                  on_round: Callable[[RoundTrained], None] | None = None,
                  run_compute: Callable[[Callable[[], object]], object] | None = None,

@@ -10,7 +10,7 @@ from edge_sdk.accelerator import resolve_device
 from edge_sdk.client import ClientConfig, DeviceClient
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.data.datasets import DATASETS
-from edge_sdk.data.holdout import SOURCE_TEST_SET, check_holdout
+from edge_sdk.data.holdout import DEFAULT_HOLDOUT, SOURCE_TEST_SET, check_holdout
 from edge_sdk.paths import writable_dir
 from edge_sdk.profiling import DeviceProfile, load_profile, measure_device
 from edge_sdk.schedule import SchedulePolicy
@@ -19,17 +19,19 @@ from edge_sdk.sources import (
     Columns, CsvSource, DatasetSource, DataSource, ImageFolderSource, NoData, NpzSource, PythonSource, ReadOptions,
     SqliteSource, WindowedSource, WindowSpec,
 )
-from edge_sdk.serving.serve_config import serve_from_toml
+from edge_sdk.serving.serve_command import DEFAULT_STATE_DIR, serving_tables
+from edge_sdk.sources.combined import CombinedSource
+from edge_sdk.sources.label_store_source import LabelStoreSource
 from edge_sdk.sources.npz import npz_has_test
 from edge_sdk.training import default_threads
 
 __all__ = ["DEFAULT_HOLDOUT", "client_from_toml", "data_source_from_toml", "holdout_from_toml",
-           "remeasure_settings", "schedule_from_toml", "training_device", "trusted_keys"]
+           "remeasure_settings", "schedule_from_toml", "training_device", "training_source", "trusted_keys"]
 
 log = logging.getLogger(__name__)
 
 _TOP_KEYS = {"device_id", "job", "state_dir", "heartbeat_s", "seed", "broker", "data", "device", "link",
-             "schedule", "security", "serve"}
+             "schedule", "security", "serve", "labels"}
 #: the `[data]` keys naming a source (one of them; none: dataset = "mnist-sample")
 _SOURCE_KEYS = ("dataset", "npz", "csv", "sqlite", "images", "python")
 #: keys that only some sources take
@@ -39,8 +41,6 @@ _KEY_OWNERS = {"root": ("dataset",), "partition": ("dataset",), "shard": ("datas
                "stride": ("csv", "sqlite"), "window_label": ("csv", "sqlite")}
 _DATA_KEYS = {*_SOURCE_KEYS, *_KEY_OWNERS, "max_samples", "input_shape", "classes", "num_classes", "holdout",
               "reread_s"}
-#: `[data] holdout` when the key is absent (and the source names no held-out set of its own)
-DEFAULT_HOLDOUT = 0.2
 _DEVICE_KEYS = {"profile", "measure_seconds", "device", "remeasure_every_s"}
 #: `[device] remeasure_every_s` when the profile is measured ("measure") and the key is absent
 DEFAULT_REMEASURE_S = 3600.0
@@ -219,7 +219,7 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
     if "device_id" not in config:
         raise ValueError(f"{path}: device_id is required")
     device_id = setting(config, "device_id", str)
-    serves = serve_from_toml(config) is not None  # checked now: a typo in [serve] stops the device at once
+    serves = serving_tables(config)[0] is not None  # checked now: a typo in [serve] stops the device at once
     state_dir = setting(config, "state_dir", str)
     if state_dir is not None:
         writable_dir(state_dir, "state_dir")
@@ -241,11 +241,26 @@ def _client_from(config: dict, path: str | Path) -> DeviceClient:
         reread_s=setting(section(config, "data", _DATA_KEYS), "reread_s", float, 60.0, "[data]"),
         serves=serves,
     )
-    source = data_source_from_toml(config)
+    source = training_source(config)
     try:  # read now for the registration; the client reads it again at the start of every round it trains
         first = source.read()
-        data, test = first.data, first.test
     except NoData as exc:  # it joins the fleet all the same, and trains once data has come
         log.warning("%s: no data yet: %s", device_id, exc)
-        data, test = None, None
-    return DeviceClient(client_config, data, _profile(config, device_id), source=source, test=test)
+        first = None
+    return DeviceClient(client_config, first, _profile(config, device_id), source=source)
+
+
+def training_source(config: dict) -> DataSource:
+    """What the device trains on: its ``[data]`` source and, when it serves, the windows the home
+    labelled and a person corrected (its label store in ``state_dir``); a device that serves and
+    names no ``[data]`` source trains on its label store alone."""
+    if serving_tables(config)[0] is None:
+        return data_source_from_toml(config)
+    data = section(config, "data", _DATA_KEYS)
+    options = _read_options(data)
+    store = LabelStoreSource(setting(config, "state_dir", str, DEFAULT_STATE_DIR),
+                             ReadOptions(classes=options.classes, num_classes=options.num_classes,
+                                         max_samples=options.max_samples))
+    if not any(kind in data for kind in _SOURCE_KEYS):
+        return store
+    return CombinedSource([data_source_from_toml(config), store])

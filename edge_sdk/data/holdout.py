@@ -14,21 +14,26 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+if TYPE_CHECKING:  # not imported: a device that only serves has no torch, and the label store splits by key too
+    from edge_sdk.methods.base import LocalData
 
-__all__ = ["MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout", "held_out",
-           "sample_keys", "split_holdout"]
+__all__ = ["DEFAULT_HOLDOUT", "MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout",
+           "held_out", "sample_keys", "split_holdout"]
 
 #: A device's holdout setting has three meanings: a fraction in (0, 0.9] of its samples, chosen by
 #: key; this one, nothing (it trains on everything and answers an evaluation with no samples: the
 #: Python API's and a simulation's default); or `SOURCE_TEST_SET`. A real device's TOML holds out
-#: `edge_sdk.device_config.DEFAULT_HOLDOUT` unless told.
+#: `DEFAULT_HOLDOUT` unless told.
 NO_HOLDOUT = 0.0
 #: The held-out set its data source names (an npz's x_test/y_test), none of its training samples.
 SOURCE_TEST_SET = None
+
+#: A real device's `[data] holdout` when its TOML gives none (and its source names no held-out set)
+DEFAULT_HOLDOUT = 0.2
 
 #: A device holding out fewer samples than this evaluates nothing yet (too few to mean anything);
 #: they wait, neither trained on nor evaluated.
@@ -86,12 +91,15 @@ def held_out(keys: np.ndarray, fraction: float, salt: int = 0) -> np.ndarray:
     return _unit(salted) < fraction
 
 
-def split_holdout(data: LocalData, fraction: float) -> HoldoutSplit:
+def split_holdout(data: LocalData, fraction: float, train_only: np.ndarray | None = None) -> HoldoutSplit:
     """``data`` split into training and held-out samples by key (hashing the samples when
-    ``data.keys`` is None); the order within each part is ``data``'s."""
+    ``data.keys`` is None), the samples ``train_only`` marks (a person's corrections) always on the
+    training side; the order within each part is ``data``'s."""
     fraction = check_holdout(fraction)
     keys = data.keys if data.keys is not None else sample_keys(data.x, data.y)
     held = held_out(keys, fraction)
+    if train_only is not None:
+        held &= ~train_only
     n_held = int(held.sum())
     train = _subset(data, ~held)
     if n_held < MIN_HOLDOUT:

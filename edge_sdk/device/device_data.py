@@ -15,7 +15,7 @@ from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.protocol.messages import Evaluate, Plan
 
 if TYPE_CHECKING:
-    from edge_sdk.sources import DataSource
+    from edge_sdk.sources import DataSource, SourceRead
 
 __all__ = ["DeviceData", "ReadFailed"]
 
@@ -37,7 +37,7 @@ class DeviceData:
     """A device's data: ``data`` to train on, ``holdout`` to evaluate on (`ClientConfig.holdout`)."""
 
     def __init__(self, device_id: str, holdout_share: float | None, source: DataSource | None,
-                 data: LocalData | None, test: LocalData | None = None) -> None:
+                 data: LocalData | SourceRead | None, test: LocalData | None = None) -> None:
         self.device_id = device_id
         #: `ClientConfig.holdout`: the share held out, 0 (none) or None (the source's own test set)
         self.holdout_share = holdout_share
@@ -53,10 +53,14 @@ class DeviceData:
         #: the job's normalisation the last plan named, and the data converted to it (`for_plan`)
         self._job_preprocessing: Preprocessing | None
         self._job_data_cache: LocalData
-        self.use(data, test)
+        if data is not None and not isinstance(data, LocalData):  # a source's first read
+            self.use(data.data, data.test, data.train_only)
+        else:
+            self.use(data, test)
 
-    def use(self, data: LocalData | None, test: LocalData | None = None) -> None:
-        """Train on ``data`` less its held-out share (`ClientConfig.holdout`), or hold out ``test``."""
+    def use(self, data: LocalData | None, test: LocalData | None = None, train_only: np.ndarray | None = None) -> None:
+        """Train on ``data`` less its held-out share (`ClientConfig.holdout`; never the samples
+        ``train_only`` marks), or hold out ``test``."""
         holdout = self.holdout_share
         self._job_preprocessing = None
         self.waiting = 0
@@ -69,7 +73,7 @@ class DeviceData:
         elif holdout == NO_HOLDOUT:
             self.data, self.holdout, self.holdout_note = data, None, "it holds out no data ([data] holdout)"
         else:
-            split = split_holdout(data, holdout)
+            split = split_holdout(data, holdout, train_only)
             self.data, self.holdout, self.holdout_note = split.train, split.holdout, split.note
             self.waiting = split.waiting
         self._job_data_cache = self.data
@@ -92,7 +96,7 @@ class DeviceData:
             log.error("%s: %s: reading %s failed: %s", self.device_id, when, self.source.description, exc)
             return ReadFailed(f"reading its data failed: {exc}"[:1000], f"reading its data failed: {exc}"[:200])
         before = len(self.data)
-        self.use(read.data, read.test)
+        self.use(read.data, read.test, read.train_only)
         if len(self.data) != before:
             log.info("%s: %s: %d samples to train on (%d before)", self.device_id, when, len(self.data), before)
         return None

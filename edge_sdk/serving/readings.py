@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["BadReading", "Reading", "parse_reading"]
+__all__ = ["BadReading", "Reading", "parse_reading", "parse_time", "value_at"]
 
 #: an epoch time above this is in milliseconds (year 2286 in seconds)
 _MS_ABOVE = 1e10
@@ -34,7 +34,8 @@ class Reading:
     time: float | None  # unix seconds the message says; None: it says none (the arrival time is used)
 
 
-def _at(obj: Any, path: str) -> Any:
+def value_at(obj: Any, path: str) -> Any:
+    """The value at a dotted ``path`` in a JSON object (BadReading: no such field)."""
     for part in path.split("."):
         if not isinstance(obj, dict) or part not in obj:
             raise BadReading(f"no field {path!r}")
@@ -54,12 +55,13 @@ def _number(value: Any, what: str) -> float:
     return number
 
 
-def _time(value: Any) -> float:
+def parse_time(value: Any) -> float:
+    """Unix seconds from ISO 8601 (no zone: local time) or epoch seconds / milliseconds."""
     if isinstance(value, str):
         try:
             stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            return _time(_number(value, "the time"))
+            return parse_time(_number(value, "the time"))
         if stamp.tzinfo is None:  # Tasmota's Time is local without an offset
             stamp = stamp.astimezone()
         return stamp.astimezone(timezone.utc).timestamp()
@@ -79,8 +81,8 @@ def parse_reading(payload: bytes, field: str | None = None, time_field: str | No
         obj = json.loads(text)
     except ValueError:
         raise BadReading("not JSON") from None
-    value = _number(_at(obj, field), f"field {field!r}")
+    value = _number(value_at(obj, field), f"field {field!r}")
     when = None
     if time_field is not None:
-        when = _time(_at(obj, time_field))
+        when = parse_time(value_at(obj, time_field))
     return Reading(value, when)

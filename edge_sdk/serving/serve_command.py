@@ -10,16 +10,27 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge_sdk.config import read_toml, setting, transport_from_toml
+from edge_sdk.data.holdout import DEFAULT_HOLDOUT, check_holdout
 from edge_sdk.networking.transport import MqttTransport, Will
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.serving.serve_config import serve_from_toml
+from edge_sdk.serving.home_labels import LabelsConfig, labels_from_toml
+from edge_sdk.serving.serve_config import ServeConfig, serve_from_toml
 from edge_sdk.serving.server import Server
 
-__all__ = ["DEFAULT_STATE_DIR", "server_from_toml", "serving_thread"]
+__all__ = ["DEFAULT_STATE_DIR", "server_from_toml", "serving_tables", "serving_thread"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = "/var/lib/edgefl"
+
+
+def serving_tables(config: dict) -> tuple[ServeConfig | None, LabelsConfig | None]:
+    """``[serve]`` and ``[labels]`` (each None when absent); ``[labels]`` needs ``[serve]``: the
+    windows it labels are the ones served."""
+    serve, labels = serve_from_toml(config), labels_from_toml(config)
+    if labels is not None and serve is None:
+        raise ValueError("[labels] needs a [serve] table: the windows it labels are those the device serves")
+    return serve, labels
 
 
 def server_from_toml(path: str | Path) -> Server | None:
@@ -27,9 +38,12 @@ def server_from_toml(path: str | Path) -> Server | None:
     value is a one-line ValueError naming the file and key."""
     config = read_toml(path)
     try:
-        serve = serve_from_toml(config)
+        serve, labels = serving_tables(config)
         if serve is None:
             return None
+        data = config.get("data", {})
+        holdout = check_holdout(data["holdout"], "[data] holdout") if isinstance(data, dict) and "holdout" in data \
+            else DEFAULT_HOLDOUT
         device_id = setting(config, "device_id", str)
         if device_id is None:
             raise ValueError("device_id is required")
@@ -44,7 +58,7 @@ def server_from_toml(path: str | Path) -> Server | None:
     transport = MqttTransport(replace(transport_config, will=Will(available, b"offline"),
                                       birth=Will(available, b"online")))
     transport.connect()
-    return Server(serve, transport, topics, device_id, state_dir)
+    return Server(serve, transport, topics, device_id, state_dir, labels=labels, holdout=holdout)
 
 
 def serving_thread(path: str | Path, stop: threading.Event) -> threading.Thread | None:

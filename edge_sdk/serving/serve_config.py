@@ -10,6 +10,7 @@ period_s = 5         # windows by time: a point every 5 s, the last value held (
 max_gap_s = 300      # a longer silence starts a new window
 max_per_s = 1        # at most one prediction a second
 log_lines = 10000    # the rolling log in state_dir/predictions.jsonl
+store_rows = 10000   # labelled windows kept in state_dir/labels.sqlite (corrections, [labels])
 ```
 """
 
@@ -20,10 +21,22 @@ from typing import Any
 
 from edge_sdk.config import section, setting
 
-__all__ = ["ServeConfig", "ServeInput", "serve_from_toml"]
+__all__ = ["ServeConfig", "ServeInput", "check_topic", "in_table", "serve_from_toml"]
 
-_KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads"}
+_KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads", "store_rows"}
 _INPUT_KEYS = {"topic", "field", "time_field"}
+
+
+def check_topic(topic: str | None, name: str = "topic") -> None:
+    """One exact MQTT topic a device reads (a wildcard would expose every sensor of the home)."""
+    if topic is not None and (not topic or "+" in topic or "#" in topic or "\0" in topic):
+        raise ValueError(f"{name} {topic!r} must be one exact topic (no + or # wildcards)")
+
+
+def in_table(where: str, exc: ValueError) -> ValueError:
+    """``exc`` as one line naming the table ``where`` (once)."""
+    message = str(exc)
+    return ValueError(message if message.startswith(where) else f"{where} {message}")
 
 
 @dataclass(frozen=True)
@@ -35,8 +48,7 @@ class ServeInput:
     time_field: str | None = None  # a dotted JSON path to the reading's time; None: its arrival
 
     def __post_init__(self) -> None:
-        if not self.topic or "+" in self.topic or "#" in self.topic or "\0" in self.topic:
-            raise ValueError(f"topic {self.topic!r} must be one exact topic (no + or # wildcards)")
+        check_topic(self.topic)
         if self.time_field is not None and self.field is None:
             raise ValueError(f"topic {self.topic!r}: time_field needs field (a JSON message)")
 
@@ -51,6 +63,7 @@ class ServeConfig:
     max_per_s: float = 1.0
     log_lines: int = 10_000
     threads: int = 1
+    store_rows: int = 10_000
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -61,7 +74,7 @@ class ServeConfig:
             if value is not None and not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
         for name, value in (("length", self.length), ("stride", self.stride), ("log_lines", self.log_lines),
-                            ("threads", self.threads)):
+                            ("threads", self.threads), ("store_rows", self.store_rows)):
             if value is not None and (type(value) is not int or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
@@ -85,7 +98,7 @@ def serve_from_toml(config: dict[str, Any]) -> ServeConfig | None:
                            setting(table, "length", int, None, where), setting(table, "stride", int, None, where),
                            setting(table, "max_gap_s", float, 300.0, where),
                            setting(table, "max_per_s", float, 1.0, where),
-                           setting(table, "log_lines", int, 10_000, where), setting(table, "threads", int, 1, where))
+                           setting(table, "log_lines", int, 10_000, where), setting(table, "threads", int, 1, where),
+                           setting(table, "store_rows", int, 10_000, where))
     except ValueError as exc:
-        message = str(exc)
-        raise ValueError(message if message.startswith(where) else f"{where} {message}") from None
+        raise in_table(where, exc) from None

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from edge_sdk.methods.base import LocalData
 
 __all__ = ["DataSource", "NoData", "Skipped", "SourceRead"]
@@ -30,6 +32,9 @@ class SourceRead:
     test: LocalData | None = None
     #: reason -> rows skipped, e.g. {"NaN": 1, "label not a class": 3}
     skipped: dict[str, int] = field(default_factory=dict)
+    #: True for each sample of ``data`` that is never held out (a person's corrections:
+    #: edge_sdk/serving/label_store.py); None: every sample goes by its key
+    train_only: np.ndarray | None = None
 
 
 class DataSource(Protocol):

@@ -5,62 +5,22 @@ with torch absent."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edge_sdk.inference import OnnxClassifier
-from edge_sdk.model_store import save_model
 from edge_sdk.networking.transport import MqttTransport, TransportConfig
-from edge_sdk.protocol.messages import Model
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.serving import ServeConfig, ServeInput, Server
-
-LENGTH, CLASSES = 24, ("idle", "kettle")
-
-
-def install_model(state_dir: Path, version: int = 7) -> None:
-    """A cnn1d on 1 x 24 raw readings (normalisation in the graph), exported as the coordinator
-    exports it, installed as a device installs a published model."""
-    import torch
-
-    from coordinator.runtime.export import export_onnx
-    from edge_sdk.data.preprocessing import Preprocessing
-    from edge_sdk.models.spec import build_model
-    from edge_sdk.models.zoo import cnn1d
-
-    torch.manual_seed(0)
-    model = build_model(cnn1d(1, len(CLASSES), LENGTH, width=0.25))
-    x = np.random.default_rng(0).normal(100.0, 50.0, size=(4, 1, LENGTH)).astype(np.float32)
-    path = state_dir / "export.onnx"
-    export_onnx(model, path, x, preprocessing=Preprocessing((100.0,), (50.0,), CLASSES, (1, LENGTH)))
-    data = path.read_bytes()
-    save_model(state_dir, Model("global", 3, hashlib.sha256(data).digest(), data, (1, LENGTH), version=version))
-
-
-class Home:
-    """Home Assistant's side: publishes readings as a plug does, reads the predictions."""
-
-    def __init__(self, url: str, topic: str) -> None:
-        self.transport = MqttTransport(TransportConfig(url=url, client_id=f"home-{time.monotonic_ns()}"))
-        self.transport.connect()
-        self.transport.subscribe(topic)
-        self.predictions: list[dict] = []
-
-    def read(self, until, timeout: float = 20.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and not until():
-            message = self.transport.receive(timeout=0.2)
-            if message is not None:
-                self.predictions.append(json.loads(message.payload))
+from edge_sdk.serving.label_store import CORRECTION, STORE_FILENAME, LabelStore
+from tests.support.serving import CLASSES, LENGTH, Home, install_model
 
 
 def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker) -> None:
@@ -116,9 +76,9 @@ def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker
     assert (counts.readings, counts.repeats, counts.windows, counts.bad) == (3 * LENGTH, 3 * LENGTH, 3, 1)
     logged = [json.loads(line) for line in open(tmp_path / "predictions.jsonl")]
     assert logged == home.predictions
-    (correction,) = [json.loads(line) for line in open(tmp_path / "corrections.jsonl")]
-    assert correction["class"] == "kettle" and correction["end"] == first_end
-    np.testing.assert_allclose(correction["values"], series[:1], rtol=1e-6)  # the corrected window's readings
+    stored = LabelStore.read(tmp_path / STORE_FILENAME)  # the correction is a training row of the device's store
+    assert stored.labels == ("kettle",) and stored.origins == (CORRECTION,) and stored.classes == CLASSES
+    np.testing.assert_allclose(stored.values[0], series[:1], rtol=1e-6)  # the corrected window's readings
     assert server.corrections.refused == 1 and b"None" in resets  # the select can be used again
 
 
@@ -175,3 +135,39 @@ def test_a_serve_config_error_is_one_line(tmp_path) -> None:
         serve_from_toml({"serve": {"inputs": [{"topik": "a"}]}})
     with pytest.raises(ValueError, match=r"\[serve\] period_s must be a number > 0"):
         serve_from_toml({"serve": {"inputs": [{"topic": "a"}], "period_s": 0}})
+
+
+def test_a_new_model_is_swapped_in_between_windows_and_one_it_cannot_fill_is_not(tmp_path, broker, caplog) -> None:
+    import logging
+    from edge_sdk.networking.transport import IncomingMessage
+
+    install_model(tmp_path, version=7)
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id="swap-serve"))
+    transport.connect()
+    server = Server(ServeConfig((ServeInput("home/power"),), max_per_s=1000.0), transport, Topics(job="home"),
+                    "swap", tmp_path)
+    readings = [str(100 + i % 7).encode() for i in range(LENGTH)]
+
+    def window() -> list[dict]:
+        out = [server.handle(IncomingMessage("home/power", r, False)) for r in readings]
+        return [p for p in out if p is not None]
+
+    try:
+        assert [p["version"] for p in window()] == [7]
+        for r in readings[:LENGTH // 2]:  # half a window, then version 8 is installed
+            server.handle(IncomingMessage("home/power", r, False))
+        time.sleep(0.01)  # model.json's mtime must move
+        install_model(tmp_path, version=8, seed=1)
+        later = [server.handle(IncomingMessage("home/power", r, False)) for r in readings]
+        predicted = [p for p in later if p is not None]
+        assert [p["version"] for p in predicted] == [8]  # the half window of version 7 was not finished by 8
+        assert server.builder.counts.windows == 2
+        time.sleep(0.01)
+        with caplog.at_level(logging.ERROR, logger="edge_sdk.serving.served_model"):
+            install_model(tmp_path, version=9, channels=2)  # the readings fill one channel, not two
+            assert [p["version"] for p in window()] == [8]
+        (line,) = [r.getMessage() for r in caplog.records if "cannot be served" in r.getMessage()]
+        assert "it takes 2 channel(s); [serve] reads 1" in line and "the one before keeps serving" in line
+    finally:
+        transport.close()
+        server.store.close()

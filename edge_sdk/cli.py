@@ -313,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(f"edgefl {args.command}: error: it trains, with torch, which is not installed here: pip install "
+              "'edgefl[train]' (a device that only serves runs `edgefl serve`, which needs no torch)", file=sys.stderr)
+        return 2
     except NotAuthorized as exc:  # the broker's ACL: a restart cannot help
         print(f"edgefl {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_TURNED_AWAY

@@ -21,6 +21,7 @@ SOURCE=$REPO_DIR
 TORCH_SPEC="torch>=2.2,<2.10"
 TORCH_INDEX=""
 WITH_ORT=0
+SERVE_ONLY=0
 SYSTEM_SITE=0
 BUNDLE=""
 MEMORY_MAX=""
@@ -42,7 +43,8 @@ usage: install.sh [options]              install or upgrade, enable and start ed
   --torch SPEC          torch requirement (default "torch>=2.2,<2.10"); "skip" keeps what the
                         venv sees already (e.g. JetPack's torch with --system-site-packages)
   --torch-index URL     index for torch only, e.g. https://download.pytorch.org/whl/cpu
-  --with-onnxruntime    also install onnxruntime for `edgefl predict`
+  --with-onnxruntime    also install onnxruntime for `edgefl predict` and `edgefl serve`
+  --serve-only          a device that only serves its model (`edgefl serve`): onnxruntime, no torch
   --system-site-packages  let the venv see system packages (Jetson: NVIDIA's torch)
   --memory-max SIZE     systemd MemoryMax= for the service (e.g. 800M)
   --no-start            enable the service but do not start it now
@@ -63,6 +65,7 @@ while [ $# -gt 0 ]; do
         --torch) TORCH_SPEC=${2:?--torch needs a value}; shift ;;
         --torch-index) TORCH_INDEX=${2:?--torch-index needs a URL}; shift ;;
         --with-onnxruntime) WITH_ORT=1 ;;
+        --serve-only) SERVE_ONLY=1; WITH_ORT=1; TORCH_SPEC=skip ;;
         --system-site-packages) SYSTEM_SITE=1 ;;
         --memory-max) MEMORY_MAX=${2:?--memory-max needs a size}; shift ;;
         --no-start) START=0 ;;
@@ -146,7 +149,7 @@ install_venv() {
     fi
     # What was installed last time; a wheel file or spec already installed is not fetched again.
     local marker=$VENV/.edgefl-install wanted
-    wanted="torch=$TORCH_SPEC index=$TORCH_INDEX onnxruntime=$WITH_ORT source=$SOURCE"
+    wanted="torch=$TORCH_SPEC index=$TORCH_INDEX onnxruntime=$WITH_ORT serve_only=$SERVE_ONLY source=$SOURCE"
     if [ -f "$SOURCE" ]; then
         wanted+=" sha256=$(sha256sum "$SOURCE" | cut -d' ' -f1)"
     elif [ -e "$SOURCE" ]; then
@@ -163,13 +166,15 @@ install_venv() {
         say "installing $TORCH_SPEC"
         "${pip[@]}" "${index[@]}" "$TORCH_SPEC"
     fi
-    say "installing the edge SDK from $SOURCE (torch, numpy, paho-mqtt, msgpack, cryptography only)"
+    say "installing the edge SDK from $SOURCE (numpy, paho-mqtt, msgpack, cryptography only)"
     "${pip[@]}" --upgrade-strategy only-if-needed "$SOURCE"
     if [ "$WITH_ORT" = 1 ]; then
-        "${pip[@]}" onnxruntime
+        say "installing onnxruntime"
+        "${pip[@]}" "onnxruntime>=1.17"
     fi
-    local rc=0 why
-    why=$("$VENV/bin/python" -c 'import torch, edge_sdk.client' 2>&1) || rc=$?
+    local rc=0 why check='import torch, edge_sdk.client'
+    [ "$SERVE_ONLY" = 1 ] && check='import onnxruntime, edge_sdk.serving.serve_command'
+    why=$("$VENV/bin/python" -c "$check" 2>&1) || rc=$?
     if [ "$rc" = 132 ]; then
         die "torch dies with 'Illegal instruction' on this CPU (ARMv8.0, e.g. Pi 3/4)." \
             "Use --torch 'torch==2.9.1', or torch>=2.11 from --torch-index https://download.pytorch.org/whl/cpu"
@@ -222,6 +227,15 @@ install_unit() {
         mkdir -p "$(dirname "$dropin")"
         printf '[Service]\nMemoryMax=%s\n' "$MEMORY_MAX" > "$dropin"
         say "MemoryMax=$MEMORY_MAX in $UNIT_DIR/$SERVICE.d/limits.conf"
+    fi
+    local serve=$ROOT$UNIT_DIR/$SERVICE.d/serve-only.conf
+    if [ "$SERVE_ONLY" = 1 ]; then  # the same unit and sandbox, running `edgefl serve` instead of the client
+        mkdir -p "$(dirname "$serve")"
+        printf '[Service]\nExecStart=\nExecStart=%s/bin/edgefl -v serve --config %s/client.toml\n' \
+            "$PREFIX/venv" "$CONF_DIR" > "$serve"
+        say "serve only: edgefl serve in $UNIT_DIR/$SERVICE.d/serve-only.conf"
+    else
+        rm -f "$serve"
     fi
     mkdir -p "$ROOT$STATE_DIR"
     chmod 0750 "$ROOT$STATE_DIR"

@@ -161,6 +161,18 @@ def test_bundle_install_is_idempotent_and_starts(installed, wheel, bundle):
     assert (conf / "client.toml.new").exists() and "kept your" in fourth.stdout
 
 
+@pytest.mark.slow
+def test_a_serve_only_install_runs_edgefl_serve_and_a_later_full_one_the_client(tmp_path, wheel):
+    _venv_seeing_our_packages(tmp_path)
+    served = _run("--root", tmp_path, "--source", wheel, "--serve-only", "--no-start")
+    assert "installing torch" not in served.stdout and "installing onnxruntime" in served.stdout
+    dropin = tmp_path / "etc" / "systemd" / "system" / "edgefl-client.service.d" / "serve-only.conf"
+    assert dropin.read_text() == ("[Service]\nExecStart=\n"
+                                  "ExecStart=/opt/edgefl/venv/bin/edgefl -v serve --config /etc/edgefl/client.toml\n")
+    full = _run("--root", tmp_path, "--source", wheel, "--torch", "skip", "--no-start")
+    assert not dropin.exists() and "edge SDK up to date" not in full.stdout  # another install: done again
+
+
 def test_uninstall_then_purge(tmp_path):
     for path in ("opt/edgefl/venv/bin/python", "etc/systemd/system/edgefl-client.service",
                  "etc/systemd/system/edgefl-client.service.d/limits.conf", "etc/edgefl/client.toml",

@@ -124,6 +124,10 @@ def test_edgefl_serve_runs_without_torch(tmp_path, broker) -> None:
     assert serve.returncode == 0, err[-2000:]
     assert home.predictions and home.predictions[0]["class"] in CLASSES, err[-2000:]
     assert "served: predictions" in out and "torch" not in err
+    client = subprocess.run([sys.executable, "-m", "edge_sdk.cli", "client", "--config", str(toml)],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert client.returncode == 2 and client.stderr.count("\n") == 1, client.stderr[-2000:]
+    assert "pip install 'edgefl[train]'" in client.stderr  # training needs torch: one line says how
 
 
 def test_a_serve_config_error_is_one_line(tmp_path) -> None:

@@ -21,6 +21,7 @@ OUT=""
 ROLE=device
 RELOAD=1
 NAME=""
+READS=()
 
 usage() {
     cat <<'EOF'
@@ -38,6 +39,9 @@ usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT
   --ca FILE          CA certificate for the bundle (default /etc/mosquitto/certs/ca.crt)
   --signing-pub FILE the coordinator's public key for a device bundle (default
                      /etc/edgefl/model-signing.pub; made by --coordinator)
+  --reads TOPIC      a device that serves (docs/serving.md) may read this one sensor topic, e.g.
+                     "zigbee2mqtt/Kitchen plug" (exact: no + or #; never zigbee2mqtt/#, which would
+                     show it every door and presence sensor); give it once per topic, again to add more
   --no-reload        do not reload mosquitto (it re-reads users and the ACL on SIGHUP / reload)
 EOF
 }
@@ -55,6 +59,7 @@ while [ $# -gt 0 ]; do
         --ca) CA=${2:?--ca needs a file}; shift ;;
         --signing-pub) SIGNING_PUB=${2:?--signing-pub needs a file}; shift ;;
         --acl) ACL=${2:?--acl needs a file}; shift ;;
+        --reads) READS+=("${2:?--reads needs a topic}"); shift ;;
         --no-reload) RELOAD=0 ;;
         -h|--help) usage; exit 0 ;;
         -*) usage >&2; die "unknown option $1" ;;
@@ -71,6 +76,14 @@ ID_RE='^[A-Za-z0-9_.-]{1,128}$'
 if [ "$ROLE" = device ] && { [ "$NAME" = coordinator ] || [ "$NAME" = homeassistant ]; }; then
     die "'$NAME' is reserved (use --$NAME)"
 fi
+[ ${#READS[@]} -eq 0 ] || [ "$ROLE" = device ] || die "--reads is for a device"
+for topic in "${READS[@]}"; do
+    [[ $topic =~ [+#] ]] && die "--reads '$topic': one exact topic, no + or # wildcards"
+    [[ $topic =~ [[:cntrl:]\\] ]] && die "--reads: a topic without control characters or backslashes"
+    [[ $topic =~ ^[[:space:]]|[[:space:]]$ ]] && die "--reads '$topic': no spaces at its ends"
+    [[ $topic == edgefl/* || $topic == \$* || -z $topic || ${#topic} -gt 1024 ]] \
+        && die "--reads '$topic': a sensor topic (edgefl's own topics are granted already)"
+done
 URL=${URL:-mqtts://$(hostname -f 2>/dev/null || hostname):8883}
 URL_RE='^mqtts?://[][A-Za-z0-9.:_-]+$'
 [[ $URL =~ $URL_RE ]] || die "invalid broker URL '$URL'"
@@ -152,6 +165,16 @@ if [ "$ROLE" = device ] && ! grep -qxF "user $NAME" "$ACL"; then
     printf '\nuser %s\ntopic read edgefl/+/coord\n' "$NAME" >> "$ACL"
     echo "==> $NAME may read the broadcast edgefl/+/coord ($ACL)"
 fi
+# --reads: a `topic read` line per sensor topic, in the device's own block, once each
+for topic in "${READS[@]}"; do
+    line="topic read $topic"
+    if ! awk -v u="user $NAME" -v t="$line" '$0 == u { on = 1; next } /^user / { on = 0 }
+            on && $0 == t { found = 1 } END { exit !found }' "$ACL"; then
+        awk -v u="user $NAME" -v t="$line" '{ print } $0 == u { print t }' "$ACL" > "$ACL.new"
+        cat "$ACL.new" > "$ACL" && rm -f "$ACL.new"  # in place: the file keeps its owner and mode
+        echo "==> $NAME may read $topic ($ACL)"
+    fi
+done
 # Another coordinator user (a second job at once) gets the topic lines of `user coordinator`, another
 # Home Assistant user those of `user homeassistant`.
 if [ "$ROLE" != device ] && ! grep -qxF "user $NAME" "$ACL"; then

@@ -200,3 +200,48 @@ def test_a_device_whose_id_is_not_its_username_says_so_once_and_exits_3(home, tm
     assert run.returncode == 3, run.stdout + run.stderr
     assert "Not authorized" in run.stderr and "device_id must be its MQTT username" in run.stderr, run.stderr
     assert run.stderr.count("Not authorized") <= 3 and time.monotonic() - started < 60
+
+
+def test_a_serving_device_reads_exactly_its_sensor_topics_and_writes_none(tmp_path):
+    """add-device.sh --reads: pi-a reads its plug's zigbee2mqtt topic (a name with a space), not the
+    front door's, not through zigbee2mqtt/#, and cannot command the plug; pi-b reads none; zigbee2mqtt
+    and Home Assistant on the same broker with the ACL template's lines."""
+    plug, door = "zigbee2mqtt/Kitchen plug", "zigbee2mqtt/Front door"
+    home = start_home_broker(tmp_path, reads={"pi-a": (plug,)}, homeassistant=True, zigbee2mqtt="z2m-secret")
+    zigbee = MqttTransport(TransportConfig(url=home.url, client_id="z2m", username="zigbee2mqtt",
+                                           password="z2m-secret", ca_file=str(home.ca)))
+    zigbee.connect()
+    a, b, ha = home.device("pi-a"), home.device("pi-b"), home.homeassistant()
+    try:
+        assert home.acl.read_text().count(f"\ntopic read {plug}\n") == 1
+        for peer in (a, b):
+            for topic in (plug, door, "zigbee2mqtt/#"):
+                peer.subscribe(topic)
+        ha.subscribe("zigbee2mqtt/#")
+        zigbee.subscribe(f"{plug}/set")
+        time.sleep(0.3)
+        zigbee.publish(plug, b'{"power": 2000.5, "state": "ON"}')
+        zigbee.publish(door, b'{"contact": false}')
+        a.publish(f"{plug}/set", b'{"state": "OFF"}')  # a serving device commands nothing
+        ha.publish(f"{plug}/set", b'{"state": "ON"}')
+        for peer in (zigbee, a, ha):
+            peer.wait_published(5)
+        got_a, got_b = _drain(a, 1.0), _drain(b, 0.3)
+        assert got_a and set(got_a) == {(plug, b'{"power": 2000.5, "state": "ON"}')}  # never the door
+        assert got_b == []
+        assert sorted(topic for topic, _ in _drain(ha, 0.3)) == [door, plug, f"{plug}/set"]  # Home Assistant sees all
+        assert _drain(zigbee, 0.3) == [(f"{plug}/set", b'{"state": "ON"}')]  # Home Assistant's command, not pi-a's
+    finally:
+        for t in (zigbee, a, b, ha):
+            t.close()
+        home.stop()
+
+
+def test_add_device_refuses_a_wildcard_or_an_edgefl_topic_to_read(tmp_path):
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    for topic, why in (("zigbee2mqtt/#", "no + or # wildcards"), ("edgefl/home/up/pi-b", "edgefl's own topics"),
+                       (" zigbee2mqtt/plug", "no spaces at its ends")):
+        proc = subprocess.run([HOME / "add-device.sh", "--passwd", tmp_path / "passwd", "--out", tmp_path / "pi",
+                               "--no-reload", "--reads", topic, "pi"], env=env, capture_output=True, text=True)
+        assert proc.returncode == 1 and why in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "passwd").exists()

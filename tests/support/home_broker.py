@@ -81,22 +81,35 @@ class HomeBroker:
         self.broker.stop()
 
 
-def start_home_broker(tmp: Path, devices: tuple[str, ...] = ("pi-a", "pi-b"), homeassistant: bool = False) -> HomeBroker:
-    """Certificates (make-certs.sh), users and bundles (add-device.sh) for ``devices``, the
-    coordinator (and Home Assistant), and a started mosquitto with the shipped mosquitto.conf and ACL."""
+def start_home_broker(tmp: Path, devices: tuple[str, ...] = ("pi-a", "pi-b"), homeassistant: bool = False,
+                      reads: dict[str, tuple[str, ...]] | None = None, zigbee2mqtt: str | None = None) -> HomeBroker:
+    """Certificates (make-certs.sh), users and bundles (add-device.sh) for ``devices`` (``reads``: a
+    device's sensor topics, `--reads`), the coordinator (and Home Assistant), and a started mosquitto
+    with the shipped mosquitto.conf and ACL; ``zigbee2mqtt``: a password for the ACL template's
+    commented zigbee2mqtt user, uncommented (and Home Assistant's zigbee2mqtt line)."""
     certs, passwd = tmp / "certs", tmp / "edgefl.passwd"
     subprocess.run([HOME / "make-certs.sh", "edgefl-test", "--out", certs], check=True, capture_output=True)
     port = free_port()
     env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "EDGEFL_CA_FILE": str(certs / "ca.crt")}
-    for args in ([d] for d in devices):
-        subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / args[0], "--no-reload",
-                        "--broker-url", f"mqtts://127.0.0.1:{port}", *args], check=True, env=env, capture_output=True)
+    for device in devices:
+        more = [arg for topic in (reads or {}).get(device, ()) for arg in ("--reads", topic)]
+        subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / device, "--no-reload",
+                        "--broker-url", f"mqtts://127.0.0.1:{port}", *more, device], check=True, env=env,
+                       capture_output=True)
     subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / "coordinator", "--no-reload",
                     "--coordinator"], check=True, env=env, capture_output=True)
     if homeassistant:
         subprocess.run([HOME / "add-device.sh", "--passwd", passwd, "--out", tmp / "homeassistant", "--no-reload",
                         "--homeassistant"], check=True, env=env, capture_output=True)
     acl = tmp / "edgefl.acl"  # add-device.sh made it next to the password file from deploy/homeserver/edgefl.acl
+    if zigbee2mqtt is not None:
+        subprocess.run(["mosquitto_passwd", "-b", passwd, "zigbee2mqtt", zigbee2mqtt], check=True, capture_output=True)
+        text = acl.read_text()
+        for line in ("#user zigbee2mqtt", "#topic deny edgefl/#", "#topic readwrite zigbee2mqtt/#",
+                     "#topic write homeassistant/#", "#topic read homeassistant/status"):
+            assert "\n" + line + "\n" in text, line
+            text = text.replace("\n" + line + "\n", "\n" + line[1:] + "\n")
+        acl.write_text(text)
     broker = EmbeddedBroker(BrokerConfig(prefer="mosquitto", extra_config=_conf_lines(port, passwd, acl, certs)))
     broker.start()
     broker.wait_for_listener(port)  # the broker waited for its own plain listener; the TLS one too

@@ -6,9 +6,12 @@ one thread, no torch imported), through a real mosquitto.
 It prints and writes (``--out``/result.json): the agreement of the live predictions with
 `edgefl predict` (`OnnxClassifier`) on the same windows, their accuracy on the test labels, the
 latency from a window's last reading leaving the bench to its prediction arriving back (p50, p99),
-and the serving process's RSS (peak, and at the start and the end of the flood).
+and the serving process's RSS (peak, and at the start and the end of the flood). With ``--train N``
+it also times a device's training round (one local epoch of the served model's family on PLAID's
+training series, one thread, in its own process) N times before the flood and N times during it:
+the issue's "training round within 1.2x of its time without the flood".
 
-    OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000]
+    OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000] [--train 2]
 
 ``--model``: a published PLAID model (a kept version's ONNX: ``edgefl simulate --dataset plaid
 --model cnn1d --checkpoint-dir DIR`` keeps them in DIR/versions/); its version is read from the
@@ -40,6 +43,31 @@ from edge_sdk.protocol.topics import Topics
 TOPIC = "bench/plug/power"
 
 
+def train_once(family: str, length: int) -> float:
+    """Seconds of one local epoch of ``family`` on PLAID's training series (one thread): a device's round."""
+    from edge_sdk.models.spec import build_model
+    from edge_sdk.models.zoo import MODEL_FAMILIES
+    from edge_sdk.training import TrainConfig, train_local
+
+    plaid = load_dataset("plaid")
+    model = build_model(MODEL_FAMILIES[family](plaid.x_train.shape[1], plaid.num_classes, length))
+    x = plaid.x_train[:, :, :length] if plaid.x_train.shape[2] >= length else plaid.x_train
+    started = time.perf_counter()
+    train_local(model, x.astype(np.float32), plaid.y_train, TrainConfig(epochs=1, threads=1))
+    return time.perf_counter() - started
+
+
+def timed_rounds(count: int, family: str, length: int) -> list[float]:
+    """``count`` training rounds, each in a fresh process (as a device's round is in its own)."""
+    seconds = []
+    for _ in range(count):
+        out = subprocess.run([sys.executable, __file__, "--train-once", family, "--model", "-", "--length",
+                              str(length)], capture_output=True, text=True, check=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        seconds.append(float(out.stdout.strip().splitlines()[-1]))
+    return seconds
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -62,7 +90,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=2000.0, help="readings a second")
     parser.add_argument("--series", type=int, default=0, help="replay only the first N test series (0: all)")
     parser.add_argument("--out", default="runs/serve_replay")
+    parser.add_argument("--train", type=int, default=0, help="time N training rounds before and during the flood")
+    parser.add_argument("--train-family", default="cnn1d", help="the model family the device trains")
+    parser.add_argument("--train-once", metavar="FAMILY", help=argparse.SUPPRESS)
+    parser.add_argument("--length", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.train_once:
+        print(f"{train_once(args.train_once, args.length):.4f}")
+        return 0
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     state_dir = out / "device"
@@ -82,6 +117,9 @@ def main() -> int:
     topics = Topics(job="bench")
     result: dict = {"model": str(args.model), "version": version, "series": len(series), "length": length,
                     "rate": args.rate}
+    if args.train:
+        result["train_alone_s"] = timed_rounds(args.train, args.train_family, length)
+    during: list[float] = []
     with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker, open(out / "serve.log", "w") as serve_log:
         toml = out / "client.toml"
         toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n'
@@ -123,6 +161,10 @@ def main() -> int:
         peak = rss_start
         sent_at: list[float] = []
         gap = 1.0 / args.rate
+        trainer = threading.Thread(target=lambda: during.extend(timed_rounds(args.train, args.train_family, length)),
+                                   daemon=True)
+        if args.train:
+            trainer.start()
         started = time.perf_counter()
         n = 0
         for row in series:
@@ -138,6 +180,11 @@ def main() -> int:
             if len(sent_at) % 20 == 0:
                 peak = max(peak, rss_mb(serve.pid))
         flood_s = time.perf_counter() - started
+        if args.train:
+            trainer.join()
+            result["train_during_s"] = during
+            result["train_ratio"] = round(float(np.median(during) / np.median(result["train_alone_s"])), 3)
+            result["train_ended_within_flood"] = bool(time.perf_counter() - started <= flood_s + 0.5)
         end = time.monotonic() + 30
         while len(received) < len(series) and time.monotonic() < end:
             time.sleep(0.1)
@@ -168,7 +215,9 @@ def main() -> int:
           f"{100 * result['agreement']:.1f} %, accuracy {result['accuracy_live']:.3f}; "
           f"latency p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms at {result['readings_per_s']:.0f} readings/s; "
           f"serving RSS {peak:.0f} MB; "
-          f"model {args.model} (version {version})")
+          + (f"training round {np.median(during):.2f} s during the flood vs {np.median(result['train_alone_s']):.2f} s "
+             f"alone ({result['train_ratio']:.2f}x); " if args.train else "")
+          + f"model {args.model} (version {version})")
     return 0
 
 

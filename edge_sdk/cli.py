@@ -144,8 +144,9 @@ def _serve(args: argparse.Namespace) -> int:
     server = server_from_toml(args.config)
     if server is None:
         raise ValueError(f"{args.config}: no [serve] table: nothing to serve (docs/serving.md)")
-    print(f"device {server.device_id} serving on {', '.join(i.topic for i in server.config.inputs)}; predictions on "
-          f"{server.prediction_topic}", flush=True)
+    reads = [repr(i.topic) for i in server.config.inputs] + (["its source's unlabelled rows"] if server.rows else [])
+    print(f"device {server.device_id} serving on {', '.join(reads)}; predictions on {server.prediction_topic}",
+          flush=True)
     stop = threading.Event()
     try:
         server.run(stop)

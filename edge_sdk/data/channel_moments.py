@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 
 __all__ = ["ChannelMoments", "channel_moments", "merge_moments", "raw_values"]
 

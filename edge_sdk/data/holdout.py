@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # not imported: a device that only serves has no torch, and the label store splits by key too
-    from edge_sdk.methods.base import LocalData
+    from edge_sdk.data.local_data import LocalData
 
 __all__ = ["DEFAULT_HOLDOUT", "MIN_HOLDOUT", "NO_HOLDOUT", "SOURCE_TEST_SET", "HoldoutSplit", "check_holdout",
            "held_out", "sample_keys", "split_holdout"]

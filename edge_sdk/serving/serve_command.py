@@ -9,19 +9,18 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from edge_sdk.config import read_toml, setting, transport_from_toml
-from edge_sdk.data.holdout import DEFAULT_HOLDOUT, check_holdout
+from edge_sdk.config import read_toml, section, setting, transport_from_toml
 from edge_sdk.networking.transport import MqttTransport, Will
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.serving.home_labels import LabelsConfig, labels_from_toml
 from edge_sdk.serving.serve_config import ServeConfig, serve_from_toml
 from edge_sdk.serving.server import Server
+from edge_sdk.serving.source_rows import SourceRows
+from edge_sdk.sources.from_toml import DATA_KEYS, DEFAULT_STATE_DIR, data_source_from_toml, holdout_from_toml
 
-__all__ = ["DEFAULT_STATE_DIR", "server_from_toml", "serving_tables", "serving_thread"]
+__all__ = ["server_from_toml", "serving_tables", "serving_thread"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_STATE_DIR = "/var/lib/edgefl"
 
 
 def serving_tables(config: dict) -> tuple[ServeConfig | None, LabelsConfig | None]:
@@ -41,9 +40,11 @@ def server_from_toml(path: str | Path) -> Server | None:
         serve, labels = serving_tables(config)
         if serve is None:
             return None
-        data = config.get("data", {})
-        holdout = check_holdout(data["holdout"], "[data] holdout") if isinstance(data, dict) and "holdout" in data \
-            else DEFAULT_HOLDOUT
+        holdout = holdout_from_toml(config)
+        rows = None
+        if serve.rows:  # the [data] source's new rows whose label is empty
+            reread_s = setting(section(config, "data", DATA_KEYS), "reread_s", float, 60.0, "[data]")
+            rows = SourceRows(data_source_from_toml(config, unlabelled=True), reread_s)
         device_id = setting(config, "device_id", str)
         if device_id is None:
             raise ValueError("device_id is required")
@@ -58,7 +59,7 @@ def server_from_toml(path: str | Path) -> Server | None:
     transport = MqttTransport(replace(transport_config, will=Will(available, b"offline"),
                                       birth=Will(available, b"online")))
     transport.connect()
-    return Server(serve, transport, topics, device_id, state_dir, labels=labels, holdout=holdout)
+    return Server(serve, transport, topics, device_id, state_dir, labels=labels, holdout=holdout, rows=rows)
 
 
 def serving_thread(path: str | Path, stop: threading.Event) -> threading.Thread | None:

@@ -11,6 +11,7 @@ max_gap_s = 300      # a longer silence starts a new window
 max_per_s = 1        # at most one prediction a second
 log_lines = 10000    # the rolling log in state_dir/predictions.jsonl
 store_rows = 10000   # labelled windows kept in state_dir/labels.sqlite (corrections, [labels])
+rows = false         # also predict new rows of the [data] source (csv, sqlite) whose label is empty
 ```
 """
 
@@ -23,7 +24,8 @@ from edge_sdk.config import section, setting
 
 __all__ = ["ServeConfig", "ServeInput", "check_topic", "in_table", "serve_from_toml"]
 
-_KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads", "store_rows"}
+_KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads", "store_rows",
+         "rows"}
 _INPUT_KEYS = {"topic", "field", "time_field"}
 
 
@@ -64,10 +66,11 @@ class ServeConfig:
     log_lines: int = 10_000
     threads: int = 1
     store_rows: int = 10_000
+    rows: bool = False
 
     def __post_init__(self) -> None:
-        if not self.inputs:
-            raise ValueError("inputs must name at least one topic")
+        if not self.inputs and not self.rows:
+            raise ValueError("inputs must name at least one topic (or rows = true: the [data] source's rows)")
         if len({i.topic for i in self.inputs}) != len(self.inputs):
             raise ValueError("inputs name a topic twice (one topic, one channel)")
         for name, value in (("period_s", self.period_s), ("max_gap_s", self.max_gap_s), ("max_per_s", self.max_per_s)):
@@ -85,9 +88,10 @@ def serve_from_toml(config: dict[str, Any]) -> ServeConfig | None:
         return None
     table = section(config, "serve", _KEYS)
     where = "[serve]"
-    raw = setting(table, "inputs", list, None, where)
-    if not raw:
-        raise ValueError(f"{where} inputs must list at least one {{ topic = ... }}")
+    raw = setting(table, "inputs", list, [], where)
+    rows = setting(table, "rows", bool, False, where)
+    if not raw and not rows:
+        raise ValueError(f"{where} inputs must list at least one {{ topic = ... }} (or rows = true)")
     try:
         inputs = []
         for i, item in enumerate(raw):
@@ -99,6 +103,6 @@ def serve_from_toml(config: dict[str, Any]) -> ServeConfig | None:
                            setting(table, "max_gap_s", float, 300.0, where),
                            setting(table, "max_per_s", float, 1.0, where),
                            setting(table, "log_lines", int, 10_000, where), setting(table, "threads", int, 1, where),
-                           setting(table, "store_rows", int, 10_000, where))
+                           setting(table, "store_rows", int, 10_000, where), rows)
     except ValueError as exc:
         raise in_table(where, exc) from None

@@ -28,7 +28,7 @@ class Served:
     label: str
     sha256: str
     classes: tuple[str, ...]
-    channels: int
+    channels: int  # 0: not read from readings (a device that serves its source's rows only)
     length: int | None  # None: any length (the model resamples, or repeats and cuts)
 
 
@@ -36,6 +36,7 @@ class ServedModel:
     """Loads the installed model and reloads it when model.json changes."""
 
     def __init__(self, state_dir: str | Path, channels: int, length: int | None = None, threads: int = 1) -> None:
+        """``channels``: the readings a window holds (0: none, any input the model takes)."""
         self.state_dir, self.channels, self.length, self.threads = Path(state_dir), channels, length, threads
         self.served: Served | None = None
         self._seen: tuple[float, int] | None = None  # model.json's (mtime, size) last looked at
@@ -69,6 +70,11 @@ class ServedModel:
 
     def _describe(self, classifier: OnnxClassifier, info: dict) -> Served:
         prep = classifier.preprocessing
+        classes = tuple(prep.classes) if prep is not None and prep.classes else ()
+        version, label, sha256 = int(info.get("version") or info.get("round") or 0), str(info.get("label", "")), \
+            str(info.get("sha256", ""))
+        if self.channels == 0:  # no readings, only the [data] source's rows: whatever the model takes
+            return Served(classifier, version, label, sha256, classes, 0, None)
         if prep is not None and prep.any_length:
             channels, length = prep.input_shape[0], None
         elif classifier.sample_shape is not None and len(classifier.sample_shape) == 2:
@@ -83,9 +89,7 @@ class ServedModel:
             raise ValueError(f"it takes {length} points a window; [serve] length is {self.length}")
         if length is None and self.length is None:
             raise ValueError("it takes series of any length: set [serve] length (points a window)")
-        classes = tuple(prep.classes) if prep is not None and prep.classes else ()
-        return Served(classifier, int(info.get("version") or info.get("round") or 0), str(info.get("label", "")),
-                      str(info.get("sha256", "")), classes, channels, length or self.length)
+        return Served(classifier, version, label, sha256, classes, channels, length or self.length)
 
     @staticmethod
     def probabilities(served: Served, values: np.ndarray) -> np.ndarray:

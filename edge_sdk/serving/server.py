@@ -29,6 +29,7 @@ from edge_sdk.serving.prediction_log import PredictionLog
 from edge_sdk.serving.readings import BadReading, parse_reading
 from edge_sdk.serving.serve_config import ServeConfig
 from edge_sdk.serving.served_model import Served, ServedModel
+from edge_sdk.serving.source_rows import SourceRows
 from edge_sdk.serving.windows import Window, WindowBuilder
 
 __all__ = ["Server"]
@@ -47,13 +48,17 @@ class Server:
 
     def __init__(self, config: ServeConfig, transport: MqttTransport, topics: Topics, device_id: str,
                  state_dir: str | Path, clock: Callable[[], float] = time.time, labels: LabelsConfig | None = None,
-                 holdout: float | None = 0.0) -> None:
+                 holdout: float | None = 0.0, rows: SourceRows | None = None) -> None:
         self.config, self.transport, self.device_id, self.clock = config, transport, device_id, clock
         self.prediction_topic = topics.prediction(device_id)
         self.correction_topic, self.correction_state = topics.correction(device_id), topics.correction_state(device_id)
         self.corrections = Corrections()
         self.store = LabelStore(state_dir, config.store_rows, holdout)  # `holdout`: the device's [data] holdout
         self.labels = HomeLabels(labels, clock) if labels is not None else None
+        self.rows = rows  # [serve] rows: the [data] source's new unlabelled rows
+        # rows come a read at a time: as many a read as max_per_s allows over the interval between reads
+        self.rows_bucket = TokenBucket(config.max_per_s, max(1, int(config.max_per_s * rows.every_s))) if rows \
+            else None
         self.availability_topic = topics.serving_availability(device_id)
         self.model = ServedModel(state_dir, len(config.inputs), config.length, config.threads)
         self.channel_of = {item.topic: i for i, item in enumerate(config.inputs)}
@@ -63,7 +68,7 @@ class Server:
         self.bucket = TokenBucket(config.max_per_s, 1)
         self.log = PredictionLog(state_dir, config.log_lines)
         self.counts = {"predictions": 0, "rate_limited": 0, "retained_skipped": 0, "no_model": 0, "unknown_topic": 0,
-                       "store_failed": 0}
+                       "store_failed": 0, "rows_unfit": 0}
         self.latest: dict[str, Any] | None = None
 
     def start(self) -> None:
@@ -89,6 +94,8 @@ class Server:
             message = self.transport.receive(timeout=0.5)
             if message is not None:
                 self.handle(message)
+            if self.rows is not None and self.rows.due():
+                self._serve_rows()
 
     def handle(self, message: IncomingMessage) -> dict[str, Any] | None:
         """One MQTT message; returns the prediction it completed, if any."""
@@ -179,17 +186,40 @@ class Server:
             self.counts["rate_limited"] += 1
             return None
         p = ServedModel.probabilities(served, window.values)
+        prediction = self._publish(served, p, {"start": _iso(window.start), "end": _iso(window.end)})
+        self.corrections.remember(prediction["end"], window)
+        return prediction
+
+    def _serve_rows(self) -> None:
+        """New unlabelled rows of the [data] source, predicted (`SourceRows`)."""
+        served = self.model.current()
+        if served is None or self.rows is None or self.rows_bucket is None:
+            return
+        for key, sample in self.rows.new():
+            if not self.rows_bucket.take():
+                self.counts["rate_limited"] += 1
+                continue
+            try:
+                p = ServedModel.probabilities(served, sample)
+            except Exception as exc:  # onnxruntime's errors have no common base: a row the model cannot take
+                self.counts["rows_unfit"] += 1
+                log.error("%s: row %d does not fit the model (%s)", self.device_id, key,
+                          " ".join(str(exc).split())[:200])
+                continue
+            now = _iso(self.clock())
+            self._publish(served, p, {"start": now, "end": now, "row": str(key)})
+
+    def _publish(self, served: Served, p: np.ndarray, span: dict[str, str]) -> dict[str, Any]:
+        """Publish (retained) and log the prediction ``p`` of one window or row."""
         best = np.argsort(-p)[:TOP]
 
         def name(k: int) -> str:
             return served.classes[k] if k < len(served.classes) else str(k)
         prediction = {"class": name(int(best[0])), "index": int(best[0]), "probability": round(float(p[best[0]]), 6),
                       "top": [{"class": name(int(k)), "probability": round(float(p[k]), 6)} for k in best],
-                      "start": _iso(window.start), "end": _iso(window.end), "version": served.version,
-                      "model": served.label, "time": _iso(self.clock())}
+                      **span, "version": served.version, "model": served.label, "time": _iso(self.clock())}
         self.counts["predictions"] += 1
         self.latest = prediction
-        self.corrections.remember(prediction["end"], window)
         self.log.append(prediction)
         self.transport.publish(self.prediction_topic, json.dumps(prediction).encode(), qos=1, retain=True)
         return prediction

@@ -4,7 +4,7 @@ Each source returns every valid sample newest first (at most ``max_samples``), w
 key per sample (a row id or timestamp column, else a hash of the sample) so the federated-evaluation
 holdout does not move as the data grows. Bad rows are skipped and counted in one log line; a
 missing or empty source raises NoData; anything else wrong is a one-line ValueError. The client TOML's
-``[data]`` table names one (edge_sdk.device_config.data_source_from_toml; docs/data-sources.md).
+``[data]`` table names one (edge_sdk.sources.from_toml.data_source_from_toml; docs/data-sources.md).
 """
 
 from __future__ import annotations

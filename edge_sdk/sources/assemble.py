@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.sources.base import NoData, Skipped
 from edge_sdk.sources.keys import newest_first

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 
 __all__ = ["DataSource", "NoData", "Skipped", "SourceRead"]
 

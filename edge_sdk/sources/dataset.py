@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.data.datasets import load_dataset
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 from edge_sdk.data.partition import partition
 from edge_sdk.sources.base import NoData, SourceRead
 

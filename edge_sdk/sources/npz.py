@@ -9,7 +9,7 @@ from stat import S_ISREG
 import numpy as np
 
 from edge_sdk.data.datasets import _read_npz
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 from edge_sdk.data.preprocessing import MAX_CHANNELS, MAX_CLASS_NAME, Preprocessing
 from edge_sdk.sources.assemble import assemble
 from edge_sdk.sources.base import NoData, Skipped, SourceRead

@@ -19,12 +19,15 @@ MAX_SAMPLE_VALUES = 1 << 24
 class ReadOptions:
     """``input_shape``: one sample's shape (None: the source's own); ``classes``: the task's class
     names (string labels map to their index); ``num_classes``: the task's class count when labels
-    are integers (labels at or above it are skipped); ``max_samples``: keep only the newest N."""
+    are integers (labels at or above it are skipped); ``max_samples``: keep only the newest N;
+    ``unlabelled``: read the rows whose label is empty instead (a csv or sqlite source: the rows a
+    device that serves predicts, edge_sdk/serving/source_rows.py)."""
 
     input_shape: tuple[int, ...] | None = None
     classes: tuple[str, ...] = ()
     num_classes: int | None = None
     max_samples: int | None = None
+    unlabelled: bool = False
 
     def __post_init__(self) -> None:
         shape = self.input_shape

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 from edge_sdk.sources.assemble import NOT_A_NUMBER, assemble, drop, parse_numbers
 from edge_sdk.sources.base import NoData, Skipped
 from edge_sdk.sources.keys import BAD_KEY, check_key_column, is_timestamp, key_column
@@ -82,7 +82,11 @@ def read_table(names: Sequence[str], rows: list[Sequence], columns: Columns, opt
     if bad.all():
         _no_timestamp_feature(table, features, names, where)
     drop(ok, bad, NOT_A_NUMBER, skipped)
-    y = map_labels(table[:, label], options, where)
+    if options.unlabelled:  # the rows to serve: an empty label; the labelled ones left out, not skipped
+        ok &= np.array([_empty(cell) for cell in table[:, label]], dtype=bool)
+        y = np.zeros(len(rows), dtype=np.int64)
+    else:
+        y = map_labels(table[:, label], options, where)
     with np.errstate(over="ignore"):  # a value beyond float32 becomes inf: skipped as NaN
         x = x.astype(np.float32).reshape((len(rows), *shape))
     return assemble(x, y, keys, options, skipped, where, ok=ok, order=order)
@@ -95,3 +99,12 @@ def _no_timestamp_feature(table: np.ndarray, features: list[int], names: Sequenc
         if all(is_timestamp(cell) for cell in table[:20, i]):
             raise ValueError(f"{where}: column {names[i]!r} holds timestamps but is read as a feature; name it "
                              f"with [data] key = {names[i]!r} (or select it first)")
+
+
+def _empty(cell: object) -> bool:
+    """An empty label: an SQL NULL, an empty CSV cell, blanks, NaN."""
+    if cell is None:
+        return True
+    if isinstance(cell, str):
+        return not cell.strip()
+    return isinstance(cell, float) and cell != cell

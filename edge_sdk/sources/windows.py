@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from edge_sdk.methods.base import LocalData
+from edge_sdk.data.local_data import LocalData
 from edge_sdk.sources.base import DataSource, NoData, Skipped, SourceRead
 from edge_sdk.sources.options import ReadOptions, raw_preprocessing
 

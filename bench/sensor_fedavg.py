@@ -56,14 +56,20 @@ BATCH = 32
 LOCAL_EPOCHS = 1
 
 
+#: the training loss of every run (--loss)
+LOSS = "cross_entropy"
+
+
 def train_config(epochs: int, lr: float = 0.05) -> TrainConfig:
-    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=lr, momentum=0.9, threads=1)
+    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=lr, momentum=0.9, threads=1, loss=LOSS)
 
 
-def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str = "cnn1d") -> float:
+def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str = "cnn1d",
+            norm: str | None = None) -> float:
     dataset = load_dataset(name)
+    kw = {} if norm is None else {"norm": None if norm == "none" else norm}
     with seeded_init(seed):
-        model = build_model(model_for_dataset(family, dataset.input_shape, dataset.num_classes))
+        model = build_model(model_for_dataset(family, dataset.input_shape, dataset.num_classes, **kw))
     if family == "minirocket":  # its biases from the training split's statistics, as a one-device fleet's
         layer = model.layers[0]
         stats = series_statistics(layer.plan, dataset.x_train)
@@ -99,7 +105,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH, LOCAL_EPOCHS
+    global BATCH, LOCAL_EPOCHS, LOSS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -113,20 +119,23 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write every run here")
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
     p.add_argument("--local-epochs", type=int, default=1, help="a round's; central: rounds x this many epochs")
+    p.add_argument("--loss", default="cross_entropy", choices=("cross_entropy", "squared"),
+                   help="the training loss (squared: a ridge classifier's, on ±1 targets)")
     args = p.parse_args()
     options = dict(option.split("=", 1) for option in args.option)
-    BATCH, LOCAL_EPOCHS = args.batch_size, args.local_epochs
+    BATCH, LOCAL_EPOCHS, LOSS = args.batch_size, args.local_epochs, args.loss
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
           f"{args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
-          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}")
+          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
             row = results[name] = {"central": [], **{part: [] for part in args.partitions.split(",")}}
             for seed in range(args.seeds):
                 started = time.monotonic()
-                row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay, args.model))
+                row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay, args.model,
+                                              options.get("norm")))
                 for part in args.partitions.split(","):
                     row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay, options,
                                                args.model))

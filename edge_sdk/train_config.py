@@ -11,12 +11,16 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-__all__ = ["AUGMENTATIONS", "TrainConfig", "available_cpus", "default_threads"]
+__all__ = ["AUGMENTATIONS", "LOSSES", "TrainConfig", "available_cpus", "default_threads"]
 
 _OPTIMIZERS = ("sgd", "adam")
 #: Data augmentation of local training: ``hflip`` mirrors a random half of every batch
 #: left-right (images only), as the official FLANC code's RandomHorizontalFlip.
 AUGMENTATIONS = ("none", "hflip")
+#: The training loss: ``cross_entropy`` on the logits, or ``squared``: half the squared distance of
+#: the logits to ±1 targets (+1 for the class, −1 for the others), a ridge classifier's loss, which
+#: a linear head on fixed features (MiniRocket's) is fitted with in its paper and in sktime.
+LOSSES = ("cross_entropy", "squared")
 
 
 def _num(name: str, v: Any, lo: float, hi: float, integer: bool = False) -> None:
@@ -51,6 +55,7 @@ class TrainConfig:
     #: FedProx's proximal term μ/2·‖w − w₀‖² over the trainable parameters, w₀ their values when
     #: training starts (the plan's global model); 0: none
     prox_mu: float = 0.0
+    loss: str = "cross_entropy"
 
     def __post_init__(self) -> None:
         _num("epochs", self.epochs, 1, 10_000, integer=True)
@@ -70,10 +75,16 @@ class TrainConfig:
         if self.augment not in AUGMENTATIONS:
             raise ValueError(f"TrainConfig.augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
         _num("prox_mu", self.prox_mu, 0.0, 1e4)
+        if self.loss not in LOSSES:
+            raise ValueError(f"TrainConfig.loss must be one of {LOSSES}, got {self.loss!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain msgpack-safe dict."""
-        return asdict(self)
+        """Plain msgpack-safe dict (``loss`` only when not the default: a device of before it
+        takes the plan)."""
+        data = asdict(self)
+        if data["loss"] == "cross_entropy":
+            del data["loss"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":

@@ -149,6 +149,15 @@ def fixed_features(prefix: nn.Module, x: torch.Tensor, batch: int) -> torch.Tens
         return torch.cat([first, *[prefix(x[i:i + batch]) for i in range(batch, len(x), batch)]])
 
 
+def _data_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`TrainConfig.loss` of a batch: cross-entropy, or half the squared distance of the logits to
+    ±1 targets summed over the classes (a ridge classifier's), both averaged over the batch."""
+    if kind == "squared":
+        target = F.one_hot(labels, logits.shape[1]).to(logits.dtype) * 2 - 1
+        return 0.5 * ((logits - target) ** 2).sum(dim=1).mean()
+    return F.cross_entropy(logits, labels)
+
+
 def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
                 seed: int = 0, regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
                 on_step: Callable[[int], None] | None = None,
@@ -210,7 +219,7 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                     logits = forward(xb)
                     if steps == 0:
                         _check_labels(logits, yb)
-                    data_loss = F.cross_entropy(logits, yb)
+                    data_loss = _data_loss(config.loss, logits, yb)
                     loss = data_loss + regularizer(model) if regularizer else data_loss
                     if proximal is not None:
                         loss = loss + proximal()

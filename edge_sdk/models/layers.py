@@ -368,7 +368,9 @@ def _bn_out(layer: dict, shape: Shape) -> Shape:
 
 
 def _bn1d_out(layer: dict, shape: Shape) -> Shape:
-    _expect(_cl(shape, "batchnorm1d")[0], layer["channels"], "channels", "batchnorm1d")
+    """(C, L) or features (C,): torch's BatchNorm1d takes both."""
+    _expect((shape[0] if len(shape) == 1 else _cl(shape, "batchnorm1d")[0]), layer["channels"], "channels",
+            "batchnorm1d")
     return shape
 
 

@@ -193,19 +193,25 @@ def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (200, 200),
 
 
 def minirocket(in_channels: int = 1, num_classes: int = 10, length: int = 300, width: float = 1.0,
-               features: int = 9_996, seed: int = 0, series_norm: bool = False) -> dict:
+               features: int = 9_996, seed: int = 0, series_norm: bool = False, norm: str | None = None) -> dict:
     """MiniRocket's fixed features of a series ``(C, L)`` (`edge_sdk.models.minirocket`: ``features``
     times ``width``, at least 84) and a linear classifier, the only part that trains. The features'
     biases are fitted once before the first round from the fleet's statistics
-    (`coordinator.runtime.series_features`) and travel with the model's state."""
+    (`coordinator.runtime.series_features`) and travel with the model's state. ``norm``
+    ``"batchnorm"``: batch norm over the features before the classifier (their scale standardised,
+    as sktime's MiniRocket pipelines scale them before the ridge classifier); None: none."""
     if isinstance(length, bool) or not isinstance(length, int) or length < 9:
         raise ValueError(f"minirocket needs series of at least 9 values, got length {length!r}")
+    if norm not in (None, "batchnorm"):
+        raise ValueError(f"minirocket's norm is batchnorm (over its features) or none, got {norm!r}")
     count = max(84, int(round(features * width)))
     rocket = {"type": "minirocket", "in": in_channels, "length": length, "features": count, "seed": seed,
               "series_norm": series_norm}
     plan = MiniRocketPlan(in_channels, length, count, seed=seed)
-    head = {"type": "linear", "in": plan.features + (in_channels if series_norm else 0), "out": num_classes}
-    return _spec([in_channels, length], num_classes, [rocket, head], "minirocket")
+    width_in = plan.features + (in_channels if series_norm else 0)
+    head = {"type": "linear", "in": width_in, "out": num_classes}
+    scaled = [{"type": "batchnorm1d", "channels": width_in}] if norm == "batchnorm" else []
+    return _spec([in_channels, length], num_classes, [rocket, *scaled, head], "minirocket")
 
 
 MODEL_FAMILIES: dict[str, Callable[..., dict]] = {

@@ -169,3 +169,12 @@ def test_training_computes_the_fixed_features_once_and_learns_the_same(monkeypat
     (once, fixed_weights), (every_step, weights) = trained
     assert once == 5 and every_step == 4 * 5  # 40 series in batches of 8: once, against once a step
     torch.testing.assert_close(fixed_weights, weights, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_over_the_features_before_the_head() -> None:
+    spec = model_for_dataset("minirocket", (1, 120), 3, norm="batchnorm")
+    assert [layer["type"] for layer in spec["layers"]] == ["minirocket", "batchnorm1d", "linear"]
+    model = build_model(spec)
+    assert model(torch.from_numpy(_series(4))).shape == (4, 3)
+    with pytest.raises(ValueError, match="minirocket's norm is batchnorm"):
+        model_for_dataset("minirocket", (1, 120), 3, norm="groupnorm")

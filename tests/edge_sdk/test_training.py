@@ -27,6 +27,18 @@ def digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 # ----------------------------------------------------------------- TrainConfig
+def test_the_squared_loss_travels_only_when_set_and_trains(digits) -> None:
+    assert "loss" not in TrainConfig().to_dict()  # a device of before it takes the plan
+    squared = TrainConfig(epochs=8, lr=0.05, loss="squared", threads=1)
+    assert TrainConfig.from_dict(squared.to_dict()) == squared and squared.to_dict()["loss"] == "squared"
+    x, y, xt, yt = digits
+    torch.manual_seed(0)
+    model = build_model(mlp(64, 10, input_shape=(1, 8, 8)))
+    result = train_local(model, x, y, squared)
+    accuracy, _ = evaluate(model, xt, yt)
+    assert accuracy > 0.9 and np.isfinite(result.loss)  # a ridge classifier's loss fits digits too
+
+
 def test_train_config_round_trip_and_validation() -> None:
     cfg = TrainConfig(epochs=3, batch_size=16, lr=0.1, optimizer="adam", max_steps=7, threads=1)
     wire = msgpack.unpackb(msgpack.packb(cfg.to_dict()))
@@ -36,7 +48,7 @@ def test_train_config_round_trip_and_validation() -> None:
     for bad in [{"epochs": True}, {"epochs": 1.0}, {"epochs": 0}, {"lr": -0.1}, {"lr": 0},
                 {"lr": float("nan")}, {"momentum": 1.0}, {"optimizer": "rmsprop"},
                 {"batch_size": 0}, {"max_steps": 0}, {"threads": "2"}, {"unknown": 1},
-                {"weight_decay": float("inf")}]:
+                {"weight_decay": float("inf")}, {"loss": "hinge"}]:
         with pytest.raises(ValueError):
             TrainConfig.from_dict(bad)
     with pytest.raises(ValueError, match="mapping"):

@@ -56,12 +56,12 @@ BATCH = 32
 LOCAL_EPOCHS = 1
 
 
-#: the training loss of every run (--loss)
-LOSS = "cross_entropy"
+#: the training loss of every run (--loss), and its learning rate (--lr)
+LOSS, LR = "cross_entropy", 0.05
 
 
-def train_config(epochs: int, lr: float = 0.05) -> TrainConfig:
-    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=lr, momentum=0.9, threads=1, loss=LOSS)
+def train_config(epochs: int, factor: float = 1.0) -> TrainConfig:
+    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=LR * factor, momentum=0.9, threads=1, loss=LOSS)
 
 
 def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str = "cnn1d",
@@ -77,7 +77,7 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str 
                                                         np.ones(layer.plan.channels), seed)))
     edges = [0, *[at for at, _ in decay if at < epochs], epochs]
     for phase, (start, end) in enumerate(zip(edges, edges[1:])):
-        train_local(model, dataset.x_train, dataset.y_train, train_config(end - start, 0.05 * lr_factor(decay, start)),
+        train_local(model, dataset.x_train, dataset.y_train, train_config(end - start, lr_factor(decay, start)),
                     seed=seed * 1000 + phase)
     model.eval()
     with torch.no_grad():
@@ -105,7 +105,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH, LOCAL_EPOCHS, LOSS
+    global BATCH, LOCAL_EPOCHS, LOSS, LR
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -119,15 +119,16 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write every run here")
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
     p.add_argument("--local-epochs", type=int, default=1, help="a round's; central: rounds x this many epochs")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD's (momentum 0.9), central and on the devices")
     p.add_argument("--loss", default="cross_entropy", choices=("cross_entropy", "squared"),
                    help="the training loss (squared: a ridge classifier's, on ±1 targets)")
     args = p.parse_args()
     options = dict(option.split("=", 1) for option in args.option)
-    BATCH, LOCAL_EPOCHS, LOSS = args.batch_size, args.local_epochs, args.loss
+    BATCH, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.local_epochs, args.loss, args.lr
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
           f"{args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
-          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}")
+          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}, lr {LR}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):

@@ -11,7 +11,11 @@ it also times a device's training round (one local epoch of the served model's f
 training series, one thread, in its own process) N times before the flood and N times during it:
 the issue's "training round within 1.2x of its time without the flood".
 
-    OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000] [--train 2]
+    OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000] [--train 2] [--tls]
+
+``--tls``: through the shipped home-server mosquitto (deploy/homeserver: TLS on 8883, the ACL, users
+from add-device.sh): the readings published by the template's zigbee2mqtt user, the serving device
+allowed to read exactly that topic (``--reads``), the predictions read by Home Assistant's user.
 
 ``--model``: a published PLAID model (a kept version's ONNX: ``edgefl simulate --dataset plaid
 --model cnn1d --checkpoint-dir DIR`` keeps them in DIR/versions/); its version is read from the
@@ -21,16 +25,21 @@ folder's version.json when there is one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support's home broker (--tls)
 
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from edge_sdk.data.datasets import load_dataset
@@ -40,7 +49,7 @@ from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from edge_sdk.protocol.messages import Model
 from edge_sdk.protocol.topics import Topics
 
-TOPIC = "bench/plug/power"
+TOPIC = "zigbee2mqtt/Bench plug"
 
 
 def train_once(family: str, length: int) -> float:
@@ -84,6 +93,39 @@ def install(model: Path, state_dir: Path) -> tuple[int, tuple[int, ...]]:
     return version, tuple(shape)
 
 
+def broker_for(tls: bool, out: Path, stack: contextlib.ExitStack) -> tuple[Callable[[str], MqttTransport], str]:
+    """A started broker: ``connect(who)`` for Home Assistant's side ("home") and the plug ("sender"),
+    and the serving device's ``[broker]`` table. ``tls``: the shipped home-server set-up."""
+    if not tls:
+        broker = stack.enter_context(EmbeddedBroker(BrokerConfig(prefer="mosquitto")))
+
+        def plain(who: str) -> MqttTransport:
+            transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"bench-{who}"))
+            transport.connect()
+            return transport
+        return plain, f'[broker]\nurl = "{broker.url}"\n'
+    from tests.support.home_broker import start_home_broker
+
+    folder = out / "home"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    home = start_home_broker(folder, devices=("plug",), homeassistant=True, reads={"plug": (TOPIC,)},
+                             zigbee2mqtt="bench-zigbee2mqtt")
+    stack.callback(home.stop)
+
+    def secure(who: str) -> MqttTransport:
+        if who == "home":
+            return home.homeassistant(client_id="bench-ha")
+        transport = MqttTransport(TransportConfig(url=home.url, client_id="bench-z2m", username="zigbee2mqtt",
+                                                  password="bench-zigbee2mqtt", ca_file=str(home.ca)))
+        transport.connect()
+        return transport
+    bundle = folder / "plug"
+    return secure, (f'[broker]\nurl = "{home.url}"\nusername = "plug"\npassword_file = "{bundle / "password"}"\n'
+                    f'ca_file = "{bundle / "ca.crt"}"\n')
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a published PLAID model (ONNX)")
@@ -92,6 +134,7 @@ def main() -> int:
     parser.add_argument("--out", default="runs/serve_replay")
     parser.add_argument("--train", type=int, default=0, help="time N training rounds before and during the flood")
     parser.add_argument("--train-family", default="cnn1d", help="the model family the device trains")
+    parser.add_argument("--tls", action="store_true", help="through the shipped TLS mosquitto, its ACL and users")
     parser.add_argument("--train-once", metavar="FAMILY", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -116,21 +159,22 @@ def main() -> int:
     expected = OnnxClassifier(state_dir / "model.onnx").predict(series.astype(np.float32)).classes
     topics = Topics(job="bench")
     result: dict = {"model": str(args.model), "version": version, "series": len(series), "length": length,
-                    "rate": args.rate}
+                    "rate": args.rate,
+                    "broker": "the shipped TLS mosquitto, ACL and users" if args.tls else "mosquitto"}
     if args.train:
         result["train_alone_s"] = timed_rounds(args.train, args.train_family, length)
     during: list[float] = []
-    with EmbeddedBroker(BrokerConfig(prefer="mosquitto")) as broker, open(out / "serve.log", "w") as serve_log:
+    with contextlib.ExitStack() as stack:
+        serve_log = stack.enter_context(open(out / "serve.log", "w"))
+        connect, broker_toml = broker_for(args.tls, out, stack)
         toml = out / "client.toml"
-        toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n'
-                        f'[broker]\nurl = "{broker.url}"\n'
+        toml.write_text(f'device_id = "plug"\njob = "bench"\nstate_dir = "{state_dir}"\n{broker_toml}'
                         f'[serve]\ninputs = [{{ topic = "{TOPIC}", field = "w", time_field = "t" }}]\n'
                         f'length = {length}\nmax_gap_s = 5\nmax_per_s = 100000\n')
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         serve = subprocess.Popen([sys.executable, "-m", "edge_sdk.cli", "serve", "--config", str(toml)],
                                  stdout=serve_log, stderr=subprocess.STDOUT, env=env)
-        home = MqttTransport(TransportConfig(url=broker.url, client_id="bench-home"))
-        home.connect()
+        home = connect("home")
         home.subscribe(topics.prediction("plug"))
         received: list[tuple[float, dict]] = []
 
@@ -144,8 +188,7 @@ def main() -> int:
         done = threading.Event()
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
-        sender = MqttTransport(TransportConfig(url=broker.url, client_id="bench-plug"))
-        sender.connect()
+        sender = connect("sender")
         # warm up: until the server answers (started, subscribed, model loaded)
         clock, warm = 1_000_000.0, 0
         while not received and warm < 200:

@@ -39,9 +39,11 @@ usage: add-device.sh [options] NAME     a device; NAME is its device id and MQTT
   --ca FILE          CA certificate for the bundle (default /etc/mosquitto/certs/ca.crt)
   --signing-pub FILE the coordinator's public key for a device bundle (default
                      /etc/edgefl/model-signing.pub; made by --coordinator)
-  --reads TOPIC      a device that serves (docs/serving.md) may read this one sensor topic, e.g.
+  --reads TOPIC      a device that serves (docs/serving.md): its serving connection's own MQTT user
+                     NAME.serve (one connection a user: the broker takes the username as client id),
+                     which writes its predictions, reads its corrections and this one sensor topic, e.g.
                      "zigbee2mqtt/Kitchen plug" (exact: no + or #; never zigbee2mqtt/#, which would
-                     show it every door and presence sensor); give it once per topic, again to add more
+                     show it every door and presence sensor); once per topic, again to add more
   --no-reload        do not reload mosquitto (it re-reads users and the ACL on SIGHUP / reload)
 EOF
 }
@@ -76,6 +78,7 @@ ID_RE='^[A-Za-z0-9_.-]{1,128}$'
 if [ "$ROLE" = device ] && { [ "$NAME" = coordinator ] || [ "$NAME" = homeassistant ]; }; then
     die "'$NAME' is reserved (use --$NAME)"
 fi
+[[ $NAME == *.serve ]] && die "'$NAME': names ending in .serve are a serving device's second user (--reads)"
 [ ${#READS[@]} -eq 0 ] || [ "$ROLE" = device ] || die "--reads is for a device"
 for topic in "${READS[@]}"; do
     [[ $topic =~ [+#] ]] && die "--reads '$topic': one exact topic, no + or # wildcards"
@@ -165,14 +168,29 @@ if [ "$ROLE" = device ] && ! grep -qxF "user $NAME" "$ACL"; then
     printf '\nuser %s\ntopic read edgefl/+/coord\n' "$NAME" >> "$ACL"
     echo "==> $NAME may read the broadcast edgefl/+/coord ($ACL)"
 fi
-# --reads: a `topic read` line per sensor topic, in the device's own block, once each
+# --reads: the device's serving user NAME.serve (its own connection beside the device's), with the
+# serving topics of NAME and a `topic read` line per sensor topic, once each
+SERVE_USER=$NAME.serve
+if [ ${#READS[@]} -gt 0 ]; then
+    if ! grep -qxF "user $SERVE_USER" "$ACL"; then
+        # the deny lines take back what the device patterns grant every username
+        printf '\nuser %s\ntopic deny edgefl/+/up/#\ntopic deny edgefl/+/status/#\ntopic deny edgefl/+/down/#\n%s\n' \
+            "$SERVE_USER" "topic deny edgefl/profile/#" >> "$ACL"
+        printf 'topic write edgefl/+/predict/%s\ntopic write edgefl/+/predict/%s/+\ntopic read edgefl/+/correct/%s\n' \
+            "$NAME" "$NAME" "$NAME" >> "$ACL"
+        echo "==> $SERVE_USER serves for $NAME: its predictions and corrections ($ACL)"
+    fi
+    SERVE_PASSWORD=$(head -c 48 /dev/urandom | base64 -w0 | tr -dc 'A-Za-z0-9')
+    SERVE_PASSWORD=${SERVE_PASSWORD:0:32}
+    printf '%s\n%s\n' "$SERVE_PASSWORD" "$SERVE_PASSWORD" | mosquitto_passwd "$PASSWD" "$SERVE_USER" >/dev/null
+fi
 for topic in "${READS[@]}"; do
     line="topic read $topic"
-    if ! awk -v u="user $NAME" -v t="$line" '$0 == u { on = 1; next } /^user / { on = 0 }
+    if ! awk -v u="user $SERVE_USER" -v t="$line" '$0 == u { on = 1; next } /^user / { on = 0 }
             on && $0 == t { found = 1 } END { exit !found }' "$ACL"; then
-        awk -v u="user $NAME" -v t="$line" '{ print } $0 == u { print t }' "$ACL" > "$ACL.new"
+        awk -v u="user $SERVE_USER" -v t="$line" '{ print } $0 == u { print t }' "$ACL" > "$ACL.new"
         cat "$ACL.new" > "$ACL" && rm -f "$ACL.new"  # in place: the file keeps its owner and mode
-        echo "==> $NAME may read $topic ($ACL)"
+        echo "==> $SERVE_USER may read $topic ($ACL)"
     fi
 done
 # Another coordinator user (a second job at once) gets the topic lines of `user coordinator`, another
@@ -217,6 +235,12 @@ else
         echo "warning: no CA certificate at $CA; put the broker's CA in $OUT/ca.crt" >&2
     fi
     bundle_signing_pub
+    if [ -n "${SERVE_PASSWORD:-}" ]; then  # the serving connection's user: [serve] username and password_file
+        printf '%s\n' "$SERVE_PASSWORD" > "$OUT/serve.password"
+        chmod 0600 "$OUT/serve.password"
+        sed -i "s|\"DEVICE.serve\"|\"$SERVE_USER\"|" "$OUT/client.toml"
+        echo "==> user $SERVE_USER in $PASSWD, its password in serve.password: uncomment [serve] in client.toml"
+    fi
     echo "==> user $NAME in $PASSWD; device bundle in $OUT"
     echo "    copy it to the device, then: sudo deploy/raspberrypi/install.sh --bundle DIR"
 fi

@@ -203,6 +203,9 @@ install_config() {
         if [ -f "$BUNDLE/password" ]; then
             install_file "$BUNDLE/password" "$CONF_DIR/password" 0640 "root:$SVC_USER"
         fi
+        if [ -f "$BUNDLE/serve.password" ]; then  # the serving connection's user (add-device.sh --reads)
+            install_file "$BUNDLE/serve.password" "$CONF_DIR/serve.password" 0640 "root:$SVC_USER"
+        fi
         if [ -f "$BUNDLE/ca.crt" ]; then
             install_file "$BUNDLE/ca.crt" "$CONF_DIR/ca.crt" 0644 root:root
         fi

@@ -4,7 +4,7 @@ by its training every round (`edge_sdk.sources.StoreSource`). Raw data: it never
 A row is one window of readings (channels x length, float32), the class name in effect, its time
 span and where its label came from: a home event (``[labels]``, `HomeLabels`), a person's
 correction of its prediction, or both (an event-labelled window corrected: the person's class wins).
-Its key, a hash of the window's end, is stable: the federated-evaluation holdout is chosen by it as
+Its key, a hash of the window's end and readings, is stable: the federated-evaluation holdout is chosen by it as
 for every source (edge_sdk/data/holdout.py). **Corrections and the holdout**: a corrected window no
 event labelled always trains — a correction is a scarce label, and one picked because the model was
 wrong (held out, it would pull the device's figure towards its errors); a corrected event window
@@ -35,7 +35,7 @@ EVENT, CORRECTION, CORRECTED_EVENT = "event", "correction", "event+correction"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS windows (
-    key INTEGER PRIMARY KEY,        -- window_key(end), as a signed 64-bit integer
+    key INTEGER PRIMARY KEY,        -- window_key(end, readings), as a signed 64-bit integer
     start REAL NOT NULL,            -- unix seconds of the window's first point
     end REAL NOT NULL,              -- and of its last
     label TEXT NOT NULL,            -- the class name
@@ -49,11 +49,13 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-def window_key(end: float) -> int:
-    """A window's stable key (uint64): a hash of its end in whole milliseconds, as the prediction's
-    ``end`` (ISO 8601 to the millisecond) names it."""
-    digest = hashlib.blake2b(str(round(end * 1e6) // 1000).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+def window_key(end: float, values: np.ndarray) -> int:
+    """A window's stable key (uint64): a hash of its end (in microseconds) and its readings — two
+    windows that end at the same time (a burst of readings, a sensor's coarse timestamps) are two
+    rows; the same window labelled twice (an event, then a correction) is one."""
+    digest = hashlib.blake2b(str(round(end * 1e6)).encode(), digest_size=8)
+    digest.update(np.ascontiguousarray(values, dtype="<f4").tobytes())
+    return int.from_bytes(digest.digest(), "little")
 
 
 def _signed(key: int) -> int:
@@ -107,7 +109,7 @@ class LabelStore:
             raise ValueError(f"origin must be {EVENT} or {CORRECTION}, got {origin!r}")
         values = np.ascontiguousarray(values, dtype="<f4")
         channels, length = values.shape
-        key = _signed(window_key(end))
+        key = _signed(window_key(end, values))
         with self._lock, self._db:
             row = self._db.execute("SELECT origin FROM windows WHERE key = ?", (key,)).fetchone()
             if row is not None and origin == EVENT:

@@ -51,6 +51,9 @@ def server_from_toml(path: str | Path) -> Server | None:
         job = setting(config, "job", str, "default")
         state_dir = setting(config, "state_dir", str, DEFAULT_STATE_DIR)
         transport_config = transport_from_toml(config, client_id=f"{device_id}-serve")
+        if serve.username is not None:  # its own MQTT user: the device's connection is not taken over
+            transport_config = replace(transport_config, username=serve.username,
+                                       password=_password(serve.password_file))
         topics = Topics(job=job)
         available = topics.serving_availability(device_id)
     except ValueError as exc:
@@ -60,6 +63,15 @@ def server_from_toml(path: str | Path) -> Server | None:
                                       birth=Will(available, b"online")))
     transport.connect()
     return Server(serve, transport, topics, device_id, state_dir, labels=labels, holdout=holdout, rows=rows)
+
+
+def _password(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).expanduser().read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"[serve] password_file {path} cannot be read: {exc.strerror or exc}") from None
 
 
 def serving_thread(path: str | Path, stop: threading.Event) -> threading.Thread | None:

@@ -12,6 +12,8 @@ max_per_s = 1        # at most one prediction a second
 log_lines = 10000    # the rolling log in state_dir/predictions.jsonl
 store_rows = 10000   # labelled windows kept in state_dir/labels.sqlite (corrections, [labels])
 rows = false         # also predict new rows of the [data] source (csv, sqlite) whose label is empty
+# username = "pi-kitchen.serve"   # the serving connection's own MQTT user (default: [broker]'s)
+# password_file = "/etc/edgefl/serve.password"
 ```
 """
 
@@ -25,7 +27,7 @@ from edge_sdk.config import section, setting
 __all__ = ["ServeConfig", "ServeInput", "check_topic", "in_table", "serve_from_toml"]
 
 _KEYS = {"inputs", "period_s", "length", "stride", "max_gap_s", "max_per_s", "log_lines", "threads", "store_rows",
-         "rows"}
+         "rows", "username", "password_file"}
 _INPUT_KEYS = {"topic", "field", "time_field"}
 
 
@@ -67,6 +69,10 @@ class ServeConfig:
     threads: int = 1
     store_rows: int = 10_000
     rows: bool = False
+    #: the serving connection's own MQTT user (a broker that takes the username as client id holds
+    #: one connection a user: add-device.sh --reads makes NAME.serve); None: [broker]'s
+    username: str | None = None
+    password_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.inputs and not self.rows:
@@ -103,6 +109,8 @@ def serve_from_toml(config: dict[str, Any]) -> ServeConfig | None:
                            setting(table, "max_gap_s", float, 300.0, where),
                            setting(table, "max_per_s", float, 1.0, where),
                            setting(table, "log_lines", int, 10_000, where), setting(table, "threads", int, 1, where),
-                           setting(table, "store_rows", int, 10_000, where), rows)
+                           setting(table, "store_rows", int, 10_000, where), rows,
+                           setting(table, "username", str, None, where),
+                           setting(table, "password_file", str, None, where))
     except ValueError as exc:
         raise in_table(where, exc) from None

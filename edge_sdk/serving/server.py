@@ -40,7 +40,7 @@ TOP = 3  # classes a prediction lists
 
 
 def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="microseconds")
 
 
 class Server:

@@ -203,36 +203,51 @@ def test_a_device_whose_id_is_not_its_username_says_so_once_and_exits_3(home, tm
 
 
 def test_a_serving_device_reads_exactly_its_sensor_topics_and_writes_none(tmp_path):
-    """add-device.sh --reads: pi-a reads its plug's zigbee2mqtt topic (a name with a space), not the
-    front door's, not through zigbee2mqtt/#, and cannot command the plug; pi-b reads none; zigbee2mqtt
-    and Home Assistant on the same broker with the ACL template's lines."""
+    """add-device.sh --reads: pi-a's serving connection has its own user, pi-a.serve (the broker takes
+    the username as client id: one connection a user), connected beside pi-a's own without taking it
+    over; it reads its plug's zigbee2mqtt topic (a name with a space), not the front door's, not
+    through zigbee2mqtt/#, cannot command the plug nor write a device's uplink, and writes pi-a's
+    predictions; zigbee2mqtt and Home Assistant on the same broker with the ACL template's lines."""
     plug, door = "zigbee2mqtt/Kitchen plug", "zigbee2mqtt/Front door"
     home = start_home_broker(tmp_path, reads={"pi-a": (plug,)}, homeassistant=True, zigbee2mqtt="z2m-secret")
+    bundle = tmp_path / "pi-a"
+    assert read_toml(bundle / "client.toml") and '# username = "pi-a.serve"' in (bundle / "client.toml").read_text()
     zigbee = MqttTransport(TransportConfig(url=home.url, client_id="z2m", username="zigbee2mqtt",
                                            password="z2m-secret", ca_file=str(home.ca)))
-    zigbee.connect()
+    serving = MqttTransport(TransportConfig(url=home.url, client_id="pi-a-serve", username="pi-a.serve",
+                                            password=(bundle / "serve.password").read_text().strip(),
+                                            ca_file=str(home.ca)))
+    for peer in (zigbee, serving):
+        peer.connect()
     a, b, ha = home.device("pi-a"), home.device("pi-b"), home.homeassistant()
     try:
-        assert home.acl.read_text().count(f"\ntopic read {plug}\n") == 1
-        for peer in (a, b):
+        text = home.acl.read_text()
+        assert text.count(f"\ntopic read {plug}\n") == 1 and "\nuser pi-a.serve\n" in text
+        for peer in (a, b, serving):
             for topic in (plug, door, "zigbee2mqtt/#"):
                 peer.subscribe(topic)
         ha.subscribe("zigbee2mqtt/#")
+        ha.subscribe(TOPICS.prediction("pi-a"))
         zigbee.subscribe(f"{plug}/set")
         time.sleep(0.3)
         zigbee.publish(plug, b'{"power": 2000.5, "state": "ON"}')
         zigbee.publish(door, b'{"contact": false}')
-        a.publish(f"{plug}/set", b'{"state": "OFF"}')  # a serving device commands nothing
+        serving.publish(f"{plug}/set", b'{"state": "OFF"}')  # a serving device commands nothing
+        serving.publish(TOPICS.uplink("pi-a"), b"an update from the serving user")  # nor trains
+        serving.publish(TOPICS.prediction("pi-a"), b'{"class": "kettle"}', retain=True)
         ha.publish(f"{plug}/set", b'{"state": "ON"}')
-        for peer in (zigbee, a, ha):
+        for peer in (zigbee, serving, ha):
             peer.wait_published(5)
-        got_a, got_b = _drain(a, 1.0), _drain(b, 0.3)
-        assert got_a and set(got_a) == {(plug, b'{"power": 2000.5, "state": "ON"}')}  # never the door
-        assert got_b == []
-        assert sorted(topic for topic, _ in _drain(ha, 0.3)) == [door, plug, f"{plug}/set"]  # Home Assistant sees all
+        got, got_a, got_b = _drain(serving, 1.0), _drain(a, 0.3), _drain(b, 0.3)
+        assert got and set(got) == {(plug, b'{"power": 2000.5, "state": "ON"}')}  # never the door
+        assert got_a == [] and got_b == []  # the devices' own users read no sensor
+        assert sorted(topic for topic, _ in _drain(ha, 0.3)) == sorted([door, plug, f"{plug}/set",
+                                                                        TOPICS.prediction("pi-a")])
         assert _drain(zigbee, 0.3) == [(f"{plug}/set", b'{"state": "ON"}')]  # Home Assistant's command, not pi-a's
+        assert serving.failed >= 2  # MQTT 5: "not authorized" to the command and to the uplink
+        assert a.connected and serving.connected and a.connect_count == 1 and serving.connect_count == 1
     finally:
-        for t in (zigbee, a, b, ha):
+        for t in (zigbee, serving, a, b, ha):
             t.close()
         home.stop()
 

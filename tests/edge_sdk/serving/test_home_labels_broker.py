@@ -46,7 +46,7 @@ profile = "raspberry-pi-4b"
 holdout = 0.2
 [serve]
 inputs = [{{ topic = "{PLUG}", field = "power" }}]
-max_per_s = 1000
+max_per_s = 100000
 [labels]
 topic = "{PLUG}"
 field = "state"
@@ -91,11 +91,15 @@ def test_a_plugs_on_and_off_and_a_correction_label_windows_the_next_round_trains
     counts = server.labels.counts
     assert (counts.changes, counts.labelled, counts.straddled) == (3, 5, 1), counts
     rows = LabelStore.read(tmp_path / STORE_FILENAME)
-    stored = {int(k): (label, origin) for k, label, origin in zip(rows.keys, rows.labels, rows.origins, strict=True)}
-    window_keys = [window_key(datetime.fromisoformat(p["end"]).timestamp()) for p in home.predictions]
-    expected = [("idle", EVENT), ("idle", EVENT), ("kettle", CORRECTION), ("kettle", EVENT), ("kettle", EVENT),
-                ("idle", EVENT)]  # the third window straddles the switch: only the person's correction labels it
-    assert [stored.get(k) for k in window_keys] == expected and len(rows) == 6
+    first = rows.values[:, 0, 0].astype(np.float64)  # each window's first reading: 2 or 2000 W + 0.01 W x its index
+    index = np.round((first - np.where(first < 1000, 2.0, 2000.0)) / 0.01).astype(int) // LENGTH
+    stored = dict(zip(index.tolist(), zip(rows.labels, rows.origins, strict=True), strict=True))
+    expected = {0: ("idle", EVENT), 1: ("idle", EVENT), 2: ("kettle", CORRECTION), 3: ("kettle", EVENT),
+                4: ("kettle", EVENT), 5: ("idle", EVENT)}  # the third window straddles the switch: only corrected
+    assert stored == expected and len(rows) == 6
+    row = list(index).index(2)
+    corrected_key = int(rows.keys[row])
+    assert corrected_key == window_key(datetime.fromisoformat(straddled_end).timestamp(), rows.values[row])
 
     # the next round: the device's training count at the coordinator is its store's training rows
     client = client_from_toml(toml)
@@ -116,6 +120,6 @@ def test_a_plugs_on_and_off_and_a_correction_label_windows_the_next_round_trains
         transport.close()
     assert report.rounds[0].participants == ["plug"]
     trained = client.data
-    assert np.uint64(window_keys[2]) in trained.keys  # a correction is never held out
+    assert np.uint64(corrected_key) in trained.keys  # a correction is never held out
     held = len(client.holdout) if client.holdout is not None else client.local.waiting
     assert len(trained) + held == 6 and fleet.devices["plug"].num_samples == len(trained) >= 1

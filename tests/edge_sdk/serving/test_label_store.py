@@ -30,7 +30,12 @@ def test_a_correction_wins_over_an_event_label_and_keys_are_stable(tmp_path) -> 
     assert store.add(10.0, 20.0, window(2), "kettle", CORRECTION) == CORRECTION
     rows = LabelStore.read(store.path)
     assert rows.labels == ("kettle", "kettle") and rows.origins == (CORRECTION, CORRECTED_EVENT)  # newest first
-    assert [int(k) for k in rows.keys] == [window_key(20.0), window_key(10.0)] and rows.classes == CLASSES
+    assert [int(k) for k in rows.keys] == [window_key(20.0, window(2)), window_key(10.0, window(1))]
+    assert rows.classes == CLASSES
+    store.add(9.0, 20.0, window(3), "idle")  # another window that ends at the same time: another row
+    assert store.count() == 3
+    store.close()
+    store = LabelStore(tmp_path, holdout=0.2)
     np.testing.assert_array_equal(rows.values[:, 0, 0], [2.0, 1.0])
     with pytest.raises(ValueError, match="origin must be"):
         store.add(0.0, 1.0, window(1), "idle", "guess")
@@ -39,7 +44,7 @@ def test_a_correction_wins_over_an_event_label_and_keys_are_stable(tmp_path) -> 
 def test_bounded_the_oldest_training_rows_go_and_held_out_rows_keep_their_share(tmp_path) -> None:
     store = LabelStore(tmp_path, max_rows=50, holdout=0.3)
     ends = np.arange(1, 301, dtype=np.float64)
-    keys = np.array([window_key(e) for e in ends], dtype=np.uint64)
+    keys = np.array([window_key(e, window(int(e))) for e in ends], dtype=np.uint64)
     held = held_out(keys, 0.3)
     for end in ends:
         store.add(end - 1, end, window(int(end)), "idle")
@@ -67,7 +72,7 @@ def test_the_store_as_a_source_corrections_always_train(tmp_path) -> None:
     assert read.data.x.shape == (140, 1, 4) and read.data.num_classes == 2
     assert read.train_only is not None and int(read.train_only.sum()) == 40
     device = DeviceData("pi", 0.5, source, read)
-    corrected_keys = np.array([window_key(e) for e in corrected], dtype=np.uint64)
+    corrected_keys = np.array([window_key(e, window(int(e))) for e in corrected], dtype=np.uint64)
     assert device.holdout is not None and not np.isin(device.holdout.keys, corrected_keys).any()
     assert np.isin(corrected_keys, device.data.keys).all()  # a person's corrections all train
     assert 20 < len(device.holdout) < 80  # event windows held out by key

@@ -26,7 +26,8 @@ from tests.support.serving import CLASSES, LENGTH, Home, install_model
 def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker) -> None:
     install_model(tmp_path)
     topics = Topics(job="home")
-    config = ServeConfig((ServeInput("zigbee2mqtt/Kitchen plug", "power"),), max_per_s=100_000.0)  # windows 24 readings apart
+    # windows 24 readings apart: none rate-limited
+    config = ServeConfig((ServeInput("zigbee2mqtt/Kitchen plug", "power"),), max_per_s=100_000.0)
     transport = MqttTransport(TransportConfig(url=broker.url, client_id="plug-serve"))
     transport.connect()
     server = Server(config, transport, topics, "plug", tmp_path)
@@ -74,7 +75,7 @@ def test_live_readings_give_the_prediction_edgefl_predict_gives(tmp_path, broker
     assert first["start"] <= first["end"]  # arrival times: 24 readings may come within one millisecond
     counts = server.builder.counts
     assert (counts.readings, counts.repeats, counts.windows, counts.bad) == (3 * LENGTH, 3 * LENGTH, 3, 1)
-    logged = [json.loads(line) for line in open(tmp_path / "predictions.jsonl")]
+    logged = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert logged == home.predictions
     stored = LabelStore.read(tmp_path / STORE_FILENAME)  # the correction is a training row of the device's store
     assert stored.labels == ("kettle",) and stored.origins == (CORRECTION,) and stored.classes == CLASSES
@@ -175,3 +176,24 @@ def test_a_new_model_is_swapped_in_between_windows_and_one_it_cannot_fill_is_not
     finally:
         transport.close()
         server.store.close()
+
+
+def test_the_serving_connection_takes_its_own_user(tmp_path, broker) -> None:
+    from edge_sdk.serving.serve_command import server_from_toml
+
+    toml = tmp_path / "client.toml"
+    base = (f'device_id = "pi"\njob = "home"\nstate_dir = "{tmp_path}"\n'
+            f'[broker]\nurl = "{broker.url}"\nusername = "pi"\n')
+    toml.write_text(base + f'[serve]\ninputs = [{{ topic = "home/power" }}]\nusername = "pi.serve"\n'
+                           f'password_file = "{tmp_path / "missing"}"\n')
+    with pytest.raises(ValueError, match=r"client.toml: \[serve\] password_file .*missing cannot be read"):
+        server_from_toml(toml)
+    (tmp_path / "serve.password").write_text("secret\n")
+    toml.write_text(base + f'[serve]\ninputs = [{{ topic = "home/power" }}]\nusername = "pi.serve"\n'
+                           f'password_file = "{tmp_path / "serve.password"}"\n')
+    server = server_from_toml(toml)
+    assert server is not None
+    try:
+        assert server.transport.config.username == "pi.serve" and server.transport.config.password == "secret"
+    finally:
+        server.close()

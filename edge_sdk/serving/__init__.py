@@ -1,10 +1,10 @@
 """Serving: a device runs its installed model on live readings from MQTT topics (docs/serving.md).
 Windows the home labels (home_labels.py) and a person's corrections go to the device's label store
-(label_store.py), which its training reads. Imports numpy, paho and onnxruntime only — a device
-that only serves needs no torch."""
+(edge_sdk/data/label_store.py), which its training reads. Imports numpy, paho and onnxruntime only —
+a device that only serves needs no torch."""
 
 from edge_sdk.serving.home_labels import HomeLabels, LabelsConfig, labels_from_toml
-from edge_sdk.serving.label_store import LabelStore
+from edge_sdk.data.label_store import LabelStore
 from edge_sdk.serving.readings import BadReading, Reading, parse_reading
 from edge_sdk.serving.serve_config import ServeConfig, ServeInput, serve_from_toml
 from edge_sdk.serving.server import Server

@@ -24,7 +24,7 @@ from edge_sdk.networking.transport import IncomingMessage, MqttTransport
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.serving.corrections import CorrectionRefused, Corrections
 from edge_sdk.serving.home_labels import HomeLabels, LabelsConfig
-from edge_sdk.serving.label_store import CORRECTION, EVENT, LabelStore
+from edge_sdk.data.label_store import CORRECTION, EVENT, LabelStore
 from edge_sdk.serving.prediction_log import PredictionLog
 from edge_sdk.serving.readings import BadReading, parse_reading
 from edge_sdk.serving.serve_config import ServeConfig

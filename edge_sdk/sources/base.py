@@ -33,7 +33,7 @@ class SourceRead:
     #: reason -> rows skipped, e.g. {"NaN": 1, "label not a class": 3}
     skipped: dict[str, int] = field(default_factory=dict)
     #: True for each sample of ``data`` that is never held out (a person's corrections:
-    #: edge_sdk/serving/label_store.py); None: every sample goes by its key
+    #: edge_sdk/data/label_store.py); None: every sample goes by its key
     train_only: np.ndarray | None = None
 
 

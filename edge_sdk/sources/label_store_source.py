@@ -1,5 +1,5 @@
 """The device's own label store as a data source: the windows the home labelled and a person
-corrected while the device served (edge_sdk/serving/label_store.py), read again every round it
+corrected while the device served (edge_sdk/data/label_store.py), read again every round it
 trains, like any source. Corrections of windows no event labelled come back ``train_only``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.serving.label_store import CORRECTION, STORE_FILENAME, LabelStore
+from edge_sdk.data.label_store import CORRECTION, STORE_FILENAME, LabelStore
 from edge_sdk.sources.assemble import WRONG_SHAPE, assemble
 from edge_sdk.sources.base import NoData, Skipped, SourceRead
 from edge_sdk.sources.labels import map_labels

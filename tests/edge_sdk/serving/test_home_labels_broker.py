@@ -25,7 +25,7 @@ from edge_sdk.device_config import client_from_toml
 from edge_sdk.networking.link import MessageLink
 from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from edge_sdk.protocol.topics import Topics
-from edge_sdk.serving.label_store import CORRECTION, EVENT, STORE_FILENAME, LabelStore, window_key
+from edge_sdk.data.label_store import CORRECTION, EVENT, STORE_FILENAME, LabelStore, window_key
 from edge_sdk.serving.serve_command import server_from_toml
 from edge_sdk.training import TrainConfig
 from tests.support.serving import CLASSES, LENGTH, Home, install_model

@@ -9,7 +9,7 @@ import pytest
 
 from edge_sdk.data.holdout import held_out
 from edge_sdk.device.device_data import DeviceData
-from edge_sdk.serving.label_store import CORRECTED_EVENT, CORRECTION, EVENT, LabelStore, window_key
+from edge_sdk.data.label_store import CORRECTED_EVENT, CORRECTION, EVENT, LabelStore, window_key
 from edge_sdk.sources import NoData
 from edge_sdk.sources.label_store_source import LabelStoreSource
 from edge_sdk.sources.options import ReadOptions

@@ -19,7 +19,7 @@ from edge_sdk.inference import OnnxClassifier
 from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from edge_sdk.protocol.topics import Topics
 from edge_sdk.serving import ServeConfig, ServeInput, Server
-from edge_sdk.serving.label_store import CORRECTION, STORE_FILENAME, LabelStore
+from edge_sdk.data.label_store import CORRECTION, STORE_FILENAME, LabelStore
 from tests.support.serving import CLASSES, LENGTH, Home, install_model
 
 

@@ -9,7 +9,7 @@ from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.stop_request import StopRequested
 from edge_sdk.networking.link import LinkConfig
-from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
+from edge_sdk.train_config import AUGMENTATIONS, LOSSES, TrainConfig, default_threads
 
 __all__ = ["simulate_command"]
 
@@ -38,7 +38,8 @@ def _simulate(args: argparse.Namespace) -> int:
         eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
         checkpoint_dir=args.checkpoint_dir, eval_per_class=args.eval_per_class,
         train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
-                          momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment),
+                          momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment,
+                          loss=args.loss),
     )
     config = SimulationConfig(
         method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
@@ -207,6 +208,9 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="local SGD weight decay (L2)")
     p.add_argument("--augment", default=SIMULATION.train.augment, choices=list(AUGMENTATIONS),
                    help="local data augmentation: hflip mirrors a random half of every batch")
+    p.add_argument("--loss", default=SIMULATION.train.loss, choices=list(LOSSES),
+                   help="the training loss: cross_entropy, or squared (a ridge classifier's, on ±1 targets: "
+                        "MiniRocket's linear head)")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save the job's state there after every round; the same command again resumes after "

@@ -14,8 +14,9 @@ the issue's "training round within 1.2x of its time without the flood".
     OMP_NUM_THREADS=1 python bench/serve_replay.py --model versions/<v>/global.onnx [--rate 2000] [--train 2] [--tls]
 
 ``--tls``: through the shipped home-server mosquitto (deploy/homeserver: TLS on 8883, the ACL, users
-from add-device.sh): the readings published by the template's zigbee2mqtt user, the serving device
-allowed to read exactly that topic (``--reads``), the predictions read by Home Assistant's user.
+from add-device.sh): the readings published by the template's zigbee2mqtt user, the device's serving
+user (``plug.serve``, add-device.sh ``--reads``) allowed to read exactly that topic, the predictions
+read by Home Assistant's user.
 
 ``--model``: a published PLAID model (a kept version's ONNX: ``edgefl simulate --dataset plaid
 --model cnn1d --checkpoint-dir DIR`` keeps them in DIR/versions/); its version is read from the
@@ -121,9 +122,9 @@ def broker_for(tls: bool, out: Path, stack: contextlib.ExitStack) -> tuple[Calla
                                                   password="bench-zigbee2mqtt", ca_file=str(home.ca)))
         transport.connect()
         return transport
-    bundle = folder / "plug"
-    return secure, (f'[broker]\nurl = "{home.url}"\nusername = "plug"\npassword_file = "{bundle / "password"}"\n'
-                    f'ca_file = "{bundle / "ca.crt"}"\n')
+    bundle = folder / "plug"  # the serving connection's own user, plug.serve (add-device.sh --reads)
+    return secure, (f'[broker]\nurl = "{home.url}"\nusername = "plug.serve"\n'
+                    f'password_file = "{bundle / "serve.password"}"\nca_file = "{bundle / "ca.crt"}"\n')
 
 
 def main() -> int:

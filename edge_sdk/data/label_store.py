@@ -22,6 +22,7 @@ import math
 import sqlite3
 import threading
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from edge_sdk.data.holdout import held_out
 __all__ = ["CORRECTED_EVENT", "CORRECTION", "EVENT", "STORE_FILENAME", "LabelStore", "StoredRows", "window_key"]
 
 STORE_FILENAME = "labels.sqlite"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 EVENT, CORRECTION, CORRECTED_EVENT = "event", "correction", "event+correction"
 
 _SCHEMA = """
@@ -53,7 +55,8 @@ def window_key(end: float, values: np.ndarray) -> int:
     """A window's stable key (uint64): a hash of its end (in microseconds) and its readings — two
     windows that end at the same time (a burst of readings, a sensor's coarse timestamps) are two
     rows; the same window labelled twice (an event, then a correction) is one."""
-    digest = hashlib.blake2b(str(round(end * 1e6)).encode(), digest_size=8)
+    micros = (datetime.fromtimestamp(end, timezone.utc) - _EPOCH) // timedelta(microseconds=1)  # as its ISO end
+    digest = hashlib.blake2b(str(micros).encode(), digest_size=8)
     digest.update(np.ascontiguousarray(values, dtype="<f4").tobytes())
     return int.from_bytes(digest.digest(), "little")
 

@@ -78,3 +78,12 @@ def test_the_store_as_a_source_corrections_always_train(tmp_path) -> None:
     assert 20 < len(device.holdout) < 80  # event windows held out by key
     explicit = LabelStoreSource(tmp_path, ReadOptions(classes=("kettle", "idle"))).read()  # [data] classes first
     assert explicit.data.y[0] == 0 and read.data.y[0] == 1
+
+
+def test_a_windows_key_follows_from_the_end_its_prediction_names() -> None:
+    from datetime import datetime, timezone
+
+    values = window(1)
+    for end in np.random.default_rng(0).uniform(1.7e9, 1.9e9, size=2000):
+        named = datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="microseconds")  # the prediction's end
+        assert window_key(datetime.fromisoformat(named).timestamp(), values) == window_key(float(end), values)

@@ -90,10 +90,13 @@ class LabelStore:
         self.path = Path(state_dir) / STORE_FILENAME
         self.max_rows, self.holdout = max_rows, holdout or 0.0
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
-        with self._db:
-            self._db.execute("PRAGMA journal_mode=WAL")  # training reads while serving writes
-            self._db.executescript(_SCHEMA)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
+            with self._db:
+                self._db.execute("PRAGMA journal_mode=WAL")  # training reads while serving writes
+                self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:  # an unwritable state_dir, a file that is not a database: one line
+            raise ValueError(f"the label store {self.path} cannot be opened: {' '.join(str(exc).split())}") from None
         self.added = {EVENT: 0, CORRECTION: 0, CORRECTED_EVENT: 0}
         self.dropped = 0
 

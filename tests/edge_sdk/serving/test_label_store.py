@@ -87,3 +87,9 @@ def test_a_windows_key_follows_from_the_end_its_prediction_names() -> None:
     for end in np.random.default_rng(0).uniform(1.7e9, 1.9e9, size=2000):
         named = datetime.fromtimestamp(end, timezone.utc).isoformat(timespec="microseconds")  # the prediction's end
         assert window_key(datetime.fromisoformat(named).timestamp(), values) == window_key(float(end), values)
+
+
+def test_a_store_that_cannot_be_opened_is_one_line(tmp_path) -> None:
+    (tmp_path / "labels.sqlite").write_bytes(b"not a database, a file someone left here" * 100)
+    with pytest.raises(ValueError, match=r"the label store .*labels.sqlite cannot be opened: file is not a database"):
+        LabelStore(tmp_path)

@@ -102,21 +102,23 @@ class Server:
         if message.topic == self.correction_topic:
             self._correct(message.payload)
             return None
-        served = self.model.current()
+        labels_topic = self.labels is not None and message.topic == self.labels.config.topic
         if self.labels is not None:
-            if message.topic == self.labels.config.topic:
+            if labels_topic:
+                served = self.model.current()
                 self.labels.on_state(message.payload, message.retained, served.classes if served else ())
             elif message.topic == self.labels.config.time_topic:
                 self.labels.on_time(message.payload)
                 return None
         channel = self.channel_of.get(message.topic)
         if channel is None:
-            if self.labels is None or message.topic != self.labels.config.topic:
+            if not labels_topic:
                 self.counts["unknown_topic"] += 1
             return None
         if message.retained:  # a state from some time ago, not a reading now
             self.counts["retained_skipped"] += 1
             return None
+        served = self.model.current()
         builder = self._builder(served)
         if builder is None:
             self.counts["no_model"] += 1

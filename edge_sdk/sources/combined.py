@@ -40,10 +40,10 @@ class CombinedSource:
                 raise ValueError(f"{part.description} and {first_part.description} give samples in other "
                                  "normalisations (one raw, one normalised)")
         datas = [read.data for _, read in reads]
-        keys = [d.keys if d.keys is not None else np.zeros(0, np.uint64) for d in datas]
         data = replace(datas[0], x=np.concatenate([d.x for d in datas]), y=np.concatenate([d.y for d in datas]),
                        num_classes=max(d.num_classes for d in datas),
-                       keys=np.concatenate(keys) if all(d.keys is not None for d in datas) else None)
+                       keys=np.concatenate([d.keys for d in datas]) if all(d.keys is not None for d in datas)
+                       else None)
         train_only = np.concatenate([read.train_only if read.train_only is not None else np.zeros(len(read.data), bool)
                                      for _, read in reads])
         skipped: dict[str, int] = {}

@@ -160,9 +160,8 @@ def training_source(config: dict, serves: bool) -> DataSource:
         return data_source_from_toml(config)
     data = section(config, "data", DATA_KEYS)
     options = _read_options(data)
-    store = LabelStoreSource(setting(config, "state_dir", str, DEFAULT_STATE_DIR),
-                             ReadOptions(classes=options.classes, num_classes=options.num_classes,
-                                         max_samples=options.max_samples))
+    # the windows' own shape, not [data] input_shape (the [data] source's samples must match them anyway)
+    store = LabelStoreSource(setting(config, "state_dir", str, DEFAULT_STATE_DIR), replace(options, input_shape=None))
     if not any(kind in data for kind in SOURCE_KEYS):
         return store
     return CombinedSource([data_source_from_toml(config), store])

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from edge_sdk.config import section, setting
+from edge_sdk.data.preprocessing import MAX_CLASS_NAME
 from edge_sdk.networking.token_bucket import TokenBucket
 from edge_sdk.serving.readings import BadReading, parse_time, value_at
 from edge_sdk.serving.serve_config import check_topic, in_table
@@ -179,7 +180,8 @@ class HomeLabels:
             self.counts.no_state += 1
             return None
         name = self.config.classes.get(state) if self.config.classes is not None else state
-        if name is None or classes and name not in classes:
+        # before a model names the classes, a state no class name could be (too long) is not kept either
+        if name is None or classes and name not in classes or len(name) > MAX_CLASS_NAME:
             self.counts.not_a_class += 1
             if len(self.counts.names) < 20 or state in self.counts.names:
                 self.counts.names[state[:40]] = self.counts.names.get(state[:40], 0) + 1

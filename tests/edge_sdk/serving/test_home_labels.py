@@ -110,3 +110,18 @@ def test_labels_need_serve() -> None:
         serving_tables({"labels": {"topic": "a"}})
     serve, labels = serving_tables({"serve": {"inputs": [{"topic": "a"}], "length": 24}, "labels": {"topic": "a"}})
     assert serve is not None and serve.length == 24 and labels is not None and labels.topic == "a"
+
+
+def test_what_a_hostile_or_broken_label_topic_sends_is_counted_never_raised() -> None:
+    clock = Clock()
+    labels = HomeLabels(LabelsConfig("zigbee2mqtt/Kettle plug", "state", "last_seen", "ha/last_changed"), clock)
+    for payload in (b"\xff\xfe", b"not json", b'{"power": 3}', b'{"state": {"nested": 1}}', b'{"state": null}',
+                    b'{"state": "ON", "last_seen": "yesterday"}', b"[1, 2]"):
+        labels.on_state(payload, retained=False)
+    assert labels.counts.bad == 7 and labels.current is None
+    long_state = {"state": "x" * 10_000, "last_seen": 999_000}  # no class name is that long
+    labels.on_state(json.dumps(long_state).encode(), retained=False)
+    assert labels.counts.not_a_class == 1 and labels.current is None and len(labels.counts.names) == 1
+    labels.on_time(b"not a time")
+    labels.on_time(b"\xff")
+    assert labels.counts.bad == 9

@@ -91,6 +91,8 @@ def federated(name: str, partition: str, rounds: int, seed: int, work: Path, dec
     config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model=family, partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
                               options=dict(options or {}),
+                              # the training and options are this bench's flags, none the family's recipe
+                              chosen=tuple(TrainConfig.__dataclass_fields__) + tuple(options or {}),
                               federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
                                                         eval_every=rounds, lr_decay=decay,
                                                         train=train_config(LOCAL_EPOCHS)))

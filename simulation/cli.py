@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
 from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.stop_request import StopRequested
 from edge_sdk.networking.link import LinkConfig
-from edge_sdk.train_config import AUGMENTATIONS, LOSSES, TrainConfig, default_threads
+from edge_sdk.train_config import AUGMENTATIONS, LOSSES, default_threads
 
 __all__ = ["simulate_command"]
 
@@ -27,19 +28,20 @@ def _simulate(args: argparse.Namespace) -> int:
         from simulation.process_devices import start_fork_server
 
         start_fork_server()  # the devices' processes import torch while this one does
+    from simulation.defaults import SIMULATION
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
     from simulation.config import default_device_processes
     from coordinator.strategies import strategy_class
     from coordinator.core.federation import TrainingFailed
     from rich.markup import escape
 
+    chosen_train = {field: getattr(args, flag) for flag, field in _TRAIN_FLAGS.items()
+                    if getattr(args, flag) is not None}  # the rest: the simulation's, or the model family's
     federation = sim_federation(
         rounds=args.rounds, seed=args.seed, devices_per_round=args.devices_per_round, eval_every=args.eval_every,
         eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
         checkpoint_dir=args.checkpoint_dir, eval_per_class=args.eval_per_class,
-        train=TrainConfig(epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
-                          momentum=args.momentum, weight_decay=args.weight_decay, augment=args.augment,
-                          loss=args.loss),
+        train=replace(SIMULATION.train, **chosen_train),
     )
     config = SimulationConfig(
         method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
@@ -52,10 +54,11 @@ def _simulate(args: argparse.Namespace) -> int:
         ray_cpus_per_worker=args.ray_cpus_per_worker, ray_actors_per_worker=args.ray_actors_per_worker,
         device_processes=args.device_processes or default_device_processes(),
         threads=args.threads or default_threads(), federation=federation, holdout=args.holdout,
+        chosen=tuple(sorted({*chosen_train, *option_pairs(args.option)})),
     )
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
     own_lr = strategy_class(config.method).own_lr(config.options)
-    if own_lr is not None and args.lr != args.default_lr:
+    if own_lr is not None and args.lr is not None:
         display.console.print(f"[yellow]warning[/yellow]: --lr {args.lr:g} is not used: {config.method} trains with "
                               f"{escape(own_lr)}", soft_wrap=True)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
@@ -77,8 +80,25 @@ def _simulate(args: argparse.Namespace) -> int:
         display.console.print(f"[red]error[/red]: {escape(str(exc))}; the report of those rounds is in "
                               f"{config.out}/report.json", soft_wrap=True)
         return 2
+    recipe = report.config.get("family_recipe")
+    if recipe:  # settings the command line left to the model family (edge_sdk.family_recipe)
+        display.console.print(f"{report.config['model']} trained with its family's settings: "
+                              + ", ".join(f"{key}={value}" for key, value in recipe.items()), soft_wrap=True)
     display.final(report, config.out)
     return 0
+
+
+#: ``edgefl simulate``'s local-training flags (their dest) and the `TrainConfig` field each sets
+_TRAIN_FLAGS = {"local_epochs": "epochs", "batch_size": "batch_size", "lr": "lr", "momentum": "momentum",
+                "weight_decay": "weight_decay", "augment": "augment", "loss": "loss"}
+
+
+def _recipe(key: str) -> str:
+    """``; minirocket: 0.004`` where a model family's recipe sets ``key`` (`edge_sdk.family_recipe`)."""
+    from edge_sdk.family_recipe import FAMILY_RECIPES
+
+    return "".join(f"; {family}: {recipe.train[key]}" for family, recipe in FAMILY_RECIPES.items()
+                   if key in recipe.train)
 
 
 def _name_or_file(text: str, what: str, names: tuple[str, ...], *prefixes: str) -> str:
@@ -197,20 +217,25 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--throttle", default=SIMULATION.throttle, choices=["virtual", "sleep", "off"],
                    help="virtual: report the profiled devices' time; sleep: also really run that slowly; "
                         "off: report this machine's time")
-    p.add_argument("--local-epochs", type=at_least(1), default=SIMULATION.train.epochs, help="local epochs per round")
-    p.add_argument("--batch-size", type=at_least(1), default=SIMULATION.train.batch_size, help="local batch size")
-    p.add_argument("--lr", type=positive_float, default=SIMULATION.train.lr, help="local SGD learning rate")
-    p.add_argument("--momentum", type=momentum, default=SIMULATION.train.momentum,
-                   help="local SGD momentum (a fresh buffer every round)")
+    p.add_argument("--local-epochs", type=at_least(1), default=None,
+                   help=f"local epochs per round (default: {SIMULATION.train.epochs})")
+    p.add_argument("--batch-size", type=at_least(1), default=None,
+                   help=f"local batch size (default: {SIMULATION.train.batch_size})")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help=f"local SGD learning rate (default: {SIMULATION.train.lr:g}{_recipe('lr')})")
+    p.add_argument("--momentum", type=momentum, default=None,
+                   help=f"local SGD momentum, a fresh buffer every round (default: {SIMULATION.train.momentum:g}"
+                        f"{_recipe('momentum')})")
     p.add_argument("--lr-decay", type=lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="step decay: after ROUND rounds the lr is multiplied by FACTOR (e.g. 100:0.1)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=SIMULATION.train.weight_decay,
-                   help="local SGD weight decay (L2)")
-    p.add_argument("--augment", default=SIMULATION.train.augment, choices=list(AUGMENTATIONS),
-                   help="local data augmentation: hflip mirrors a random half of every batch")
-    p.add_argument("--loss", default=SIMULATION.train.loss, choices=list(LOSSES),
-                   help="the training loss: cross_entropy, or squared (a ridge classifier's, on ±1 targets: "
-                        "MiniRocket's linear head)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=None,
+                   help=f"local SGD weight decay, L2 (default: {SIMULATION.train.weight_decay:g})")
+    p.add_argument("--augment", default=None, choices=list(AUGMENTATIONS),
+                   help=f"local data augmentation: hflip mirrors a random half of every batch (default: "
+                        f"{SIMULATION.train.augment})")
+    p.add_argument("--loss", default=None, choices=list(LOSSES),
+                   help=f"the training loss: cross_entropy, or squared (a ridge classifier's, on ±1 targets: "
+                        f"MiniRocket's linear head; default: {SIMULATION.train.loss}{_recipe('loss')})")
     p.add_argument("--fp16", action="store_true", help="send float tensors as float16")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save the job's state there after every round; the same command again resumes after "
@@ -220,4 +245,4 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); --option help lists the method's with their "
                         "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")
-    p.set_defaults(func=_simulate, default_lr=p.get_default("lr"))
+    p.set_defaults(func=_simulate)

@@ -94,6 +94,10 @@ class SimulationConfig:
     #: (`sim_federation`: with a simulation's defaults); a simulated job waits for all ``clients``
     #: (``min_devices`` is theirs) and evaluates where its devices train (``eval_device``: ``sim_device``)
     federation: FederationConfig = field(default_factory=lambda: sim_federation())
+    #: the `TrainConfig` fields and options this job set itself; the model family's recipe
+    #: (`edge_sdk.family_recipe`) fills the others. None: those that differ from their defaults
+    #: (`chosen_settings`: a job built in Python); ``edgefl simulate`` names those on its command line
+    chosen: tuple[str, ...] | None = None
 
     @property
     def shared_connections(self) -> bool:
@@ -163,7 +167,8 @@ class SimulationConfig:
         federation = FederationConfig(**{**fed, "train": TrainConfig.from_dict(fed["train"]),
                                          "lr_decay": tuple((int(r), float(f)) for r, f in fed.get("lr_decay", ()))})
         return cls(**{**data, "federation": federation, "link": LinkConfig(**data["link"]),
-                      "profiles": tuple(data["profiles"])})
+                      "profiles": tuple(data["profiles"]),
+                      "chosen": None if data.get("chosen") is None else tuple(data["chosen"])})
 
 
 #: a simulated fleet fails alike every round (same code, same data): after this many rounds in

@@ -12,6 +12,7 @@ import numpy as np
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.methods.registry import METHODS
+from edge_sdk.family_recipe import with_family_recipe
 from edge_sdk.model_names import AUTO, default_family
 from edge_sdk.methods.settings.options import check_options
 from edge_sdk.data.datasets import ImageDataset, load_dataset
@@ -78,6 +79,9 @@ class CoordinatorConfig:
     #: the file deploy/homeserver/remove-device.sh appends a removed device's id to: the device is
     #: taken out of the job (and cleared from Home Assistant); None: not watched
     removed_devices: str | None = None
+    #: the `[train]` keys and `[options]` the TOML set; the model family's recipe
+    #: (`edge_sdk.family_recipe`) fills the others. None: those that differ from their defaults
+    chosen: tuple[str, ...] | None = None
 
 
 def coordinator_config_from_toml(path: str | Path) -> CoordinatorConfig:
@@ -115,6 +119,7 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),
         homeassistant=homeassistant_from_toml(config),
         removed_devices=setting(config, "removed_devices", str),
+        chosen=tuple(sorted({*config.get("train", {}), *options})),
         **_task(path, config),
     )
 
@@ -191,6 +196,14 @@ def _task_shape(task: dict, has_dataset: bool) -> Task | None:
         raise ValueError(f"[task] {exc}") from None
 
 
+def _with_family_recipe(config: CoordinatorConfig) -> CoordinatorConfig:
+    """``config`` with its model family's training (`edge_sdk.family_recipe`) in each `[train]` key
+    and option the TOML left unset."""
+    train, options, _ = with_family_recipe(config.model, config.method, config.federation.train, config.options,
+                                           config.chosen)
+    return replace(config, options=options, federation=replace(config.federation, train=train))
+
+
 def run_coordinator(config: CoordinatorConfig,
                     on_round: Callable[[RoundRecord], None] | None = None,
                     on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport | None:
@@ -207,6 +220,7 @@ def run_coordinator(config: CoordinatorConfig,
     task, preprocessing, eval_data = job_task(config)
     if config.model == AUTO:  # the family the task's shape calls for
         config = replace(config, model=default_family(task.input_shape, config.method))
+    config = _with_family_recipe(config)
     identity = job_identity(config.method, config.options, config.model, task.input_shape, task.num_classes,
                             config.federation.seed)
     if checkpoint is not None:

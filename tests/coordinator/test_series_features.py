@@ -105,6 +105,10 @@ def test_devices_with_too_few_series_decline_and_the_job_does_not_wait_for_them(
     report = run_simulation(config)
     assert time.monotonic() - started < 30  # not the 60 s a silent device would have cost
     assert report.config["model"] == "minirocket"  # `--model auto` on series
+    # ...with its family's training (edge_sdk/family_recipe.py): nothing of it was set here
+    assert report.config["family_recipe"] == {"loss": "squared", "lr": 0.004, "momentum": 0.9,
+                                              "server_opt": "fedavgm", "server_lr": "1"}
+    assert report.config["federation"]["train"]["loss"] == "squared" and report.config["options"]["server_opt"] == "fedavgm"
     assert report.rounds and report.rounds[-1].aggregated
 
 

@@ -179,3 +179,16 @@ def test_fedavgm_steps_as_far_as_fedavg_by_default() -> None:
         step = _step(opt, config, w, w + 1.0) - w
         w = w + step
     assert step == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_coordinator_toml_leaves_minirocket_its_recipe_for_the_keys_it_does_not_set(tmp_path) -> None:
+    from coordinator.runtime.coordinator_command import _with_family_recipe, coordinator_config_from_toml
+
+    path = tmp_path / "coordinator.toml"
+    path.write_text('model = "minirocket"\ndataset = "basicmotions"\n[train]\nepochs = 5\nlr = 0.01\n')
+    config = _with_family_recipe(coordinator_config_from_toml(path))
+    assert config.chosen == ("epochs", "lr")
+    assert (config.federation.train.lr, config.federation.train.loss, config.federation.train.momentum) == (0.01, "squared", 0.9)
+    assert config.options == {"server_opt": "fedavgm", "server_lr": "1"}
+    path.write_text('model = "minirocket"\ndataset = "basicmotions"\n[options]\nserver_opt = "none"\n')
+    assert _with_family_recipe(coordinator_config_from_toml(path)).options == {"server_opt": "none"}

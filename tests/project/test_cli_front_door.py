@@ -84,7 +84,7 @@ def test_version_and_verbose_after_the_sub_command() -> None:
 
 def test_simulate_help_shows_defaults_and_where_method_options_are_documented() -> None:
     text = " ".join(_run("simulate", "--help").stdout.split())
-    assert "federated rounds (default: 3)" in text and "local SGD learning rate (default: 0.05)" in text
+    assert "federated rounds (default: 3)" in text and "local SGD learning rate (default: 0.05; minirocket: 0.004)" in text
     assert "docs/methods/METHOD.md" in text
     root = REPO_ROOT
     assert (root / "docs" / "methods").is_dir()

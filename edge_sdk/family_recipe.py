@@ -1,0 +1,77 @@
+"""How a model family trains unless told otherwise (torch-free): a family whose best training differs
+from `TrainConfig`'s defaults (tuned for the image CNNs) names its own here, and a job of that family
+takes each setting its user left unset.
+
+``minirocket`` (the default for series, `edge_sdk.model_names.default_family`) is a linear head on
+fixed features: a ridge classifier's squared loss at lr 0.004 with momentum 0.9 on the devices and
+server momentum (FedAvgM, η = 1) on the coordinator — PLAID 0.924 federated IID over 3 seeds, where
+`TrainConfig`'s cross-entropy at lr 0.05 with plain FedAvg scored 0.772–0.860 (BENCHMARKS.md "Series
+model family").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Collection, Mapping
+
+from edge_sdk.train_config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FAMILY_RECIPES", "FamilyRecipe", "chosen_settings", "with_family_recipe"]
+
+
+@dataclass(frozen=True)
+class FamilyRecipe:
+    """A family's training: `TrainConfig` fields and method options (as their TOML/``--option`` text)."""
+
+    train: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: the methods whose options ``options`` are (another method takes only ``train``)
+    option_methods: tuple[str, ...] = ()
+
+    def describe(self, method: str) -> str:
+        """``loss=squared, lr=0.004, …`` — what a job of ``method`` takes from the recipe."""
+        pairs = {**self.train, **(self.options if method in self.option_methods else {})}
+        return ", ".join(f"{key}={value}" for key, value in pairs.items())
+
+
+FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
+    "minirocket": FamilyRecipe(train={"loss": "squared", "lr": 0.004, "momentum": 0.9},
+                               options={"server_opt": "fedavgm", "server_lr": "1"},
+                               option_methods=("fedavg", "fedprox")),
+})
+
+
+def chosen_settings(train: TrainConfig, options: Mapping[str, str]) -> frozenset[str]:
+    """The settings a job built in Python chose: the `TrainConfig` fields that differ from their
+    default, and every option given (a command line or a TOML file knows exactly which it set)."""
+    default = TrainConfig()
+    return frozenset({f.name for f in fields(TrainConfig) if getattr(train, f.name) != getattr(default, f.name)}
+                     | set(options))
+
+
+def with_family_recipe(family: str, method: str, train: TrainConfig, options: Mapping[str, str],
+                       chosen: Collection[str] | None) -> tuple[TrainConfig, dict[str, str], dict[str, Any]]:
+    """``train`` and ``options`` with ``family``'s recipe filling every setting not in ``chosen``
+    (the names of the `TrainConfig` fields and options the job set itself; None: `chosen_settings`),
+    and what was filled (logged).
+
+    A ``server_*`` option the job set (``server_lr`` without ``server_opt``) keeps the recipe's
+    optimizer off: a job that names the server's optimizer in any way chose it."""
+    recipe = FAMILY_RECIPES.get(family)
+    if recipe is None:
+        return train, dict(options), {}
+    if chosen is None:
+        chosen = chosen_settings(train, options)
+    filled_train = {key: value for key, value in recipe.train.items() if key not in chosen}
+    filled_options: dict[str, str] = {}
+    if method in recipe.option_methods and not any(key.startswith("server_") for key in chosen):
+        filled_options = {key: value for key, value in recipe.options.items() if key not in chosen}
+    filled = {**filled_train, **filled_options}
+    if filled:
+        log.info("%s trains with its family's settings: %s (docs/sensor-data.md)", family,
+                 ", ".join(f"{key}={value}" for key, value in filled.items()))
+    return replace(train, **filled_train), {**options, **filled_options}, filled

@@ -1,0 +1,40 @@
+"""A model family's own training (edge_sdk/family_recipe.py) fills only what a job left unset."""
+
+from __future__ import annotations
+
+from edge_sdk.family_recipe import FAMILY_RECIPES, chosen_settings, with_family_recipe
+from edge_sdk.train_config import TrainConfig
+
+
+def test_minirocket_takes_its_recipe_where_the_job_set_nothing() -> None:
+    train, options, filled = with_family_recipe("minirocket", "fedavg", TrainConfig(epochs=5), {}, chosen=("epochs",))
+    assert (train.loss, train.lr, train.momentum, train.epochs) == ("squared", 0.004, 0.9, 5)
+    assert options == {"server_opt": "fedavgm", "server_lr": "1"}
+    assert filled == {"loss": "squared", "lr": 0.004, "momentum": 0.9, "server_opt": "fedavgm", "server_lr": "1"}
+
+
+def test_what_the_job_set_stays_even_at_the_generic_default() -> None:
+    # --lr 0.05 on the command line is the generic default, and still the user's choice
+    train, options, filled = with_family_recipe("minirocket", "fedprox", TrainConfig(lr=0.05), {"prox_mu": "0.01"},
+                                                chosen=("lr", "prox_mu"))
+    assert (train.lr, train.loss, train.momentum) == (0.05, "squared", 0.9)
+    assert options == {"prox_mu": "0.01", "server_opt": "fedavgm", "server_lr": "1"} and "lr" not in filled
+
+
+def test_a_job_that_names_the_server_optimizer_in_any_way_keeps_its_own() -> None:
+    for chosen in ({"server_opt": "none"}, {"server_lr": "0.5"}, {"server_momentum": "0.5"}):
+        _, options, filled = with_family_recipe("minirocket", "fedavg", TrainConfig(), chosen, chosen=tuple(chosen))
+        assert options == chosen and "server_opt" not in filled
+
+
+def test_other_families_and_methods_are_left_as_they_are() -> None:
+    train, options, filled = with_family_recipe("cnn4", "fedavg", TrainConfig(), {}, chosen=())
+    assert train == TrainConfig() and options == {} and filled == {}
+    # the recipe's options are fedavg's and fedprox's: another method takes only the training
+    _, options, filled = with_family_recipe("minirocket", "heterofl", TrainConfig(), {}, chosen=())
+    assert options == {} and set(filled) == set(FAMILY_RECIPES["minirocket"].train)
+
+
+def test_a_job_built_in_python_chose_what_differs_from_the_defaults() -> None:
+    assert chosen_settings(TrainConfig(), {}) == frozenset()
+    assert chosen_settings(TrainConfig(lr=0.01, epochs=3), {"clip": "none"}) == {"lr", "epochs", "clip"}

@@ -41,7 +41,7 @@ class FamilyRecipe:
 FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
     "minirocket": FamilyRecipe(train={"loss": "squared", "lr": 0.004, "momentum": 0.9},
                                options={"server_opt": "fedavgm", "server_lr": "1"},
-                               option_methods=("fedavg", "fedprox")),
+                               option_methods=("fedavg", "fedprox", "heterofl")),
 })
 
 

@@ -87,6 +87,8 @@ class RoundLoop:
         #: the first bytes sent of each label's plan (the report's payload_bytes)
         self.payload_bytes: dict[str, int] = {}
         self.published: list = []  # what the last publishing sent
+        #: a MiniRocket model's fitted biases by state key: fixed for the job (`_hold_rocket_biases`)
+        self._rocket_biases: dict[str, np.ndarray] = {}
         #: what the method had exported to ONNX after the run, per label (`export_networks`; None: nothing)
         self.exported: dict[str, dict[str, Any]] | None = None
         self._eval_subset: EvalData | None = None  # the interim evaluations' subset (eval_samples)
@@ -347,6 +349,7 @@ class RoundLoop:
         metrics: dict[str, float] = {}
         if len(updates) >= needed:
             metrics = strategy.aggregate(rnd, list(updates.values()), failures)
+            self._hold_rocket_biases(rnd)
         else:
             log.warning("round %d: %d of %d updates, below quorum %d; model unchanged",
                         rnd + 1, len(updates), len(participants), needed)
@@ -519,14 +522,34 @@ class RoundLoop:
 
     def _fit_rocket_biases(self) -> None:
         """A MiniRocket model's biases from the fleet's statistics, once: before its first round (a
-        resumed job's checkpoint holds them)."""
+        resumed job's checkpoint holds them). They are held from then on (`_hold_rocket_biases`)."""
         state = self.strategy.state_tensors()
-        for key, layer in rocket_layers(getattr(self.strategy, "model_spec", None)):
+        spec = getattr(self.strategy, "model_spec", None) or getattr(self.strategy, "global_spec", None)
+        for key, layer in rocket_layers(spec):  # HeteroFL's widths: prefix slices of the global biases
             if key in state and not np.any(state[key]):
                 assert self.preprocessing is not None
                 state[key] = fit_rocket_biases(self.fleet, layer, self.preprocessing, self.config.seed,
                                                self.config.register_timeout_s)
                 self.strategy.load_state_tensors(state)
+            if key in state:
+                self._rocket_biases[key] = np.array(state[key], copy=True)
+
+    def _hold_rocket_biases(self, rnd: int) -> None:
+        """The fitted biases back where an aggregate moved them: they travel in every update (the
+        model's state), honest devices send them back unchanged, and a device that sends others —
+        hostile or broken — must not shift every device's features."""
+        if not self._rocket_biases:
+            return
+        state = self.strategy.state_tensors()
+        moved = [key for key, held in self._rocket_biases.items() if not np.array_equal(state[key], held)]
+        if not moved:
+            return
+        self.strategy.load_state_tensors({**state, **self._rocket_biases})
+        # float16 transfers (`[link] transfer_dtype`) round them on the way: that is no device's doing
+        far = [key for key in moved if not np.allclose(state[key], self._rocket_biases[key], rtol=2e-3, atol=1e-5)]
+        if far:
+            log.warning("round %d: the aggregate moved the fixed minirocket biases (%s): an update sent others; "
+                        "restored", rnd + 1, ", ".join(far))
 
     def _keep_normalisation(self) -> None:
         """The frozen normalisation in the report and in the job's identity (its checkpoint)."""

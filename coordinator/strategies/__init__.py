@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from edge_sdk.methods.registry import METHODS, load_entry
+from edge_sdk.model_names import MINIROCKET_METHODS
 from edge_sdk.models.spec_file import is_spec_file
 
 from coordinator.strategies.base import Strategy, StrategyContext
@@ -59,4 +60,9 @@ def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
         raise ValueError(f"{name} composes its networks from a model family (cnn4, flanc_cnn, mlp, resnet_small) "
                          f"and cannot compress the layers of {ctx.model_family}; with a spec file use "
                          f"{', '.join(takers)}")
+    if ctx.model_family == "minirocket" and name not in MINIROCKET_METHODS:
+        raise ValueError(f"{name} cannot train minirocket (its head, the only part that trains, is one linear layer of "
+                         f"about 10,000 inputs and one output per class: no layer to compose, prune or factorise "
+                         f"usefully, and its biases are fitted for {', '.join(MINIROCKET_METHODS)}); use one of "
+                         f"those, or --model cnn1d")
     return cls.create(ctx)

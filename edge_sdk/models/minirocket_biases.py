@@ -33,7 +33,8 @@ _CHUNK = 256
 
 
 def _outputs(module: MiniRocket, series: np.ndarray, dilation_index: int) -> torch.Tensor:
-    """``(N, 84, L)`` convolution outputs of standardised series at one dilation (in chunks)."""
+    """``(N, kernels, L)`` convolution outputs of standardised series at one dilation (in chunks), the
+    kept kernels in their order (`MiniRocketPlan.kept_kernels`)."""
     parts = []
     with torch.no_grad():
         for start in range(0, len(series), _CHUNK):
@@ -44,14 +45,16 @@ def _outputs(module: MiniRocket, series: np.ndarray, dilation_index: int) -> tor
 
 
 def histograms(module: MiniRocket, series: np.ndarray) -> np.ndarray:
-    """``(combinations, 256)`` float32: per combination the share of all outputs in each `GRID` bin."""
+    """``(combinations, 256)`` float32: per combination (row ``dilation index * 84 + kernel``) the share
+    of all outputs in each `GRID` bin; rows of kernels ``module`` does not keep stay zero."""
     edges = torch.as_tensor(GRID[1:-1], dtype=torch.float32)
-    out = np.zeros((module.plan.combinations, len(GRID) - 1), dtype=np.float64)
-    for d in range(len(module.plan.dilations)):
-        outputs = _outputs(module, series, d)  # (N, 84, L)
-        bins = torch.bucketize(outputs.permute(1, 0, 2).reshape(NUM_KERNELS, -1).contiguous(), edges)
-        for k in range(NUM_KERNELS):
-            out[d * NUM_KERNELS + k] = np.bincount(bins[k].numpy(), minlength=len(GRID) - 1)
+    plan = module.plan
+    out = np.zeros((plan.combinations, len(GRID) - 1), dtype=np.float64)
+    for d in range(len(plan.dilations)):
+        outputs = _outputs(module, series, d)  # (N, kernels, L)
+        bins = torch.bucketize(outputs.permute(1, 0, 2).reshape(plan.kernels, -1).contiguous(), edges)
+        for rank, k in enumerate(plan.kept_kernels):
+            out[d * NUM_KERNELS + k] = np.bincount(bins[rank].numpy(), minlength=len(GRID) - 1)
     totals = out.sum(axis=1, keepdims=True)
     return (out / np.maximum(totals, 1)).astype(np.float32)
 
@@ -71,7 +74,7 @@ def biases_from_histograms(plan: MiniRocketPlan, merged: np.ndarray) -> np.ndarr
     linear within a bin)."""
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    for d, k, features in plan.combination_slices():
+    for d, k, _, features in plan.combination_slices():
         cdf = np.concatenate([[0.0], np.cumsum(merged[d * NUM_KERNELS + k])])
         cdf /= max(cdf[-1], 1e-300)
         # the first edge the CDF reaches at each point, interpolated within the bin
@@ -84,11 +87,10 @@ def pooled_biases(module: MiniRocket, series: np.ndarray) -> np.ndarray:
     plan = module.plan
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    outputs = np.empty(0)
-    for d, k, features in plan.combination_slices():
-        if k == 0:  # a dilation's outputs, once for its 84 kernels
-            outputs = _outputs(module, series, d).permute(1, 0, 2).reshape(NUM_KERNELS, -1).numpy()
-        biases[features] = np.quantile(outputs[k], quantiles[features])
+    outputs = [_outputs(module, series, d).permute(1, 0, 2).reshape(plan.kernels, -1).numpy()
+               for d in range(len(plan.dilations))]  # a dilation's outputs, once for its kernels
+    for d, _, rank, features in plan.combination_slices():
+        biases[features] = np.quantile(outputs[d][rank], quantiles[features])
     return biases
 
 
@@ -98,9 +100,9 @@ def example_biases(module: MiniRocket, series: np.ndarray, seed: int = 0) -> np.
     rng = np.random.default_rng(seed)
     quantiles = plan.quantiles()
     biases = np.zeros(plan.features, dtype=np.float32)
-    for d, k, features in plan.combination_slices():
+    for d, _, rank, features in plan.combination_slices():
         one = series[rng.integers(len(series))][None]
-        biases[features] = np.quantile(_outputs(module, one, d)[0, k].numpy(), quantiles[features])
+        biases[features] = np.quantile(_outputs(module, one, d)[0, rank].numpy(), quantiles[features])
     return biases
 
 
@@ -146,6 +148,6 @@ def fleet_biases(plan: MiniRocketPlan, shares: np.ndarray, scales: np.ndarray, c
                      axis=1)  # (combinations, C): a log scale per combination and channel
     drawn -= np.log(np.asarray(channel_std, np.float64))[None, :]
     per_combination = np.exp((drawn * masks).sum(axis=1) / masks.sum(axis=1))
-    for (_, _, features), scale in zip(plan.combination_slices(), per_combination, strict=True):
-        biases[features] *= scale
+    for d, k, _, features in plan.combination_slices():
+        biases[features] *= per_combination[d * NUM_KERNELS + k]
     return biases

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from edge_sdk.models.minirocket import MiniRocketPlan  # (registers the minirocket layer type)
+from edge_sdk.models.minirocket import NUM_KERNELS, MiniRocketPlan  # (registers the minirocket layer type)
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.spec_file import is_spec_file, load_spec_file
 
@@ -194,8 +194,10 @@ def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (200, 200),
 
 def minirocket(in_channels: int = 1, num_classes: int = 10, length: int = 300, width: float = 1.0,
                features: int = 9_996, seed: int = 0, series_norm: bool = False, norm: str | None = None) -> dict:
-    """MiniRocket's fixed features of a series ``(C, L)`` (`edge_sdk.models.minirocket`: ``features``
-    times ``width``, at least 84) and a linear classifier, the only part that trains. The features'
+    """MiniRocket's fixed features of a series ``(C, L)`` (`edge_sdk.models.minirocket`: about
+    ``features``) and a linear classifier, the only part that trains. A narrower ``width`` keeps
+    ``ceil(84 * width)`` of the 84 kernels: its features are a prefix of the full width's, and its
+    classifier's columns a prefix of the full classifier's (HeteroFL's slicing). The features'
     biases are fitted once before the first round from the fleet's statistics
     (`coordinator.runtime.series_features`) and travel with the model's state. ``norm``
     ``"batchnorm"``: batch norm over the features before the classifier (their scale standardised,
@@ -204,10 +206,12 @@ def minirocket(in_channels: int = 1, num_classes: int = 10, length: int = 300, w
         raise ValueError(f"minirocket needs series of at least 9 values, got length {length!r}")
     if norm not in (None, "batchnorm"):
         raise ValueError(f"minirocket's norm is batchnorm (over its features) or none, got {norm!r}")
-    count = max(84, int(round(features * width)))
-    rocket = {"type": "minirocket", "in": in_channels, "length": length, "features": count, "seed": seed,
-              "series_norm": series_norm}
-    plan = MiniRocketPlan(in_channels, length, count, seed=seed)
+    kernels = scale_width(NUM_KERNELS, width)
+    if kernels > NUM_KERNELS:
+        raise ValueError(f"minirocket's width is at most 1 (its 84 kernels), got {width!r}")
+    rocket = {"type": "minirocket", "in": in_channels, "length": length, "features": features, "seed": seed,
+              "series_norm": series_norm, "kernels": kernels}
+    plan = MiniRocketPlan(in_channels, length, features, seed=seed, kernels=kernels)
     width_in = plan.features + (in_channels if series_norm else 0)
     head = {"type": "linear", "in": width_in, "out": num_classes}
     scaled = [{"type": "batchnorm1d", "channels": width_in}] if norm == "batchnorm" else []

@@ -89,6 +89,32 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
 
 
+def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same_fitted_biases(tmp_path) -> None:
+    from simulation.config import SimulationConfig, sim_federation
+    from simulation.simulate import DEFAULT_FLEET, run_simulation
+
+    x_train, y_train = _waves(160, 6)
+    x_test, y_test = _waves(60, 7)
+    data = tmp_path / "waves.npz"
+    np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series")
+    checkpoints = tmp_path / "ckpt"
+    config = SimulationConfig(method="heterofl", clients=7, dataset=f"npz:{data}", plots=False, holdout=0.0,
+                              out=str(tmp_path / "out"), profiles=DEFAULT_FLEET,
+                              federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
+                                                        train=TrainConfig(epochs=5, batch_size=8)))
+    report = run_simulation(config)
+    assert report.config["model"] == "minirocket"  # `--model auto` on series, with heterofl too
+    widths = {d["assignment"] for d in report.to_dict()["devices"]}
+    assert len(widths) >= 3  # the default fleet's FLOPS spread the devices over the widths
+    biases = load_checkpoint(checkpoints).tensors["layers.0.biases"]
+    assert np.all(np.isfinite(biases)) and np.count_nonzero(biases) > 0.9 * biases.size  # fitted, once, for all
+    per_kernel = MiniRocketPlan(1, 64).per_kernel  # a width-p head reads ceil(84 p) kernels' features
+    params = {label: model["params"] for label, model in report.to_dict()["models"].items()}
+    assert params == {label: 2 * kernels * per_kernel + 2 for label, kernels in
+                      (("0.25", 21), ("0.5", 42), ("0.75", 63), ("1.0", 84))}
+    assert min(report.rounds[-1].accuracy.values()) >= 0.9  # every width tells a slow from a fast sine
+
+
 def test_devices_with_too_few_series_decline_and_the_job_does_not_wait_for_them(tmp_path) -> None:
     import time
 
@@ -144,3 +170,67 @@ def test_statistics_of_another_shape_are_left_out_and_none_usable_is_one_line(ca
     assert "b: series statistics of shapes" in caplog.text
     with pytest.raises(ValueError, match="none of the 2 online devices sent statistics"):
         fit_rocket_biases(_Answered({"b": other}), layer, job, 0, 1.0)  # type: ignore[arg-type]
+
+
+def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features(broker, caplog) -> None:
+    """The biases travel in every update (the model's state); a device that sends others back — a
+    hostile one here, with clipping off — is undone after the aggregate, and logged."""
+    import logging
+
+    from coordinator.core.federation import EvalData, FederationConfig
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.runtime.report import RunReport
+    from coordinator.runtime.round_loop import RoundLoop
+    from coordinator.strategies.base import StrategyContext
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.client import ClientConfig, DeviceClient
+    from edge_sdk.networking.link import MessageLink
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.protocol.messages import Update
+    from edge_sdk.protocol.topics import Topics
+    from tests.support.fleet_job import clients_beside
+
+    class BiasShifter(DeviceClient):
+        def _send_update(self, update: Update, rnd: int) -> None:
+            tensors = {k: (v + 5.0 if k == "layers.0.biases" else v) for k, v in update.tensors.items()}
+            super()._send_update(Update(update.label, tensors, update.num_samples, update.metrics), rnd)
+
+    x_train, y_train = _waves(90, 8)
+    x_test, y_test = _waves(60, 9)
+    job = "rocket-hold"
+    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=2, min_devices=3, round_deadline_s=60, seed=0,
+                                                              train=TrainConfig(epochs=3, batch_size=8, lr=0.004,
+                                                                                loss="squared", momentum=0.9)),
+                                             "minirocket", (1, 64), 2, options={"clip": "none", "max_share": "1"}))
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    transport.connect()
+    fleet = Fleet(MessageLink(transport), Topics(job=job))
+    fleet.start()
+    clients = [(BiasShifter if i == 2 else DeviceClient)(
+        ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}"), job=job,
+                     seed=i),
+        LocalData(x_train[i::3], y_train[i::3], 2), load_profile("raspberry-pi-4b")) for i in range(3)]
+    loop = RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}), eval_data=EvalData(x_test, y_test),
+                     preprocessing=Preprocessing((0.0,), (1.0,), ("slow", "fast"), (1, 64)))
+    try:
+        with clients_beside(clients)(fleet), caplog.at_level(logging.WARNING, "coordinator.runtime.round_loop"):
+            report = loop.run()
+    finally:
+        transport.close()
+    fitted = loop._rocket_biases["layers.0.biases"]
+    assert np.any(fitted) and np.array_equal(strategy.state_tensors()["layers.0.biases"], fitted)
+    assert sum("moved the fixed minirocket biases" in r.getMessage() for r in caplog.records) == 2  # each round
+    assert report.rounds[-1].accuracy["global"] >= 0.9
+
+
+@pytest.mark.parametrize("method", ["flanc", "fedpara", "pfedpara", "lowrank", "fdnnc", "reft", "static-prune"])
+def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> None:
+    """(FedPara built its specs lazily and trained on unfitted, zero biases: chance accuracy.)"""
+    from coordinator.core.federation import FederationConfig
+    from coordinator.strategies import create_strategy
+    from coordinator.strategies.base import StrategyContext
+
+    with pytest.raises(ValueError, match=f"^{method} cannot train minirocket .*fedavg, fedprox, heterofl") as error:
+        create_strategy(method, StrategyContext(FederationConfig(), "minirocket", (1, 64), 2))
+    assert "\n" not in str(error.value)

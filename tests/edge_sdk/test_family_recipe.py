@@ -30,8 +30,8 @@ def test_a_job_that_names_the_server_optimizer_in_any_way_keeps_its_own() -> Non
 def test_other_families_and_methods_are_left_as_they_are() -> None:
     train, options, filled = with_family_recipe("cnn4", "fedavg", TrainConfig(), {}, chosen=())
     assert train == TrainConfig() and options == {} and filled == {}
-    # the recipe's options are fedavg's and fedprox's: another method takes only the training
-    _, options, filled = with_family_recipe("minirocket", "heterofl", TrainConfig(), {}, chosen=())
+    # the recipe's options are fedavg's, fedprox's and heterofl's: another method takes only the training
+    _, options, filled = with_family_recipe("minirocket", "flanc", TrainConfig(), {}, chosen=())
     assert options == {} and set(filled) == set(FAMILY_RECIPES["minirocket"].train)
 
 

@@ -59,14 +59,18 @@ def test_each_feature_is_the_ppv_of_one_dilated_convolution_less_its_bias() -> N
     x = _series(2, length=60, seed=5)
     features = (layer(torch.as_tensor(x)) + layer._expected).numpy()  # the PPVs themselves
     kernels = _kernel_weights()[:, 0].numpy()
-    start = 0
-    for d, (dilation, count) in enumerate(plan.dilations):
-        for k in (0, 1, 83):  # a padded and an unpadded combination at every dilation
-            first = start + k * count
+    checked = set()
+    for d, k, rank, features_of in plan.combination_slices():  # kernel-major: kernel, dilation, bias
+        if rank not in (0, 1, 83):  # a padded and an unpadded combination at every dilation
+            continue
+        dilation = plan.dilations[d][0]
+        for first in (features_of.start, features_of.stop - 1):
             for n in range(2):
                 expected = _ppv_by_hand(x[n, 0], kernels[k], dilation, float(layer.biases[first]), plan.padded(d, k))
                 assert features[n, first] == pytest.approx(expected, abs=1e-6)
-        start += NUM_KERNELS * count
+        checked.add((d, plan.padded(d, k)))
+    assert len(checked) == 2 * len(plan.dilations)
+    assert features_of.stop == plan.features  # the slices cover every feature
 
 
 def test_several_channels_sum_a_fixed_random_subset_of_them() -> None:
@@ -85,7 +89,27 @@ def test_the_zoo_family_trains_only_its_head_and_carries_the_biases_in_its_state
     assert list(model.state_dict()) == ["layers.0.biases", "layers.1.weight", "layers.1.bias"]
     assert spec["layers"][1]["in"] == 9_996
     small = model_for_dataset("minirocket", (1, 300), 11, width=0.25)
-    assert small["layers"][0]["features"] == 2_499 and small["layers"][1]["in"] == 2_436  # a multiple of 84
+    assert small["layers"][0]["kernels"] == 21 and small["layers"][1]["in"] == 21 * (9_996 // 84)
+
+
+def test_a_narrower_layer_computes_a_prefix_of_the_full_layers_features_at_a_share_of_its_flops() -> None:
+    from edge_sdk.models.spec import count_flops
+
+    x = torch.as_tensor(_series(4, channels=3, length=90, seed=6))
+    full_spec = model_for_dataset("minirocket", (3, 90), 5, features=840)
+    full = build_model(full_spec).layers[0]
+    full.biases.copy_(torch.as_tensor(pooled_biases(full, _series(12, channels=3, length=90))))
+    expected = full(x)
+    for width in (0.25, 0.5, 0.75):
+        spec = model_for_dataset("minirocket", (3, 90), 5, features=840, width=width)
+        narrow = build_model(spec).layers[0]
+        narrow.biases.copy_(full.biases[:narrow.plan.features])  # HeteroFL's prefix slice of the state
+        np.testing.assert_array_equal(narrow(x).numpy(), expected[:, :narrow.plan.features].numpy())
+        # the same biases fitted on the narrow layer's own are the prefix too
+        assert np.allclose(pooled_biases(narrow, _series(12, channels=3, length=90)),
+                           full.biases[:narrow.plan.features].numpy(), atol=1e-5)
+        kept = narrow.plan.kernels / NUM_KERNELS
+        assert count_flops(spec) == pytest.approx(kept * count_flops(full_spec), rel=0.01)
 
 
 def test_merged_histograms_are_those_of_the_union_of_the_series() -> None:

@@ -288,9 +288,9 @@ class WidthSettings:
 
     def zoo_kwargs_for(self, family: str, default_norm: str = "batchnorm") -> dict[str, Any]:
         """Like :meth:`zoo_kwargs`, with ``default_norm`` when none was given (mlp: no norms;
-        flanc_cnn: none unless asked for, as the paper's network)."""
-        if family == "flanc_cnn" and self.norm is None:
-            return {}
+        flanc_cnn and minirocket: none unless asked for)."""
+        if family in ("flanc_cnn", "minirocket") and self.norm is None:
+            return {}  # the paper's network; MiniRocket's features reach the head as they are
         if family == "mlp":
             if self.norm not in (None, "none"):
                 raise ValueError(f"the mlp family has no norm layers, got norm={self.norm!r}")

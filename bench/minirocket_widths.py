@@ -1,7 +1,8 @@
 """MiniRocket's widths on a mixed fleet (issue 60): HeteroFL, where each device's measured FLOPS picks
 how many of the 84 kernels it computes (a prefix of the full width's features, the classifier's
 columns a prefix of the full classifier's), beside FedAvg at full width on every device and FedAvg
-at the smallest width on every device, in one run, on the same partition and seed.
+at the smallest width on every device, in one run, on the same partition and seed; ``heterofl
+nested``: each device trains the classifier of its width and of every smaller one.
 
     OMP_NUM_THREADS=1 python bench/minirocket_widths.py --seeds 1 --rounds 30
     OMP_NUM_THREADS=1 python bench/minirocket_widths.py --seeds 3 --json widths.json
@@ -29,7 +30,8 @@ from edge_sdk.train_config import TrainConfig  # noqa: E402
 from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation  # noqa: E402
 
 #: name -> (method, options)
-RUNS = {"heterofl": ("heterofl", {}), "fedavg full width": ("fedavg", {}),
+RUNS = {"heterofl": ("heterofl", {}), "heterofl nested": ("heterofl", {"nested": "true"}),
+        "fedavg full width": ("fedavg", {}),
         "fedavg p=0.25 all": ("fedavg", {"width": "0.25"})}
 
 

@@ -208,7 +208,7 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                    help="publish the job and its devices to Home Assistant by MQTT discovery under PREFIX "
                         "(default homeassistant) on --broker (docs/homeassistant.md); off by default")
     p.add_argument("--model", type=model_family, default=SIMULATION.model,
-                   help="model family: auto (default: minirocket for sensor series with fedavg/fedprox, else "
+                   help="model family: auto (default: minirocket for sensor series with fedavg/fedprox/heterofl, else "
                         "cnn1d; cnn4 for images), cnn4, flanc_cnn (the FLANC paper's Fashion-MNIST CNN), resnet_small, "
                         "mlp, minirocket, cnn1d (sensor series); "
                         "or spec:FILE, your own network as a JSON/TOML spec (fedavg, fedprox, reft, static-prune)")

@@ -85,6 +85,9 @@ class HeteroFL(WidthStrategy):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "HeteroFL":
         options = cls.parse_options(ctx.options)
+        if options.nested and ctx.model_family != "minirocket":
+            raise ValueError(f"heterofl: nested trains minirocket's classifier for every smaller width; the model "
+                             f"is {ctx.model_family}")
         kw = options.width.zoo_kwargs_for(ctx.model_family)
         shape = tuple(ctx.input_shape)
         try:
@@ -114,8 +117,13 @@ class HeteroFL(WidthStrategy):
 
     # -- who trains what ----------------------------------------------------
     def train_settings(self, label: str, rnd: int) -> dict[str, Any]:
-        """With the BatchNorm specs of the smaller widths, whose statistics the device measures too."""
-        return self.plan_train(rnd, HeteroFLRound(bn_specs={q: self.specs[q] for q in self._smaller(label)}))
+        """With the BatchNorm specs of the smaller widths, whose statistics the device measures too,
+        and (``nested``) the kernels of the smaller widths whose classifier it trains too."""
+        nested = None
+        if self.settings.nested:
+            nested = tuple(self.specs[q]["layers"][0]["kernels"] for q in self.labels[:self.labels.index(label)])
+        return self.plan_train(rnd, HeteroFLRound(bn_specs={q: self.specs[q] for q in self._smaller(label)},
+                                                  nested_kernels=nested or None))
 
     # -- aggregation: element-wise over the holders --------------------------
     def aggregate(self, rnd: int, updates: list[ReceivedUpdate],

@@ -22,9 +22,12 @@ from torch import nn
 from edge_sdk.methods.base import DeviceContext, LocalData, plan_settings, planned_model, round_update
 from edge_sdk.methods.batchnorm import BN_PREFIX, STAT_SUFFIXES, static_bn_stats
 from edge_sdk.methods.settings.heterofl import HeteroFLRound, HeteroFLSettings
+from edge_sdk.models.minirocket import MiniRocket
 from edge_sdk.models.spec import build_model
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
+from edge_sdk.train_config import TrainConfig
+from edge_sdk.training import MAX_FIXED_FEATURES, TrainResult, fixed_features, fixed_prefix
 
 __all__ = ["train_heterofl"]
 
@@ -48,12 +51,46 @@ def _sub_stats(model: nn.Module, specs: object, x: torch.Tensor, batch_size: int
     return out
 
 
+def nested_masks(layer: MiniRocket, kernels: object, width: int) -> torch.Tensor:
+    """``(1 + len(kernels), width)`` 0/1: every feature, then each smaller width's (the features of
+    its first ``k`` kernels, and the series' log scales a ``series_norm`` layer appends after them)."""
+    plan = layer.plan
+    if not (isinstance(kernels, (list, tuple)) and len(kernels) <= 16
+            and all(type(k) is int and 1 <= k < plan.kernels for k in kernels)):
+        raise ValueError(f"heterofl: nested_kernels must be at most 16 kernel counts under {plan.kernels}, "
+                         f"got {kernels!r}")
+    masks = torch.ones(1 + len(kernels), width)
+    for row, k in enumerate(kernels, start=1):
+        masks[row, k * plan.per_kernel:plan.features] = 0
+    return masks
+
+
+def _train_nested(model: nn.Module, data: LocalData, ctx: DeviceContext, config: TrainConfig,
+                  kernels: object) -> TrainResult:
+    """``nested``: the classifier of a minirocket model trained for its width and every smaller one
+    at once — each sample once per width, the features beyond that width zeroed (a narrower model
+    has no such columns: its logits are the wider classifier's over the kept features)."""
+    split = fixed_prefix(model)
+    if split is None or not isinstance(split[0][0], MiniRocket):
+        raise ValueError("heterofl: nested needs a minirocket model")
+    prefix, head = split
+    features = fixed_features(prefix, torch.as_tensor(np.asarray(data.x, np.float32)), config.batch_size)
+    masks = nested_masks(split[0][0], kernels, features.shape[1] if features is not None else 0)
+    if features is None or features.numel() * len(masks) > MAX_FIXED_FEATURES:
+        raise ValueError(f"heterofl: nested would keep more than {MAX_FIXED_FEATURES:,} feature values")
+    stacked = (features.unsqueeze(0) * masks.unsqueeze(1)).reshape(-1, features.shape[1])
+    return ctx.train(head, stacked.numpy(), np.tile(np.asarray(data.y), len(masks)), config)
+
+
 def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:
     """One local HeteroFL round on the sub-network the plan describes."""
     config, settings, asked = plan_settings(plan, HeteroFLSettings, HeteroFLRound)
     bn_specs = {} if asked.bn_specs is None else asked.bn_specs
     model = planned_model(plan)
-    result = ctx.train(model, data.x, data.y, config)
+    if asked.nested_kernels:
+        result = _train_nested(model, data, ctx, config, asked.nested_kernels)
+    else:
+        result = ctx.train(model, data.x, data.y, config)
     tensors = state_to_numpy(model)
     start = time.perf_counter()
     if settings.static_bn:

@@ -89,7 +89,9 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
 
 
-def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same_fitted_biases(tmp_path) -> None:
+@pytest.mark.parametrize("nested", ["false", "true"])
+def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same_fitted_biases(tmp_path,
+                                                                                               nested) -> None:
     from simulation.config import SimulationConfig, sim_federation
     from simulation.simulate import DEFAULT_FLEET, run_simulation
 
@@ -99,7 +101,7 @@ def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same
     np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series")
     checkpoints = tmp_path / "ckpt"
     config = SimulationConfig(method="heterofl", clients=7, dataset=f"npz:{data}", plots=False, holdout=0.0,
-                              out=str(tmp_path / "out"), profiles=DEFAULT_FLEET,
+                              out=str(tmp_path / "out"), profiles=DEFAULT_FLEET, options={"nested": nested},
                               federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
                                                         train=TrainConfig(epochs=5, batch_size=8)))
     report = run_simulation(config)
@@ -234,3 +236,29 @@ def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> 
     with pytest.raises(ValueError, match=f"^{method} cannot train minirocket .*fedavg, fedprox, heterofl") as error:
         create_strategy(method, StrategyContext(FederationConfig(), "minirocket", (1, 64), 2))
     assert "\n" not in str(error.value)
+
+
+def test_nested_asks_each_device_for_the_classifiers_of_the_smaller_widths_and_only_of_minirocket() -> None:
+    import torch
+
+    from coordinator.core.federation import FederationConfig
+    from coordinator.strategies import create_strategy
+    from coordinator.strategies.base import StrategyContext
+    from edge_sdk.methods.heterofl import nested_masks
+    from edge_sdk.models.spec import build_model
+
+    strategy = create_strategy("heterofl", StrategyContext(FederationConfig(), "minirocket", (2, 64), 3,
+                                                           options={"nested": "true"}))
+    assert [strategy.train_settings(label, 0).get("nested_kernels") for label in strategy.labels] == \
+        [None, (21,), (21, 42), (21, 42, 63)]
+    with pytest.raises(ValueError, match="nested trains minirocket's classifier"):
+        create_strategy("heterofl", StrategyContext(FederationConfig(), "cnn1d", (2, 64), 3, options={"nested": "true"}))
+    layer = build_model(model_for_dataset("minirocket", (2, 64), 3, width=0.5, series_norm=True)).layers[0]
+    width = layer.plan.features + 2  # the two channels' log scales come last
+    masks = nested_masks(layer, [21], width)
+    assert masks.shape == (2, width) and bool(masks[0].all())
+    assert masks[1].sum() == 21 * layer.plan.per_kernel + 2 and bool(masks[1, -2:].all())
+    assert torch.equal(masks[1, :21 * layer.plan.per_kernel], torch.ones(21 * layer.plan.per_kernel))
+    for bad in ([42], [0], [21.0], list(range(1, 20)), "21"):
+        with pytest.raises(ValueError, match="nested_kernels must be"):
+            nested_masks(layer, bad, width)

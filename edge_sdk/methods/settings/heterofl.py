@@ -26,6 +26,11 @@ class HeteroFLSettings:
     #: "he": He-normal conv/linear weights and zero biases (torch's default otherwise)
     init: str = option("default", choice("default", "he"), "initial weights: torch's default or he (He-normal)",
                        doc="`he`: He-normal conv/linear weights, zero biases (torch's default init otherwise)")
+    #: minirocket: a device trains its classifier for its own width and every smaller one
+    nested: bool = option(False, boolean, "minirocket: each device trains its classifier for its width and every "
+                          "smaller one (the features beyond a width zeroed: ordered dropout)",
+                          doc="minirocket only: a device of width p trains the classifier of every width ≤ p on "
+                              "its data (FjORD's ordered dropout over the features)")
     robust: RobustConfig = robust_group()
     server: ServerOptConfig = server_group()
     prox: ProxSettings = prox_group()
@@ -34,7 +39,11 @@ class HeteroFLSettings:
 @dataclass(frozen=True)
 class HeteroFLRound:
     """What a HeteroFL plan asks of one device besides training: the smaller widths whose BatchNorm
-    statistics it also measures (label -> spec; prefix slices of its trained network)."""
+    statistics it also measures (label -> spec; prefix slices of its trained network), and those
+    whose classifier it trains too (``nested``)."""
 
     #: None: none
     bn_specs: Mapping[str, Any] | None = option(None, device=True)
+    #: ``nested``: the kernels of each smaller width's minirocket layer, which the device also trains
+    #: the classifier for; None: none
+    nested_kernels: tuple[int, ...] | None = option(None, device=True)

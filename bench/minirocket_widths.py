@@ -9,7 +9,8 @@ nested``: each device trains the classifier of its width and of every smaller on
 
 The default mixed fleet (21 devices, 3 of each of the 7 default profiles), PLAID windows of 500,
 IID; every run takes minirocket's default training (`edge_sdk.family_recipe`: squared loss, lr
-0.004, momentum 0.9, FedAvgM with η = 1) and ``--local-epochs`` local epochs. Prints each width's
+0.004, momentum 0.9, FedAvgM with η = 1; ``heterofl`` is plain HeteroFL, ``nested=false``) and
+``--local-epochs`` local epochs. Prints each width's
 accuracy on the archive's test split after the last round, the devices at each width, and the
 bytes a round (down + up, the whole fleet) from each job's report.
 """
@@ -30,7 +31,7 @@ from edge_sdk.train_config import TrainConfig  # noqa: E402
 from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation  # noqa: E402
 
 #: name -> (method, options)
-RUNS = {"heterofl": ("heterofl", {}), "heterofl nested": ("heterofl", {"nested": "true"}),
+RUNS = {"heterofl": ("heterofl", {"nested": "false"}), "heterofl nested": ("heterofl", {"nested": "true"}),
         "fedavg full width": ("fedavg", {}),
         "fedavg p=0.25 all": ("fedavg", {"width": "0.25"})}
 
@@ -61,15 +62,16 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--local-epochs", type=int, default=5)
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     p.add_argument("--runs", default=",".join(RUNS), help="which of: " + ", ".join(RUNS))
     p.add_argument("--json", type=Path, help="also write every run here")
     args = p.parse_args()
     names = args.runs.split(",")
     print(f"{args.dataset} ({args.partition}), {args.clients} devices, {args.rounds} rounds x {args.local_epochs} "
-          f"local epochs, seeds 0..{args.seeds - 1}", flush=True)
+          f"local epochs, seeds {args.first_seed}..{args.first_seed + args.seeds - 1}", flush=True)
     results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for name in names:
                 result = run(name, seed, args, Path(tmp))
                 results[name].append(result)

@@ -5,8 +5,9 @@ takes each setting its user left unset.
 ``minirocket`` (the default for series, `edge_sdk.model_names.default_family`) is a linear head on
 fixed features: a ridge classifier's squared loss at lr 0.004 with momentum 0.9 on the devices and
 server momentum (FedAvgM, η = 1) on the coordinator — PLAID 0.924 federated IID over 3 seeds, where
-`TrainConfig`'s cross-entropy at lr 0.05 with plain FedAvg scored 0.772–0.860 (BENCHMARKS.md "Series
-model family").
+`TrainConfig`'s cross-entropy at lr 0.05 with plain FedAvg scored 0.772–0.860; with HeteroFL, each
+device also trains the classifiers of the smaller widths (``nested``), which lifted the smallest
+width from 0.704 to 0.864 on a mixed 21-device fleet (BENCHMARKS.md "Series model family").
 """
 
 from __future__ import annotations
@@ -25,23 +26,19 @@ __all__ = ["FAMILY_RECIPES", "FamilyRecipe", "chosen_settings", "with_family_rec
 
 @dataclass(frozen=True)
 class FamilyRecipe:
-    """A family's training: `TrainConfig` fields and method options (as their TOML/``--option`` text)."""
+    """A family's training: `TrainConfig` fields, and each method's options (as their TOML/``--option``
+    text; a method not named takes only ``train``)."""
 
     train: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, str] = field(default_factory=dict)
-    #: the methods whose options ``options`` are (another method takes only ``train``)
-    option_methods: tuple[str, ...] = ()
+    options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
-    def describe(self, method: str) -> str:
-        """``loss=squared, lr=0.004, …`` — what a job of ``method`` takes from the recipe."""
-        pairs = {**self.train, **(self.options if method in self.option_methods else {})}
-        return ", ".join(f"{key}={value}" for key, value in pairs.items())
 
+_SERVER_MOMENTUM = {"server_opt": "fedavgm", "server_lr": "1"}
 
 FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
     "minirocket": FamilyRecipe(train={"loss": "squared", "lr": 0.004, "momentum": 0.9},
-                               options={"server_opt": "fedavgm", "server_lr": "1"},
-                               option_methods=("fedavg", "fedprox", "heterofl")),
+                               options={"fedavg": _SERVER_MOMENTUM, "fedprox": _SERVER_MOMENTUM,
+                                        "heterofl": {**_SERVER_MOMENTUM, "nested": "true"}}),
 })
 
 
@@ -67,9 +64,9 @@ def with_family_recipe(family: str, method: str, train: TrainConfig, options: Ma
     if chosen is None:
         chosen = chosen_settings(train, options)
     filled_train = {key: value for key, value in recipe.train.items() if key not in chosen}
-    filled_options: dict[str, str] = {}
-    if method in recipe.option_methods and not any(key.startswith("server_") for key in chosen):
-        filled_options = {key: value for key, value in recipe.options.items() if key not in chosen}
+    server_chosen = any(key.startswith("server_") for key in chosen)
+    filled_options = {key: value for key, value in recipe.options.get(method, {}).items()
+                      if key not in chosen and not (server_chosen and key.startswith("server_"))}
     filled = {**filled_train, **filled_options}
     if filled:
         log.info("%s trains with its family's settings: %s (docs/sensor-data.md)", family,

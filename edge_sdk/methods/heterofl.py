@@ -13,7 +13,9 @@ and uploads them as ``bn/<label>/<name>``. ``static_bn`` turns this on; both are
 """
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -29,7 +31,9 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from edge_sdk.train_config import TrainConfig
 from edge_sdk.training import MAX_FIXED_FEATURES, TrainResult, fixed_features, fixed_prefix
 
-__all__ = ["train_heterofl"]
+__all__ = ["nested_masks", "train_heterofl"]
+
+log = logging.getLogger(__name__)
 
 def _sub_stats(model: nn.Module, specs: object, x: torch.Tensor, batch_size: int) -> dict[str, np.ndarray]:
     """BatchNorm statistics of each smaller-width prefix slice of ``model`` on ``x``."""
@@ -77,9 +81,14 @@ def _train_nested(model: nn.Module, data: LocalData, ctx: DeviceContext, config:
     features = fixed_features(prefix, torch.as_tensor(np.asarray(data.x, np.float32)), config.batch_size)
     masks = nested_masks(split[0][0], kernels, features.shape[1] if features is not None else 0)
     if features is None or features.numel() * len(masks) > MAX_FIXED_FEATURES:
-        raise ValueError(f"heterofl: nested would keep more than {MAX_FIXED_FEATURES:,} feature values")
+        log.warning("heterofl: %d samples are too many to train every smaller width's classifier on at once "
+                    "(over %s feature values); this round trains this width's alone", len(data),
+                    f"{MAX_FIXED_FEATURES:,}")
+        return ctx.train(model, data.x, data.y, config)
     stacked = (features.unsqueeze(0) * masks.unsqueeze(1)).reshape(-1, features.shape[1])
-    return ctx.train(head, stacked.numpy(), np.tile(np.asarray(data.y), len(masks)), config)
+    result = ctx.train(head, stacked.numpy(), np.tile(np.asarray(data.y), len(masks)), config)
+    # the device's time is counted as for one width (the transform, the costly part, ran once)
+    return replace(result, samples=result.samples // len(masks))
 
 
 def train_heterofl(plan: Plan, data: LocalData, ctx: DeviceContext) -> Update:

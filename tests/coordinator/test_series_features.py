@@ -89,9 +89,10 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
 
 
-@pytest.mark.parametrize("nested", ["false", "true"])
-def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same_fitted_biases(tmp_path,
-                                                                                               nested) -> None:
+@pytest.mark.parametrize("nested", ["false", "true", "too many"])
+def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same_fitted_biases(tmp_path, nested,
+                                                                                               monkeypatch,
+                                                                                               caplog) -> None:
     from simulation.config import SimulationConfig, sim_federation
     from simulation.simulate import DEFAULT_FLEET, run_simulation
 
@@ -101,10 +102,15 @@ def test_heterofl_gives_each_device_a_share_of_minirockets_kernels_from_the_same
     np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series")
     checkpoints = tmp_path / "ckpt"
     config = SimulationConfig(method="heterofl", clients=7, dataset=f"npz:{data}", plots=False, holdout=0.0,
-                              out=str(tmp_path / "out"), profiles=DEFAULT_FLEET, options={"nested": nested},
+                              out=str(tmp_path / "out"), profiles=DEFAULT_FLEET,
+                              options={"nested": "false" if nested == "false" else "true"},
                               federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
                                                         train=TrainConfig(epochs=5, batch_size=8)))
+    if nested == "too many":  # a device whose stacked features would outgrow the bound trains its own width alone
+        monkeypatch.setattr("edge_sdk.methods.heterofl.MAX_FIXED_FEATURES", 1000)
     report = run_simulation(config)
+    too_many = sum("too many to train every smaller width" in r.getMessage() for r in caplog.records)
+    assert (too_many > 0) == (nested == "too many")
     assert report.config["model"] == "minirocket"  # `--model auto` on series, with heterofl too
     widths = {d["assignment"] for d in report.to_dict()["devices"]}
     assert len(widths) >= 3  # the default fleet's FLOPS spread the devices over the widths

@@ -35,6 +35,16 @@ def test_other_families_and_methods_are_left_as_they_are() -> None:
     assert options == {} and set(filled) == set(FAMILY_RECIPES["minirocket"].train)
 
 
+def test_heterofl_takes_nested_and_server_momentum_each_unless_set() -> None:
+    _, options, _ = with_family_recipe("minirocket", "heterofl", TrainConfig(), {}, chosen=())
+    assert options == {"server_opt": "fedavgm", "server_lr": "1", "nested": "true"}
+    _, options, _ = with_family_recipe("minirocket", "heterofl", TrainConfig(), {"server_opt": "none"},
+                                       chosen=("server_opt",))
+    assert options == {"server_opt": "none", "nested": "true"}
+    _, options, _ = with_family_recipe("minirocket", "heterofl", TrainConfig(), {"nested": "false"}, chosen=("nested",))
+    assert options == {"nested": "false", "server_opt": "fedavgm", "server_lr": "1"}
+
+
 def test_a_job_built_in_python_chose_what_differs_from_the_defaults() -> None:
     assert chosen_settings(TrainConfig(), {}) == frozenset()
     assert chosen_settings(TrainConfig(lr=0.01, epochs=3), {"clip": "none"}) == {"lr", "epochs", "clip"}

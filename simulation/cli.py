@@ -10,7 +10,7 @@ from edge_sdk.methods.settings.options import option_pairs
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.stop_request import StopRequested
 from edge_sdk.networking.link import LinkConfig
-from edge_sdk.train_config import AUGMENTATIONS, LOSSES, default_threads
+from edge_sdk.train_config import AUGMENTATIONS, LOSSES, TrainConfig, default_threads
 
 __all__ = ["simulate_command"]
 
@@ -28,20 +28,18 @@ def _simulate(args: argparse.Namespace) -> int:
         from simulation.process_devices import start_fork_server
 
         start_fork_server()  # the devices' processes import torch while this one does
-    from simulation.defaults import SIMULATION
     from simulation.simulate import DEFAULT_FLEET, SimulationConfig, run_simulation, sim_federation
     from simulation.config import default_device_processes
     from coordinator.strategies import strategy_class
     from coordinator.core.federation import TrainingFailed
     from rich.markup import escape
 
-    chosen_train = {field: getattr(args, flag) for flag, field in _TRAIN_FLAGS.items()
-                    if getattr(args, flag) is not None}  # the rest: the simulation's, or the model family's
+    train, chosen_train = train_from_args(args)
     federation = sim_federation(
         rounds=args.rounds, seed=args.seed, devices_per_round=args.devices_per_round, eval_every=args.eval_every,
         eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
         checkpoint_dir=args.checkpoint_dir, eval_per_class=args.eval_per_class,
-        train=replace(SIMULATION.train, **chosen_train),
+        train=train,
     )
     config = SimulationConfig(
         method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
@@ -91,6 +89,15 @@ def _simulate(args: argparse.Namespace) -> int:
 #: ``edgefl simulate``'s local-training flags (their dest) and the `TrainConfig` field each sets
 _TRAIN_FLAGS = {"local_epochs": "epochs", "batch_size": "batch_size", "lr": "lr", "momentum": "momentum",
                 "weight_decay": "weight_decay", "augment": "augment", "loss": "loss"}
+
+
+def train_from_args(args: argparse.Namespace) -> tuple[TrainConfig, set[str]]:
+    """The devices' training of ``edgefl simulate``'s flags, and the fields the command line set: the
+    others are the simulation's defaults (`SIMULATION.train`), or the model family's (`edge_sdk.family_recipe`)."""
+    from simulation.defaults import SIMULATION
+
+    chosen = {field: getattr(args, flag) for flag, field in _TRAIN_FLAGS.items() if getattr(args, flag) is not None}
+    return replace(SIMULATION.train, **chosen), set(chosen)
 
 
 def _recipe(key: str) -> str:

@@ -54,8 +54,14 @@ def test_simulate_without_options_is_the_simulation_defaults() -> None:
     assert (args.method, args.clients, args.rounds, args.dataset, args.model, args.holdout) == (
         SIMULATION.method, SIMULATION.clients, SIMULATION.rounds, SIMULATION.dataset, SIMULATION.model,
         SIMULATION.holdout)
-    assert (args.local_epochs, args.lr, args.batch_size, args.momentum) == (
-        SIMULATION.train.epochs, SIMULATION.train.lr, SIMULATION.train.batch_size, SIMULATION.train.momentum)
+    from simulation.cli import train_from_args
+
+    # a training flag left out is the simulation's default, and not the command line's choice: the model
+    # family's recipe may fill it (edge_sdk/family_recipe.py)
+    assert train_from_args(args) == (SIMULATION.train, set())
+    train, chosen = train_from_args(build_parser().parse_args(["simulate", "--lr", str(SIMULATION.train.lr),
+                                                               "--local-epochs", "4"]))
+    assert (train.lr, train.epochs, chosen) == (SIMULATION.train.lr, 4, {"lr", "epochs"})
     # where a simulation differs from a real fleet, it does so on purpose and says so (defaults.py)
     assert SIMULATION.train.epochs != TrainConfig().epochs and SIMULATION.holdout == NO_HOLDOUT
 

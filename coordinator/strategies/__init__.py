@@ -63,6 +63,5 @@ def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
     if ctx.model_family == "minirocket" and name not in MINIROCKET_METHODS:
         raise ValueError(f"{name} cannot train minirocket (its head, the only part that trains, is one linear layer of "
                          f"about 10,000 inputs and one output per class: no layer to compose, prune or factorise "
-                         f"usefully, and its biases are fitted for {', '.join(MINIROCKET_METHODS)}); use one of "
-                         f"those, or --model cnn1d")
+                         f"usefully); use {', '.join(MINIROCKET_METHODS)}, or --model cnn1d")
     return cls.create(ctx)

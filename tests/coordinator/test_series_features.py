@@ -234,7 +234,8 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
 
 @pytest.mark.parametrize("method", ["flanc", "fedpara", "pfedpara", "lowrank", "fdnnc", "reft", "static-prune"])
 def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> None:
-    """(FedPara built its specs lazily and trained on unfitted, zero biases: chance accuracy.)"""
+    """minirocket's one trainable layer has a row per class: FedPara at γ = 0.1 kept 91 % of its parameters
+    (100,081 of 109,967 for PLAID), and FLANC, REFT and static pruning find nothing to compose or prune."""
     from coordinator.core.federation import FederationConfig
     from coordinator.strategies import create_strategy
     from coordinator.strategies.base import StrategyContext

@@ -128,6 +128,11 @@ def warm_up_optimizer() -> None:
 MAX_FIXED_FEATURES = 64 << 20
 
 
+#: spec layer types whose modules have ``FIXED_FEATURES`` (tests/edge_sdk/test_minirocket.py ties them):
+#: the simulated device time counts them once per sample (`edge_sdk.methods.base.fixed_flops`)
+FIXED_LAYER_TYPES = ("minirocket",)
+
+
 def fixed_prefix(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(prefix, rest)`` when a spec model starts with layers whose output depends on their input
     alone (``FIXED_FEATURES``: nothing trains, train and eval alike), else None."""

@@ -11,12 +11,12 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.settings.options import from_wire
-from edge_sdk.models.spec import build_model, count_flops
+from edge_sdk.models.spec import build_model, count_flops, layer_stats
 from edge_sdk.data.local_data import LocalData
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
-from edge_sdk.training import TrainConfig, TrainingStopped, TrainResult, train_local
+from edge_sdk.training import FIXED_LAYER_TYPES, TrainConfig, TrainingStopped, TrainResult, train_local
 
 __all__ = ["LocalData", "DeviceContext", "DeviceMethod", "compute_seconds", "plan_settings", "planned_model",
            "reused_model", "round_update"]
@@ -57,15 +57,30 @@ class DeviceMethod(Protocol):
     def __call__(self, plan: Plan, data: LocalData, ctx: DeviceContext) -> Update: ...
 
 
+def fixed_flops(spec: dict) -> int:
+    """Forward FLOPs of ``spec``'s leading layers whose output depends on their input alone
+    (`FIXED_LAYER_TYPES`: MiniRocket's transform), which training computes once per sample."""
+    total = 0
+    for layer in layer_stats(spec):
+        if layer["type"] not in FIXED_LAYER_TYPES:
+            break
+        total += layer["flops"]
+    return total
+
+
 def compute_seconds(ctx: DeviceContext, spec: dict, host_seconds: float, *, trained: int = 0,
-                    forward: int = 0) -> float:
+                    forward: int = 0, distinct: int | None = None) -> float:
     """This round's compute time on the device: what it took here, or, under a throttle,
     the FLOPs of ``trained`` training samples and ``forward`` inference-only samples of
-    ``spec``'s network at the profile's speed (independent of this host's speed and load)."""
+    ``spec``'s network at the profile's speed (independent of this host's speed and load).
+    ``distinct``: the samples behind ``trained`` (epochs repeat them); a fixed prefix
+    (`fixed_flops`) is counted once for each of them, as training computes it (None: every time)."""
     if ctx.throttle is None:
         return host_seconds
-    flops = count_flops(spec) * (TRAIN_FLOPS_PER_FORWARD * trained + forward)
-    return ctx.throttle.apply_compute(flops, host_seconds)
+    total = count_flops(spec)
+    fixed = fixed_flops(spec) if distinct is not None and trained else 0
+    flops = (total - fixed) * (TRAIN_FLOPS_PER_FORWARD * trained + forward) + fixed * (distinct or 0)
+    return ctx.throttle.apply_compute(flops + fixed * forward, host_seconds)
 
 
 def plan_settings(plan: Plan, *kinds: type) -> tuple[Any, ...]:
@@ -117,7 +132,8 @@ def round_update(plan: Plan, data: LocalData, ctx: DeviceContext, model: torch.n
     and the metrics every method reports (loss, steps, host seconds, the device's compute seconds
     counting ``forward`` inference-only samples) plus the method's own ``metrics``."""
     seconds = result.seconds + extra_seconds
-    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=forward)
+    compute_s = compute_seconds(ctx, plan.model_spec, seconds, trained=result.samples, forward=forward,
+                                distinct=len(data))
     return Update(label=plan.label, tensors=state_to_numpy(model) if tensors is None else tensors,
                   num_samples=len(data),
                   metrics={"loss": result.loss, "train_seconds": seconds, "compute_s": compute_s,

@@ -202,3 +202,27 @@ def test_batch_norm_over_the_features_before_the_head() -> None:
     assert model(torch.from_numpy(_series(4))).shape == (4, 3)
     with pytest.raises(ValueError, match="minirocket's norm is batchnorm"):
         model_for_dataset("minirocket", (1, 120), 3, norm="groupnorm")
+
+
+def test_simulated_device_time_counts_the_transform_once_a_sample_and_the_head_every_epoch() -> None:
+    from edge_sdk.methods.base import DeviceContext, compute_seconds, fixed_flops
+    from edge_sdk.models.spec import count_flops
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.throttle import Throttle
+    from edge_sdk.training import FIXED_LAYER_TYPES
+
+    spec = model_for_dataset("minirocket", (1, 300), 11)
+    model = build_model(spec)
+    assert [type(m).__name__ for m in model.layers if getattr(m, "FIXED_FEATURES", False)] == ["MiniRocket"]
+    assert [layer["type"] for layer in spec["layers"][:1]] == list(FIXED_LAYER_TYPES)
+    transform, total = fixed_flops(spec), count_flops(spec)
+    head = total - transform
+    assert transform > 20 * head  # the transform is nearly all of it (43x at 300 values)
+    ctx = DeviceContext("d", 0, throttle=Throttle(load_profile("raspberry-pi-4b"), mode="virtual"))
+    gflops = ctx.throttle.profile.gflops * 1e9
+    once = compute_seconds(ctx, spec, 0.0, trained=5 * 40, distinct=40)  # 5 epochs of 40 series
+    assert once == pytest.approx((head * 3 * 200 + transform * 40) / gflops)
+    every = compute_seconds(ctx, spec, 0.0, trained=5 * 40)  # a caller that does not say: every epoch, as before
+    assert every == pytest.approx(total * 3 * 200 / gflops) and every > 10 * once
+    cnn = model_for_dataset("cnn1d", (1, 300), 11)  # no fixed prefix: nothing changes
+    assert compute_seconds(ctx, cnn, 0.0, trained=200, distinct=40) == compute_seconds(ctx, cnn, 0.0, trained=200)

@@ -9,8 +9,9 @@ uses it). Both sides read the arrays edgefl's loaders give (PLAID as windows of 
 shorter series repeated, a longer one cut), and for PLAID sktime's variable-length MiniRocket also
 runs on the raw series of the archive's files, and edgefl's on series resampled to 300 values (the
 loader's way until 2026-11-29). edgefl's side: its `MiniRocket` layer with the biases a fleet fits
-(`fleet_biases`: the statistics of all training series, as one device's) and with sktime's
-choice (`example_biases`: one random training series per combination), each into a ridge
+(`fleet_biases`: the statistics of all training series, as one device's), with sktime's
+choice (`example_biases`: one random training series per combination) and with none at all (what a
+job's `[task]` alone could give: white noise's quantiles), each into a ridge
 classifier with cross-validated regularisation (scikit-learn's ``RidgeClassifierCV``, alphas
 10^-3..10^3, features scaled first: sktime's documented pipeline).
 """
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import NormalDist
 from pathlib import Path
 
 import numpy as np
@@ -87,10 +89,15 @@ def ours(name: str, seeds: list[int]) -> dict[str, list[float]]:
 
     standardising = MiniRocket(plan, series_norm=True)
     out: dict[str, list[float]] = {"fleet biases": [], "one series per combination": [],
-                                   "fleet biases, each series standardised (series_norm)": []}
+                                   "fleet biases, each series standardised (series_norm)": [],
+                                   "no data (white noise's quantiles)": []}
+    # biases a job could set from its [task] alone: each combination's quantiles for standardised white noise,
+    # through a kernel of six -1 and three 2 (its outputs' std is sqrt(6 + 12)), the same for every seed
+    white = np.array([np.sqrt(18.0) * NormalDist().inv_cdf(float(q)) for q in plan.quantiles()], np.float32)
     for seed in seeds:
         for how, biases in (("fleet biases", fleet_biases(plan, stats["shares"], stats["scales"],
                                                           np.ones(plan.channels), seed)),
+                            ("no data (white noise's quantiles)", white),
                             ("one series per combination", example_biases(layer, xtr, seed)),
                             ("fleet biases, each series standardised (series_norm)",
                              fleet_biases(plan, stats["shares"], stats["scales"], np.ones(plan.channels), seed, True))):

@@ -23,7 +23,6 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from edge_sdk.accelerator import resolve_device
-from edge_sdk.family_recipe import with_family_recipe
 from edge_sdk.model_names import AUTO, default_family
 from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.networking.fair_inbox import InboxLimits
@@ -36,6 +35,7 @@ from edge_sdk.networking.transport import TransportConfig
 from coordinator.homeassistant import HomeAssistantConfig
 from coordinator.runtime.broker import BrokerConfig, EmbeddedBroker
 from coordinator.core.federation import EvalData
+from coordinator.runtime.family_training import with_family_training
 from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
@@ -131,7 +131,7 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
         resolve_device(config.sim_device)  # devices train and the coordinator evaluates there: no GPU is an error now
         if config.model == AUTO:  # the family the data's shape calls for, named as such from here on
             config = replace(config, model=default_family(dataset.input_shape, config.method))
-        config, recipe = _with_family_recipe(config)
+        config, recipe = with_family_training(config)
         shards, public = order.split(dataset)  # every device's data, in one array
         if checkpoint_dir is not None:
             check_same_job(config)
@@ -284,14 +284,6 @@ def keep_job_settings(config: SimulationConfig) -> None:
         return
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_job_settings(config), indent=1))
-
-
-def _with_family_recipe(config: SimulationConfig) -> tuple[SimulationConfig, dict[str, Any]]:
-    """``config`` with its model family's training (`edge_sdk.family_recipe`) in each setting the job
-    left unset, and those settings."""
-    train, options, filled = with_family_recipe(config.model, config.method, config.federation.train,
-                                                config.options, config.chosen)
-    return replace(config, options=options, federation=replace(config.federation, train=train)), filled
 
 
 def _config_dict(config: SimulationConfig, strategy: Strategy, url: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import numpy as np
 from edge_sdk.accelerator import resolve_device
 from edge_sdk.config import in_file, link_from_toml, read_toml, section, setting, transport_from_toml
 from edge_sdk.methods.registry import METHODS
-from edge_sdk.family_recipe import with_family_recipe
 from edge_sdk.model_names import AUTO, default_family
 from edge_sdk.methods.settings.options import check_options
 from edge_sdk.data.datasets import ImageDataset, load_dataset
@@ -25,6 +24,7 @@ from edge_sdk.networking.transport import TransportConfig
 from coordinator.homeassistant import HomeAssistantConfig, homeassistant_from_toml
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.core.federation import EvalData, FederationConfig, federation_from_toml
+from coordinator.runtime.family_training import with_family_training
 from coordinator.runtime.fleet import FleetProgress
 from coordinator.runtime.job import JobConnection, run_job
 from coordinator.runtime.job_identity import refuse_another_job, job_identity
@@ -196,14 +196,6 @@ def _task_shape(task: dict, has_dataset: bool) -> Task | None:
         raise ValueError(f"[task] {exc}") from None
 
 
-def _with_family_recipe(config: CoordinatorConfig) -> CoordinatorConfig:
-    """``config`` with its model family's training (`edge_sdk.family_recipe`) in each `[train]` key
-    and option the TOML left unset."""
-    train, options, _ = with_family_recipe(config.model, config.method, config.federation.train, config.options,
-                                           config.chosen)
-    return replace(config, options=options, federation=replace(config.federation, train=train))
-
-
 def run_coordinator(config: CoordinatorConfig,
                     on_round: Callable[[RoundRecord], None] | None = None,
                     on_progress: Callable[[FleetProgress], None] | None = None) -> RunReport | None:
@@ -220,7 +212,7 @@ def run_coordinator(config: CoordinatorConfig,
     task, preprocessing, eval_data = job_task(config)
     if config.model == AUTO:  # the family the task's shape calls for
         config = replace(config, model=default_family(task.input_shape, config.method))
-    config = _with_family_recipe(config)
+    config, recipe = with_family_training(config)
     identity = job_identity(config.method, config.options, config.model, task.input_shape, task.num_classes,
                             config.federation.seed)
     if checkpoint is not None:
@@ -246,7 +238,8 @@ def run_coordinator(config: CoordinatorConfig,
     out = Path(config.out)
     report = RunReport(method=config.method, config={"job": config.job, "method": config.method,
                                                      "model": config.model, "dataset": config.dataset,
-                                                     "rounds": config.federation.rounds})
+                                                     "rounds": config.federation.rounds,
+                                                     "family_recipe": recipe})
     connection = JobConnection(config.transport, config.job, config.link, config.limits, signer, task,
                                homeassistant=config.homeassistant, removed_devices=config.removed_devices)
     return run_job(strategy, report, connection, out, eval_data=eval_data, preprocessing=preprocessing,

@@ -524,8 +524,7 @@ class RoundLoop:
         """A MiniRocket model's biases from the fleet's statistics, once: before its first round (a
         resumed job's checkpoint holds them). They are held from then on (`_hold_rocket_biases`)."""
         state = self.strategy.state_tensors()
-        spec = getattr(self.strategy, "model_spec", None) or getattr(self.strategy, "global_spec", None)
-        for key, layer in rocket_layers(spec):  # HeteroFL's widths: prefix slices of the global biases
+        for key, layer in rocket_layers(self.strategy.state_spec()):
             if key in state and not np.any(state[key]):
                 assert self.preprocessing is not None
                 state[key] = fit_rocket_biases(self.fleet, layer, self.preprocessing, self.config.seed,

@@ -272,6 +272,11 @@ class Strategy(ABC):
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
         """Restore what `state_tensors` returned."""
 
+    def state_spec(self) -> dict[str, Any] | None:
+        """The spec of the one network whose tensors `state_tensors` holds under their own names
+        (e.g. a MiniRocket layer's biases, which the round loop fits); None: no such network."""
+        return None
+
     @classmethod
     def describe_label(cls, label: str) -> str:
         """How a person reads ``label`` in output and plots (e.g. ``width 0.25``); the report

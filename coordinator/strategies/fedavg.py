@@ -107,6 +107,9 @@ class FedAvg(Strategy):
     def state_tensors(self) -> dict[str, np.ndarray]:
         return dict(self.weights)
 
+    def state_spec(self) -> dict[str, Any]:
+        return self.model_spec
+
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
         if set(tensors) != set(self.weights) or any(np.shape(tensors[k]) != v.shape for k, v in self.weights.items()):
             raise ValueError("checkpoint tensors do not match this model")

@@ -158,6 +158,10 @@ class HeteroFL(WidthStrategy):
         stats = {f"{BN_PREFIX}{q}/{k}": v for q, ts in self.stats.items() for k, v in ts.items()}
         return {**self.weights, **stats}
 
+    def state_spec(self) -> dict[str, Any]:
+        """The global network: every width's tensors are prefix slices of its."""
+        return self.global_spec
+
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
         current = self.state_tensors()
         if set(tensors) != set(current) or any(tuple(tensors[k].shape) != v.shape for k, v in current.items()):

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from edge_sdk.methods.settings.options import from_wire
-from edge_sdk.models.spec import build_model, count_flops, layer_stats
+from edge_sdk.models.spec import build_model, layer_stats
 from edge_sdk.data.local_data import LocalData
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.throttle import TRAIN_FLOPS_PER_FORWARD, Throttle
@@ -57,11 +57,11 @@ class DeviceMethod(Protocol):
     def __call__(self, plan: Plan, data: LocalData, ctx: DeviceContext) -> Update: ...
 
 
-def fixed_flops(spec: dict) -> int:
-    """Forward FLOPs of ``spec``'s leading layers whose output depends on their input alone
+def fixed_flops(stats: list[dict]) -> int:
+    """Forward FLOPs of the leading layers (`layer_stats`) whose output depends on their input alone
     (`FIXED_LAYER_TYPES`: MiniRocket's transform), which training computes once per sample."""
     total = 0
-    for layer in layer_stats(spec):
+    for layer in stats:
         if layer["type"] not in FIXED_LAYER_TYPES:
             break
         total += layer["flops"]
@@ -77,10 +77,11 @@ def compute_seconds(ctx: DeviceContext, spec: dict, host_seconds: float, *, trai
     (`fixed_flops`) is counted once for each of them, as training computes it (None: every time)."""
     if ctx.throttle is None:
         return host_seconds
-    total = count_flops(spec)
-    fixed = fixed_flops(spec) if distinct is not None and trained else 0
-    flops = (total - fixed) * (TRAIN_FLOPS_PER_FORWARD * trained + forward) + fixed * (distinct or 0)
-    return ctx.throttle.apply_compute(flops + fixed * forward, host_seconds)
+    stats = layer_stats(spec)  # one analysis of the spec: its layers' FLOPs sum to `count_flops`
+    total = sum(layer["flops"] for layer in stats)
+    fixed = fixed_flops(stats) if distinct is not None and trained else 0
+    flops = (total - fixed) * (TRAIN_FLOPS_PER_FORWARD * trained + forward) + fixed * ((distinct or 0) + forward)
+    return ctx.throttle.apply_compute(flops, host_seconds)
 
 
 def plan_settings(plan: Plan, *kinds: type) -> tuple[Any, ...]:

@@ -182,13 +182,15 @@ def test_fedavgm_steps_as_far_as_fedavg_by_default() -> None:
 
 
 def test_a_coordinator_toml_leaves_minirocket_its_recipe_for_the_keys_it_does_not_set(tmp_path) -> None:
-    from coordinator.runtime.coordinator_command import _with_family_recipe, coordinator_config_from_toml
+    from coordinator.runtime.coordinator_command import coordinator_config_from_toml
+    from coordinator.runtime.family_training import with_family_training
 
     path = tmp_path / "coordinator.toml"
     path.write_text('model = "minirocket"\ndataset = "basicmotions"\n[train]\nepochs = 5\nlr = 0.01\n')
-    config = _with_family_recipe(coordinator_config_from_toml(path))
+    config, filled = with_family_training(coordinator_config_from_toml(path))
+    assert filled == {"loss": "squared", "momentum": 0.9, "server_opt": "fedavgm", "server_lr": "1"}
     assert config.chosen == ("epochs", "lr")
     assert (config.federation.train.lr, config.federation.train.loss, config.federation.train.momentum) == (0.01, "squared", 0.9)
     assert config.options == {"server_opt": "fedavgm", "server_lr": "1"}
     path.write_text('model = "minirocket"\ndataset = "basicmotions"\n[options]\nserver_opt = "none"\n')
-    assert _with_family_recipe(coordinator_config_from_toml(path)).options == {"server_opt": "none"}
+    assert with_family_training(coordinator_config_from_toml(path))[0].options == {"server_opt": "none"}

@@ -206,7 +206,7 @@ def test_batch_norm_over_the_features_before_the_head() -> None:
 
 def test_simulated_device_time_counts_the_transform_once_a_sample_and_the_head_every_epoch() -> None:
     from edge_sdk.methods.base import DeviceContext, compute_seconds, fixed_flops
-    from edge_sdk.models.spec import count_flops
+    from edge_sdk.models.spec import count_flops, layer_stats
     from edge_sdk.profiling import load_profile
     from edge_sdk.throttle import Throttle
     from edge_sdk.training import FIXED_LAYER_TYPES
@@ -215,7 +215,8 @@ def test_simulated_device_time_counts_the_transform_once_a_sample_and_the_head_e
     model = build_model(spec)
     assert [type(m).__name__ for m in model.layers if getattr(m, "FIXED_FEATURES", False)] == ["MiniRocket"]
     assert [layer["type"] for layer in spec["layers"][:1]] == list(FIXED_LAYER_TYPES)
-    transform, total = fixed_flops(spec), count_flops(spec)
+    assert sum(layer["flops"] for layer in layer_stats(spec)) == count_flops(spec)  # what compute_seconds sums
+    transform, total = fixed_flops(layer_stats(spec)), count_flops(spec)
     head = total - transform
     assert transform > 20 * head  # the transform is nearly all of it (43x at 300 values)
     ctx = DeviceContext("d", 0, throttle=Throttle(load_profile("raspberry-pi-4b"), mode="virtual"))

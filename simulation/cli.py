@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from coordinator.cli import Display, at_least, lr_decay, momentum, non_negative_float, plural, positive_float
 from edge_sdk.methods.settings.options import option_pairs
+from coordinator.core.asynchronous import BUFFER_SIZE, MAX_STALENESS, STALENESS
 from edge_sdk.cli import EXIT_INTERRUPTED, HelpFormatter, verbosity
 from edge_sdk.stop_request import StopRequested
 from edge_sdk.networking.link import LinkConfig
@@ -39,7 +40,8 @@ def _simulate(args: argparse.Namespace) -> int:
         rounds=args.rounds, seed=args.seed, devices_per_round=args.devices_per_round, eval_every=args.eval_every,
         eval_samples=args.eval_samples, lr_decay=args.lr_decay, publish_every=args.publish_every,
         checkpoint_dir=args.checkpoint_dir, eval_per_class=args.eval_per_class,
-        train=train,
+        train=train, asynchronous=args.asynchronous, concurrency=args.concurrency, buffer_size=args.buffer_size,
+        max_staleness=args.max_staleness, staleness=args.staleness,
     )
     config = SimulationConfig(
         method=args.method, clients=args.clients, dataset=args.dataset, data_root=args.data_root,
@@ -53,6 +55,7 @@ def _simulate(args: argparse.Namespace) -> int:
         device_processes=args.device_processes or default_device_processes(),
         threads=args.threads or default_threads(), federation=federation, holdout=args.holdout,
         chosen=tuple(sorted({*chosen_train, *option_pairs(args.option)})),
+        offline=args.offline, sim_deadline_s=args.sim_deadline,
     )
     display = Display(config.federation.rounds, strategy_class(config.method).describe_label)
     own_lr = strategy_class(config.method).own_lr(config.options)
@@ -249,6 +252,23 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
                         "the last finished round (it may raise --rounds)")
     p.add_argument("--publish-every", type=at_least(0), default=SIMULATION.publish_every, metavar="N",
                    help="also send every device its ONNX model after every N rounds (0: after the last only)")
+    p.add_argument("--async", dest="asynchronous", action="store_true",
+                   help="buffered asynchronous aggregation (FedBuff): no round barrier, the model steps every "
+                        "--buffer-size updates; --rounds counts versions (docs/asynchronous.md)")
+    p.add_argument("--concurrency", type=at_least(1), default=None, metavar="N",
+                   help="with --async: devices training at once (default: every device)")
+    p.add_argument("--buffer-size", type=at_least(1), default=BUFFER_SIZE, metavar="K",
+                   help="with --async: updates a version folds")
+    p.add_argument("--max-staleness", type=at_least(0), default=MAX_STALENESS, metavar="S",
+                   help="with --async: refuse updates more than S versions old")
+    p.add_argument("--staleness", default=STALENESS, metavar="RULE",
+                   help="with --async: a stale update's weight: sqrt (1/sqrt(1+s), default), poly:A ((1+s)^-A) "
+                        "or constant")
+    p.add_argument("--offline", metavar="SHARE[:ONLINE[:PERIOD_S]]",
+                   help="that share of the devices is online only ONLINE of every PERIOD_S simulated seconds "
+                        "(default ONLINE 0.5, PERIOD_S 3600): a phone away part of the day")
+    p.add_argument("--sim-deadline", type=positive_float, default=None, metavar="SECONDS",
+                   help="a synchronous round's deadline in simulated seconds: later updates are dropped")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a method-specific setting (repeatable); --option help lists the method's with their "
                         "defaults; docs/methods/METHOD.md explains them (lowrank, pfedpara: fedpara.md)")

@@ -15,6 +15,8 @@ from edge_sdk.throttle import MODES
 from edge_sdk.train_config import available_cpus
 from edge_sdk.training import TrainConfig, default_threads
 
+from coordinator.core.asynchronous import check_async_method
+from coordinator.runtime.sim_clock import SimClock
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
@@ -98,6 +100,11 @@ class SimulationConfig:
     #: (`edge_sdk.family_recipe`) fills the others. None: those that differ from their defaults
     #: (`chosen_settings`: a job built in Python); ``edgefl simulate`` names those on its command line
     chosen: tuple[str, ...] | None = None
+    #: ``SHARE[:ONLINE[:PERIOD_S]]``: that share of the devices is online only ONLINE of every
+    #: PERIOD_S simulated seconds (`coordinator.runtime.sim_clock`); None: every device always online
+    offline: str | None = None
+    #: a synchronous round's deadline in simulated seconds: later updates are dropped (None: none)
+    sim_deadline_s: float | None = None
 
     @property
     def shared_connections(self) -> bool:
@@ -140,6 +147,9 @@ class SimulationConfig:
             raise ValueError("profiles must name at least one device profile")
         if self.holdout != 0:
             check_holdout(self.holdout, "holdout")
+        if self.federation.asynchronous:
+            check_async_method(self.method)
+        SimClock.from_text(self.federation.seed, self.offline, self.sim_deadline_s)  # a one-line error now
         if not 0 <= self.public_fraction < 1:
             raise ValueError(f"public_fraction must be in [0, 1), got {self.public_fraction!r}")
 
@@ -147,6 +157,10 @@ class SimulationConfig:
     def devices_backend(self) -> str:
         """Where the devices run: `backend`, with "auto" resolved by the fleet's size."""
         return devices_backend(self.backend, self.clients)
+
+    def sim_clock(self) -> SimClock:
+        """The simulated fleet's clock: its availability and synchronous deadline."""
+        return SimClock.from_text(self.federation.seed, self.offline, self.sim_deadline_s)
 
     def simulated_federation(self) -> FederationConfig:
         """The round loop's settings of this simulated job: ``federation`` waiting for every

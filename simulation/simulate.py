@@ -197,7 +197,8 @@ def _run(config: SimulationConfig, on_round: Callable[[RoundRecord], None] | Non
                                    homeassistant=homeassistant)
         return run_job(strategy, report, connection, config.out, beside=simulated_devices,
                        eval_data=EvalData(dataset.x_test, dataset.y_test), preprocessing=dataset.preprocessing,
-                       on_round=on_round, on_progress=freezing_registrations(on_progress), plots=config.plots)
+                       on_round=on_round, on_progress=freezing_registrations(on_progress), plots=config.plots,
+                       clock=config.sim_clock())
     finally:
         if broker is not None:
             broker.stop()

@@ -12,6 +12,7 @@ from edge_sdk.accelerator import check_device_name
 from edge_sdk.config import section, setting
 from edge_sdk.training import TrainConfig
 
+from coordinator.core.asynchronous import BUFFER_SIZE, MAX_STALENESS, STALENESS, check_staleness
 from coordinator.core.lr_schedule import LrDecay, check_lr_decay, lr_factor, parse_lr_decay
 
 __all__ = ["FederationConfig", "EvalData", "NO_ROUND_CAP", "TrainingFailed", "check_windows", "federation_from_toml"]
@@ -90,6 +91,17 @@ class FederationConfig:
     #: a federated accuracy from fewer held-out samples than this reads "not enough held-out data"
     #: wherever a person reads it (the figure and its counts stay in report.json and metrics.csv)
     min_eval_samples: int = 20
+    #: buffered asynchronous aggregation (FedBuff; docs/asynchronous.md): no round barrier, the model
+    #: steps every `buffer_size` updates, each weighted by its staleness; ``rounds`` counts versions
+    asynchronous: bool = False
+    #: devices kept training at once (None: every online device)
+    concurrency: int | None = None
+    #: updates folded into each version (FedBuff's K)
+    buffer_size: int = BUFFER_SIZE
+    #: an update trained on a version more than this many versions old is refused, counted
+    max_staleness: int = MAX_STALENESS
+    #: how a stale update is weighted: sqrt (1/sqrt(1+s)), poly:A ((1+s)^-A) or constant
+    staleness: str = STALENESS
 
     def __post_init__(self) -> None:
         decay = self.lr_decay
@@ -101,18 +113,22 @@ class FederationConfig:
                                  f"(lr {self.train.lr:g} times {factor:g}); a device takes at most 10")
         for name, low in (("rounds", 1), ("min_devices", 1), ("publish_every", 0), ("eval_every", 1),
                           ("stop_after_failed_rounds", 0), ("straggler_after", 0),
-                          ("min_eval_samples", 1), ("min_new_samples", 0), ("keep_versions", 0)):
+                          ("min_eval_samples", 1), ("min_new_samples", 0), ("keep_versions", 0),
+                          ("buffer_size", 1), ("max_staleness", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         check_device_name(self.eval_device)  # syntax only: the round loop checks the GPU is there
         if self.eval_samples is not None and (type(self.eval_samples) is not int or self.eval_samples < 1):
             raise ValueError(f"eval_samples must be an integer >= 1 (or absent: all), got {self.eval_samples!r}")
-        for name in ("devices_per_round", "eval_devices", "publish_devices"):
+        for name in ("devices_per_round", "eval_devices", "publish_devices", "concurrency"):
             k = getattr(self, name)
             if k is not None and (type(k) is not int or k < 1):
                 raise ValueError(f"{name} must be an integer >= 1 (or absent: every device), got {k!r}")
-        for name in ("federated_eval", "eval_per_class"):
+        object.__setattr__(self, "staleness", check_staleness(self.staleness))
+        if self.asynchronous and self.min_new_samples:
+            raise ValueError("asynchronous: a job paced by new data (min_new_samples) is not asynchronous yet")
+        for name in ("federated_eval", "eval_per_class", "asynchronous"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name, low, high in (("new_samples_share", 0.0, 1.0), ("publish_tolerance", 0.0, 1.0)):

@@ -107,13 +107,17 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
         raise ValueError(f"method = {method!r} is not a method; choose from {', '.join(sorted(METHODS))}")
     options = {str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()}
     _in_table("options", lambda: check_options(METHODS[method].settings, method, options))
+    federation = federation_from_toml(config)
+    if federation.asynchronous:  # the loop orders updates by simulated arrival, one device at a time
+        raise ValueError("[federation] asynchronous = true runs on a simulated fleet only so far "
+                         "(edgefl simulate --async); a real fleet's coordinator is synchronous")
     return CoordinatorConfig(
         method=method, job=job, out=setting(config, "out", str, "runs/coordinator"),
         model=setting(config, "model", str, AUTO), dataset=setting(config, "dataset", str),
         data_root=setting(config, "data_root", str), public_dataset=setting(config, "public_dataset", str),
         options=options,
         transport=transport_from_toml(config, client_id=f"edgefl-coordinator-{job}"),
-        federation=federation_from_toml(config),
+        federation=federation,
         link=link_from_toml(config),
         signing_key=signing_key,
         limits=_in_table("limits", lambda: FleetLimits(**section(config, "limits", _LIMIT_KEYS))),

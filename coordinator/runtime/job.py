@@ -22,7 +22,9 @@ from coordinator.runtime.fleet import Fleet, FleetProgress
 from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.removed_devices import RemovedDevicesFile
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
+from coordinator.runtime.async_loop import AsyncLoop
 from coordinator.runtime.round_loop import RoundLoop
+from coordinator.runtime.sim_clock import SimClock
 from coordinator.runtime.task import Task
 from coordinator.strategies.base import Strategy
 
@@ -55,10 +57,13 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             on_round: Callable[[RoundRecord], None] | None = None,
             on_progress: Callable[[FleetProgress], None] | None = None, plots: bool = True,
             identity: dict[str, Any] | None = None, keep_previous: bool = False,
-            write_every_round: bool = False, fleet_normalisation: bool = False) -> RunReport:
+            write_every_round: bool = False, fleet_normalisation: bool = False,
+            clock: SimClock | None = None) -> RunReport:
     """Connect, start the fleet, run the round loop to the end and write the report into ``out``
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
+    ``clock``: a simulated fleet's (`coordinator.runtime.sim_clock`); ``[federation] asynchronous``
+    runs `AsyncLoop` (buffered asynchronous aggregation), else `RoundLoop`.
     ``fleet_normalisation``: ``preprocessing``'s mean and std come from the devices before round 1.
     ``write_every_round``: report.json (atomically) after every round, as a coordinator that serves
     for months must (a simulation writes it at its end); metrics.csv is appended every round.
@@ -94,8 +99,13 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             home.classes = tuple(preprocessing.classes) if preprocessing is not None else ()
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
-            loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
-                             identity=identity, fleet_normalisation=fleet_normalisation)
+            if strategy.config.asynchronous:
+                loop: RoundLoop = AsyncLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
+                                            identity=identity, fleet_normalisation=fleet_normalisation, clock=clock)
+            else:
+                loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
+                                 identity=identity, fleet_normalisation=fleet_normalisation)
+                loop.clock = clock
             if home is not None:
                 loop.before_round, loop.on_resumed = home.hold_if_paused, home.restore
                 if loop.serving is not None:

@@ -36,6 +36,7 @@ from coordinator.runtime.publish import publish_models
 from coordinator.runtime.continuous import ContinuousServing, against_baseline
 from coordinator.runtime.device_counts import DeviceCount
 from coordinator.runtime.fleet_normalisation import normalisation_from_fleet, stored_normalisation
+from coordinator.runtime.sim_clock import SimClock
 from coordinator.runtime.series_features import fit_rocket_biases, rocket_layers
 from coordinator.runtime.job_identity import refuse_another_job
 from coordinator.runtime.kept_versions import clear_rollback, keep_version, kept_versions, pending_rollback, \
@@ -118,6 +119,9 @@ class RoundLoop:
         #: the last round's counts per device (trained, held out): devices.csv's rows
         self.device_counts: list[DeviceCount] = []
         self._counts: dict[str, DeviceCount] = {}
+        #: a simulated fleet's clock (availability, a simulated deadline; `coordinator.runtime.sim_clock`):
+        #: every round then records ``sim_time_s``, its end in simulated seconds since the job began
+        self.clock: SimClock | None = None
 
     # -- fleet events -------------------------------------------------------
     def _on_register(self, device: DeviceRecord) -> None:
@@ -291,11 +295,18 @@ class RoundLoop:
             fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
         self._counts = {}
+        clock = self.clock
+        if clock is not None and fleet.online() and not any(clock.online(d) for d in fleet.online()):
+            clock.now = min(clock.availability(d).next_online(clock.now) for d in fleet.online())
         records = []
         for stage in self.strategy.round_stages(rnd, fleet.online_records()):
             self.strategy.begin_stage(rnd, stage)
             records.append(self._stage(rnd, rng))
+            if clock is not None:
+                clock.now += records[-1].seconds
         record = merge_stages(records)
+        if clock is not None:
+            record = replace(record, metrics={**record.metrics, "sim_time_s": clock.now})
         if self.evaluates(rnd) and self.config.federated_eval:
             record = self._federated_evaluation(rnd, record)
         self.device_counts = [self._counts[d] for d in sorted(self._counts)]
@@ -316,7 +327,10 @@ class RoundLoop:
     def _stage(self, rnd: int, rng: np.random.Generator) -> RoundRecord:
         strategy, fleet, config = self.strategy, self.fleet, self.config
         started = time.monotonic()
-        participants = self._sample(strategy.candidates(fleet.online()), rng)
+        candidates = strategy.candidates(fleet.online())
+        if self.clock is not None:  # a simulated device away now is not asked
+            candidates = [d for d in candidates if self.clock.online(d)]
+        participants = self._sample(candidates, rng)
         strategy.begin_round_plans(rnd, participants)
         # the round's announcement reaches only its participants, each named alone: at 10,000 devices a
         # broadcast cost every idle device a message, and a list of all cost the round 10,000² names
@@ -339,6 +353,12 @@ class RoundLoop:
         collected = fleet.collect(rnd, participants, config.round_deadline_s, strategy.check_update, send_plan,
                                   quorum=needed, straggler_after=config.straggler_after)
         updates, failures = collected.updates, collected.failures
+        arrivals = {d: self._arrival(d, sent.get(d, 0), received) for d, received in updates.items()}
+        deadline = self.clock.deadline_s if self.clock is not None else None
+        late = sorted(d for d, at in arrivals.items() if deadline is not None and at > deadline)
+        if late:  # past the simulated deadline: a real coordinator would not have waited for them
+            updates = {d: u for d, u in updates.items() if d not in set(late)}
+            arrivals = {d: at for d, at in arrivals.items() if d in updates}
         for device_id, received in updates.items():
             self._count(rnd, device_id, received.update.label, trained=received.update.num_samples)
         if participants and set(failures) >= set(participants):
@@ -353,26 +373,35 @@ class RoundLoop:
         else:
             log.warning("round %d: %d of %d updates, below quorum %d; model unchanged",
                         rnd + 1, len(updates), len(participants), needed)
-        accuracy: dict[str, float] = {}
-        loss: float | None = None
-        if self.evaluates(rnd):
-            held_out = self._eval_set(last=rnd + 1 == config.rounds)
-            if held_out is None:
-                loss = float("nan")
-            else:
-                accuracy, loss = strategy.evaluate(rnd, held_out)
-                metrics = {**metrics, "eval_samples": float(len(held_out))}
-            accuracy = {**accuracy, **strategy.reported_accuracy(rnd)}
+        accuracy, loss, metrics = self._evaluate(rnd, metrics)
         if collected.not_waited_for:  # stragglers the round stopped waiting for (`Fleet.collect`)
             metrics = {**metrics, "not_waited_for": float(len(collected.not_waited_for))}
+        if late:
+            metrics = {**metrics, "late": float(len(late))}
         return RoundRecord(
             round=rnd, accuracy=accuracy, loss=loss,
             bytes_down=down + sum(sent.values()), bytes_up=sum(u.nbytes for u in updates.values()),
-            seconds=self._simulated_seconds(participants, sent, updates, collected.not_waited_for),
+            seconds=self._simulated_seconds(participants, arrivals, collected.not_waited_for),
             host_seconds=time.monotonic() - started,
             participants=sorted(updates), aggregated=len(updates) >= needed,
             metrics=metrics,
         )
+
+    def _evaluate(self, rnd: int, metrics: dict[str, float]) -> tuple[dict[str, float], float | None,
+                                                                      dict[str, float]]:
+        """The accuracy per label and loss on the held-out data after round ``rnd`` when it is evaluated
+        (else none), and ``metrics`` with the evaluation's sample count."""
+        accuracy: dict[str, float] = {}
+        loss: float | None = None
+        if self.evaluates(rnd):
+            held_out = self._eval_set(last=rnd + 1 == self.config.rounds)
+            if held_out is None:
+                loss = float("nan")
+            else:
+                accuracy, loss = self.strategy.evaluate(rnd, held_out)
+                metrics = {**metrics, "eval_samples": float(len(held_out))}
+            accuracy = {**accuracy, **self.strategy.reported_accuracy(rnd)}
+        return accuracy, loss, metrics
 
     # -- federated evaluation -----------------------------------------------
     def _federated_evaluation(self, rnd: int, record: RoundRecord) -> RoundRecord:
@@ -469,22 +498,35 @@ class RoundLoop:
             self._eval_subset = full.stratified(n, self.config.seed)
         return self._eval_subset
 
-    def _simulated_seconds(self, participants: list[str], sent: dict[str, int],
-                           updates: dict[str, ReceivedUpdate], not_waited_for: list[str] = ()) -> float:
-        """Round wall-clock on the profiled devices: the slowest download+compute+upload; the
-        deadline when a participant was waited for in vain, twice the slowest when only stragglers
-        were missing (`Fleet.collect` waits for them as long again as the others took)."""
-        slowest = 0.0
-        for device_id, received in updates.items():
-            profile = self.fleet.devices[device_id].profile
-            down_s = sent.get(device_id, 0) * 8 / (profile.downlink_mbps * 1e6)
-            up_s = received.nbytes * 8 / (profile.uplink_mbps * 1e6)
-            compute_s = float(received.update.metrics.get("compute_s", 0.0))
-            slowest = max(slowest, down_s + compute_s + up_s)
-        if len(updates) + len(not_waited_for) < len(participants):
-            slowest = max(slowest, self.config.round_deadline_s)
+    def _work_seconds(self, device_id: str, sent: int, received: ReceivedUpdate) -> float:
+        """A device's simulated work for one update: its plan's download (``sent`` bytes), its
+        training (the update's ``compute_s``) and the update's upload, on its profile."""
+        profile = self.fleet.devices[device_id].profile
+        down_s = sent * 8 / (profile.downlink_mbps * 1e6)
+        up_s = received.nbytes * 8 / (profile.uplink_mbps * 1e6)
+        return down_s + float(received.update.metrics.get("compute_s", 0.0)) + up_s
+
+    def _arrival(self, device_id: str, sent: int, received: ReceivedUpdate) -> float:
+        """When an update of a round arrives, in simulated seconds after the round began (the
+        device's work, paused while it is away when the fleet has a `SimClock`)."""
+        work = self._work_seconds(device_id, sent, received)
+        if self.clock is None:
+            return work
+        return self.clock.finish(device_id, self.clock.now, work) - self.clock.now
+
+    def _simulated_seconds(self, participants: list[str], arrivals: dict[str, float],
+                           not_waited_for: list[str] = ()) -> float:
+        """Round wall-clock on the profiled devices: the latest update's arrival; the deadline when
+        a participant was waited for in vain, twice the latest when only stragglers were missing
+        (`Fleet.collect` waits for them as long again as the others took)."""
+        slowest = max(arrivals.values(), default=0.0)
+        deadline = self.config.round_deadline_s
+        if self.clock is not None and self.clock.deadline_s is not None:
+            deadline = self.clock.deadline_s
+        if len(arrivals) + len(not_waited_for) < len(participants):
+            slowest = max(slowest, deadline)
         elif not_waited_for:
-            slowest = min(2 * slowest, self.config.round_deadline_s)
+            slowest = min(2 * slowest, deadline)
         return slowest
 
     # -- checkpoints --------------------------------------------------------

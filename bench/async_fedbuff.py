@@ -1,0 +1,157 @@
+"""Buffered asynchronous aggregation against synchronous rounds, side by side (issue 61).
+
+One job, every mode: Fashion-MNIST (60,000 training images, IID over 100 devices), a home fleet
+of Raspberry Pis, phones and a Jetson Nano on its CPU (1 to 12 GFLOPS: a 12x speed spread),
+a fifth of the devices online only half of every 10 simulated minutes (``--offline``), central
+test-set accuracy (interim: a fixed 2,000-image subset every ``--eval-every`` rounds/versions).
+
+- ``sync``: FedAvg, 10 devices a round (``--per-round``), waiting for all of them;
+- ``sync-1.5x`` / ``sync-2x`` / ``sync-3x``: with a simulated deadline of that many times the
+  median round time of ``sync`` of the same seed (later updates dropped);
+- ``async``: FedBuff, ``--per-round`` devices training at once, a version every 10 updates,
+  staleness weight 1/sqrt(1+s).
+
+Figures: the simulated time to ``--target`` accuracy (each seed, median), and each mode's accuracy
+at the simulated time the synchronous job ended. Every run's JSON in ``--out`` (a finished run is
+skipped). Two processes share a 2-core machine::
+
+    apt-get install dataset-fashion-mnist
+    OMP_NUM_THREADS=1 python bench/async_fedbuff.py --modes sync,sync-1.5x,sync-2x,sync-3x --seeds 0,1,2 &
+    OMP_NUM_THREADS=1 python bench/async_fedbuff.py --modes async --seeds 0,1,2
+    python bench/async_fedbuff.py --table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from simulation.config import SimulationConfig, sim_federation  # noqa: E402
+from simulation.simulate import run_simulation  # noqa: E402
+
+PROFILES = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "android-midrange", "jetson-nano-cpu")
+MODES = ("sync", "sync-1.5x", "sync-2x", "sync-3x", "async")
+
+
+def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One job of ``mode``; its accuracy curve over simulated time."""
+    deadline = None
+    if mode.startswith("sync-"):
+        base = json.loads((Path(args.out) / f"{args.method}-sync-seed{seed}.json").read_text())
+        deadline = float(mode.removeprefix("sync-").removesuffix("x")) * base["median_round_s"]
+    asynchronous = mode == "async"
+    federation = sim_federation(rounds=args.rounds, seed=seed, eval_every=args.eval_every, eval_samples=2000,
+                                devices_per_round=None if asynchronous else args.per_round,
+                                asynchronous=asynchronous, concurrency=args.per_round if asynchronous else None,
+                                buffer_size=args.buffer_size, staleness=args.staleness)
+    options = dict(o.split("=", 1) for o in args.option)
+    if asynchronous:
+        options.update(dict(o.split("=", 1) for o in args.async_option))
+    with tempfile.TemporaryDirectory() as out:
+        config = SimulationConfig(method=args.method, clients=args.clients, dataset="fashion-mnist", partition="iid",
+                                  out=out, profiles=PROFILES, plots=False, holdout=0.0, threads=1,
+                                  federation=federation, options=options, offline=args.offline,
+                                  sim_deadline_s=deadline, chosen=tuple(options))
+        started = time.monotonic()
+        report = run_simulation(config)
+    rounds = report.rounds
+    curve = [(r.metrics["sim_time_s"], r.accuracy[next(iter(r.accuracy))]) for r in rounds if r.accuracy]
+    return {"mode": mode, "seed": seed, "method": args.method, "deadline_s": deadline,
+            "median_round_s": statistics.median(r.seconds for r in rounds), "curve": curve,
+            "versions": len(rounds), "host_s": time.monotonic() - started,
+            "dropped_late": sum(r.metrics.get("late", 0.0) for r in rounds),
+            "stale_refused": sum(r.metrics.get("stale_refused", 0.0) for r in rounds),
+            "staleness_mean": statistics.mean(r.metrics.get("staleness_mean", 0.0) for r in rounds),
+            "config": {"clients": args.clients, "per_round": args.per_round, "offline": args.offline,
+                       "buffer_size": args.buffer_size, "staleness": args.staleness, "options": options}}
+
+
+def time_to(curve: list[list[float]], target: float) -> float | None:
+    """The first simulated time the accuracy reached ``target`` (None: never)."""
+    return next((t for t, acc in curve if acc >= target), None)
+
+
+def accuracy_at(curve: list[list[float]], t: float) -> float | None:
+    """The latest evaluated accuracy at or before simulated time ``t``."""
+    seen = [acc for at, acc in curve if at <= t + 1e-9]
+    return seen[-1] if seen else None
+
+
+def table(out: Path, method: str, target: float) -> str:
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{method}-*.json"))]
+    if not runs:
+        return "no runs"
+    lines = [f"{method}: simulated time to {target:.0%} (s) per seed, its median; accuracy at the sync job's end",
+             "| mode | time to target | median | ratio to best sync | accuracy at sync's end | versions |",
+             "|---|---|---|---|---|---|"]
+    by_mode: dict[str, dict[int, dict[str, Any]]] = {}
+    for run in runs:
+        by_mode.setdefault(run["mode"], {})[run["seed"]] = run
+    medians: dict[str, float] = {}
+    for mode, seeds in by_mode.items():
+        times = [time_to(r["curve"], target) for r in seeds.values()]
+        if all(t is not None for t in times):
+            medians[mode] = statistics.median(times)  # type: ignore[arg-type]
+    best = min((v for m, v in medians.items() if m.startswith("sync")), default=None)
+    for mode in MODES:
+        seeds = by_mode.get(mode)
+        if not seeds:
+            continue
+        times = [time_to(r["curve"], target) for r in seeds.values()]
+        shown = ", ".join("never" if t is None else f"{t:.0f}" for t in times)
+        ends = []
+        for seed, run in sorted(seeds.items()):
+            sync = by_mode.get("sync", {}).get(seed)
+            end = sync["curve"][-1][0] if sync else None
+            acc = accuracy_at(run["curve"], end) if end is not None else None
+            ends.append("-" if acc is None else f"{acc:.3f}")
+        median = medians.get(mode)
+        ratio = f"{median / best:.2f}" if median is not None and best else "-"
+        lines.append(f"| {mode} | {shown} | {'-' if median is None else f'{median:.0f}'} | {ratio} | "
+                     f"{', '.join(ends)} | {', '.join(str(r['versions']) for r in seeds.values())} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--method", default="fedavg")
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--per-round", type=int, default=10, help="sync: devices a round; async: concurrency")
+    p.add_argument("--rounds", type=int, default=80, help="rounds (sync) or versions (async)")
+    p.add_argument("--buffer-size", type=int, default=10)
+    p.add_argument("--staleness", default="sqrt")
+    p.add_argument("--offline", default="0.2:0.5:600")
+    p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--option", action="append", default=[], help="a method option for every mode")
+    p.add_argument("--async-option", action="append", default=[], help="a method option for async only")
+    p.add_argument("--out", default="bench/results/async_fedbuff")
+    p.add_argument("--table", action="store_true")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.table:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            for mode in args.modes.split(","):
+                path = out / f"{args.method}-{mode}-seed{seed}.json"
+                if path.exists():
+                    continue
+                result = run_one(mode, seed, args)
+                path.write_text(json.dumps(result))
+                print(f"{mode} seed {seed}: {time_to(result['curve'], args.target)} s to {args.target:.0%}; "
+                      f"final {result['curve'][-1]}; host {result['host_s']:.0f} s", flush=True)
+    print(table(out, args.method, args.target))
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,9 @@ test-set accuracy (interim: a fixed 2,000-image subset every ``--eval-every`` ro
 - ``sync-1.5x`` / ``sync-2x`` / ``sync-3x``: with a simulated deadline of that many times the
   median round time of ``sync`` of the same seed (later updates dropped);
 - ``async``: FedBuff, ``--per-round`` devices training at once, a version every 10 updates,
-  staleness weight 1/sqrt(1+s).
+  staleness weight 1/sqrt(1+s);
+- ``sync-hostile`` / ``async-hostile``: ``sync`` / ``async`` with one hostile member, the fleet's
+  fastest device class (a Pi 5), uploading its change sign-flipped x20 (the default screen on).
 
 Figures: the simulated time to ``--target`` accuracy (each seed, median), and each mode's accuracy
 at the simulated time the synchronous job ended. Every run's JSON in ``--out`` (a finished run is
@@ -29,8 +31,11 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -38,7 +43,29 @@ from simulation.config import SimulationConfig, sim_federation  # noqa: E402
 from simulation.simulate import run_simulation  # noqa: E402
 
 PROFILES = ("raspberry-pi-3b", "raspberry-pi-4b", "raspberry-pi-5", "android-midrange", "jetson-nano-cpu")
-MODES = ("sync", "sync-1.5x", "sync-2x", "sync-3x", "async")
+MODES = ("sync", "sync-1.5x", "sync-2x", "sync-3x", "async", "sync-hostile", "async-hostile")
+#: the hostile member of ``*-hostile``: a Raspberry Pi 5, the fleet's fastest profile (the devices
+#: take the profiles in turn), which uploads its change sign-flipped and 20 times as long
+HOSTILE, HOSTILE_SCALE = "dev002", -20.0
+
+
+@contextmanager
+def hostile_member(device_id: str, scale: float) -> Iterator[None]:
+    """FedAvg's devices as they are, but ``device_id`` uploads what it was sent plus ``scale``
+    times its change (bench/bench_robust.py's attack)."""
+    from edge_sdk.methods import DEVICE_METHODS
+
+    honest = DEVICE_METHODS["fedavg"]
+
+    def train(plan: Any, data: Any, ctx: Any) -> Any:
+        update = honest(plan, data, ctx)
+        if ctx.device_id != device_id:
+            return update
+        tensors = {k: (plan.tensors[k] + scale * (v - plan.tensors[k])).astype(v.dtype) if v.dtype.kind == "f" else v
+                   for k, v in update.tensors.items()}
+        return replace(update, tensors=tensors)
+    with mock.patch.dict(DEVICE_METHODS, {"fedavg": train}):
+        yield
 
 
 def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -47,7 +74,7 @@ def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     if mode.startswith("sync-"):
         base = json.loads((Path(args.out) / f"{args.method}-sync-seed{seed}.json").read_text())
         deadline = float(mode.removeprefix("sync-").removesuffix("x")) * base["median_round_s"]
-    asynchronous = mode == "async"
+    asynchronous = mode.startswith("async")
     federation = sim_federation(rounds=args.rounds, seed=seed, eval_every=args.eval_every, eval_samples=2000,
                                 devices_per_round=None if asynchronous else args.per_round,
                                 asynchronous=asynchronous, concurrency=args.per_round if asynchronous else None,
@@ -61,9 +88,11 @@ def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
                                   federation=federation, options=options, offline=args.offline,
                                   sim_deadline_s=deadline, chosen=tuple(options))
         started = time.monotonic()
-        report = run_simulation(config)
+        with hostile_member(HOSTILE, HOSTILE_SCALE) if mode.endswith("-hostile") else nullcontext():
+            report = run_simulation(config)
     rounds = report.rounds
-    curve = [(r.metrics["sim_time_s"], r.accuracy[next(iter(r.accuracy))]) for r in rounds if r.accuracy]
+    # one figure a version: the model's accuracy (FLANC, HeteroFL: the mean over their widths)
+    curve = [(r.metrics["sim_time_s"], statistics.mean(r.accuracy.values())) for r in rounds if r.accuracy]
     return {"mode": mode, "seed": seed, "method": args.method, "deadline_s": deadline,
             "median_round_s": statistics.median(r.seconds for r in rounds), "curve": curve,
             "versions": len(rounds), "host_s": time.monotonic() - started,

@@ -50,16 +50,18 @@ class Availability:
 
     def finish(self, start: float, work_s: float) -> float:
         """When ``work_s`` seconds of online time, begun at ``start`` (or when next online), are done."""
-        t, left = self.next_online(start), work_s
+        t = self.next_online(start)
         if self.always:
-            return t + left
+            return t + work_s
         window = self.online_fraction * self.period_s
-        while True:
-            remaining = window - self._position(t)  # online time left in this window
-            if left <= remaining:
-                return t + left
-            left -= remaining
-            t = self.next_online(t + remaining)
+        opened = t - self._position(t)  # when this online window opened
+        first = opened + window - t  # online seconds left in it
+        if work_s <= first:
+            return t + work_s
+        windows, rest = divmod(work_s - first, window)  # whole windows after it, and the rest
+        if rest == 0:
+            return opened + windows * self.period_s + window
+        return opened + (windows + 1) * self.period_s + rest
 
 
 def parse_offline(text: str) -> tuple[float, float, float]:

@@ -20,6 +20,16 @@ def test_work_pauses_while_the_device_is_away() -> None:
     assert a.finish(40.0, 30.0) == pytest.approx(120.0)  # 10 s, away 50 s, 20 s
     assert a.finish(70.0, 120.0) == pytest.approx(320.0)  # starts at 100: 50 + 50 + 20 online seconds
     assert Availability().finish(7.0, 3.0) == 10.0
+    assert a.finish(0.0, 100.0) == pytest.approx(150.0)  # two whole windows: done at the second's end
+
+
+def test_work_that_ends_at_a_windows_edge_ends_there() -> None:
+    a = Availability(online_fraction=0.7, period_s=0.3, phase=0.1)  # windows whose ends float rounds
+    t = 0.1
+    for _ in range(1000):  # each from the last one's end: no loop may stall at an edge
+        end = a.finish(t, 0.21)
+        assert end - t >= 0.21 - 1e-9
+        t = end
 
 
 def test_the_share_of_intermittent_devices_is_fixed_by_the_seed() -> None:

@@ -270,7 +270,10 @@ def check_same_job(config: SimulationConfig) -> None:
         for settings in (stored, mine):
             for key in RESUMABLE_TRAIN_CHANGES:
                 settings.get("train", {}).pop(key, None)
+        defaults = _job_settings(SimulationConfig())
         for key in sorted(set(stored) | set(mine)):
+            if key not in stored and mine.get(key) == defaults.get(key):
+                continue  # a setting added since the job began, at its default: the same job
             if key not in RESUMABLE_CHANGES and stored.get(key) != mine.get(key):
                 raise ValueError(f"the checkpoint in {folder} is of another job ({key} was {stored.get(key)!r}, "
                                  f"now {mine.get(key)!r}); use another --checkpoint-dir for a new job")

@@ -53,6 +53,20 @@ def test_checking_a_job_writes_nothing_keeping_it_writes_once(tmp_path) -> None:
         check_same_job(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), seed=1)))
 
 
+def test_a_job_kept_before_a_setting_existed_resumes_with_it_at_its_default(tmp_path) -> None:
+    folder = tmp_path / "ckpt"
+    config = SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), rounds=2))
+    keep_job_settings(config)
+    stored = json.loads((folder / JOB_FILE).read_text())
+    for newer in ("asynchronous", "buffer_size", "offline"):  # settings an older edgefl did not keep
+        del stored[newer]
+    (folder / JOB_FILE).write_text(json.dumps(stored))
+    check_same_job(config)
+    with pytest.raises(ValueError, match="another job .asynchronous was None, now True"):
+        check_same_job(SimulationConfig(federation=sim_federation(checkpoint_dir=str(folder), rounds=2,
+                                                                  asynchronous=True)))
+
+
 def test_the_job_settings_of_an_older_edgefl_are_refused_in_one_line(tmp_path) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()

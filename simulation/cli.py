@@ -63,7 +63,9 @@ def _simulate(args: argparse.Namespace) -> int:
         display.console.print(f"[yellow]warning[/yellow]: --lr {args.lr:g} is not used: {config.method} trains with "
                               f"{escape(own_lr)}", soft_wrap=True)
     display.console.print(f"[bold]edgefl simulate[/bold]: {config.method}, {plural(config.clients, 'device')}, "
-                          f"{plural(config.federation.rounds, 'round')}, {config.dataset} ({config.partition})")
+                          f"{plural(config.federation.rounds, 'round')}, {config.dataset} ({config.partition})"
+                          + (f"; asynchronous: a round is a version of {config.federation.buffer_size} updates"
+                             if config.federation.asynchronous else ""))
     try:
         with display.console.status("starting the broker and the devices...") as display.status:
             report = run_simulation(config, on_round=display.round, on_progress=display.progress,

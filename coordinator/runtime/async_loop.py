@@ -65,9 +65,9 @@ class AsyncLoop(RoundLoop):
     """The round loop's job, run as buffered asynchronous aggregation (see the module doc)."""
 
     def __init__(self, *args: Any, clock: SimClock | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, clock=clock, **kwargs)
         check_async_method(self.strategy.name)
-        self.clock = clock if clock is not None else SimClock(self.config.seed)
+        self.clock: SimClock = clock if clock is not None else SimClock(self.config.seed)
         self._in_flight: list[_InFlight] = []  # a heap by arrival
         self._starting: list[tuple[float, int, str]] = []  # (when, seq, device): work sent then
         self._busy: set[str] = set()  # devices in `_starting` or `_in_flight`
@@ -76,7 +76,6 @@ class AsyncLoop(RoundLoop):
         self._held: list[_InFlight] = []  # a device's second update of a buffer: for the next
         self._dispatches = 0  # plans sent: each goes out as a "round" of its own (the devices' tag)
         self._seq = 0
-        self._failed_in_a_row = 0
 
     # -- the job's start ----------------------------------------------------
     def _resume(self) -> int:
@@ -193,7 +192,7 @@ class AsyncLoop(RoundLoop):
         fleet, strategy, config = self.fleet, self.strategy, self.config
         tag = self._next_tag()
         record = fleet.devices.get(device_id)
-        if record is None or device_id not in fleet.online():
+        if record is None or not record.online:
             self._busy.discard(device_id)
             return 0
         plan = strategy.configure_train(self.version, record)

@@ -99,13 +99,9 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             home.classes = tuple(preprocessing.classes) if preprocessing is not None else ()
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
-            if strategy.config.asynchronous:
-                loop: RoundLoop = AsyncLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
-                                            identity=identity, fleet_normalisation=fleet_normalisation, clock=clock)
-            else:
-                loop = RoundLoop(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
-                                 identity=identity, fleet_normalisation=fleet_normalisation)
-                loop.clock = clock
+            loop_class = AsyncLoop if strategy.config.asynchronous else RoundLoop
+            loop = loop_class(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
+                              identity=identity, fleet_normalisation=fleet_normalisation, clock=clock)
             if home is not None:
                 loop.before_round, loop.on_resumed = home.hold_if_paused, home.restore
                 if loop.serving is not None:

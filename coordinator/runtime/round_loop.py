@@ -72,12 +72,13 @@ class RoundLoop:
 
     ``eval_data``: the held-out set the coordinator evaluates on (None: none);
     ``preprocessing``: the job's input normalisation, sent with every plan and published with
-    the models (None: devices keep their own).
+    the models (None: devices keep their own); ``clock``: a simulated fleet's (`SimClock`; None: none).
     """
 
     def __init__(self, strategy: Strategy, fleet: Fleet, report: RunReport, *,
                  eval_data: EvalData | None = None, preprocessing: Preprocessing | None = None,
-                 identity: dict[str, Any] | None = None, fleet_normalisation: bool = False) -> None:
+                 identity: dict[str, Any] | None = None, fleet_normalisation: bool = False,
+                 clock: SimClock | None = None) -> None:
         self.strategy = strategy
         self.fleet = fleet
         self.report = report
@@ -121,7 +122,7 @@ class RoundLoop:
         self._counts: dict[str, DeviceCount] = {}
         #: a simulated fleet's clock (availability, a simulated deadline; `coordinator.runtime.sim_clock`):
         #: every round then records ``sim_time_s``, its end in simulated seconds since the job began
-        self.clock: SimClock | None = None
+        self.clock: SimClock | None = clock
 
     # -- fleet events -------------------------------------------------------
     def _on_register(self, device: DeviceRecord) -> None:
@@ -295,9 +296,9 @@ class RoundLoop:
             fleet.wait_for_devices(self.config.min_devices, self.config.register_timeout_s)
         rng = np.random.default_rng([self.config.seed, rnd])  # a resumed job samples alike
         self._counts = {}
-        clock = self.clock
-        if clock is not None and fleet.online() and not any(clock.online(d) for d in fleet.online()):
-            clock.now = min(clock.availability(d).next_online(clock.now) for d in fleet.online())
+        clock, online = self.clock, fleet.online()
+        if clock is not None and online and not any(clock.online(d) for d in online):  # all away: wait for one
+            clock.now = min(clock.availability(d).next_online(clock.now) for d in online)
         records = []
         for stage in self.strategy.round_stages(rnd, fleet.online_records()):
             self.strategy.begin_stage(rnd, stage)
@@ -355,9 +356,9 @@ class RoundLoop:
         updates, failures = collected.updates, collected.failures
         arrivals = {d: self._arrival(d, sent.get(d, 0), received) for d, received in updates.items()}
         deadline = self.clock.deadline_s if self.clock is not None else None
-        late = sorted(d for d, at in arrivals.items() if deadline is not None and at > deadline)
+        late = {d for d, at in arrivals.items() if deadline is not None and at > deadline}
         if late:  # past the simulated deadline: a real coordinator would not have waited for them
-            updates = {d: u for d, u in updates.items() if d not in set(late)}
+            updates = {d: u for d, u in updates.items() if d not in late}
             arrivals = {d: at for d, at in arrivals.items() if d in updates}
         for device_id, received in updates.items():
             self._count(rnd, device_id, received.update.label, trained=received.update.num_samples)

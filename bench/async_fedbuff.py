@@ -21,6 +21,7 @@ skipped). Two processes share a 2-core machine::
     apt-get install dataset-fashion-mnist
     OMP_NUM_THREADS=1 python bench/async_fedbuff.py --modes sync,sync-1.5x,sync-2x,sync-3x --seeds 0,1,2 &
     OMP_NUM_THREADS=1 python bench/async_fedbuff.py --modes async --seeds 0,1,2
+    OMP_NUM_THREADS=1 python bench/async_fedbuff.py --modes async --seeds 0,1,2 --buffer-size 5   # "async-K5"
     python bench/async_fedbuff.py --table
 """
 
@@ -81,7 +82,8 @@ def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     rounds = args.rounds * (LONG if mode == "async-long" else 1)
     federation = sim_federation(rounds=rounds, seed=seed, eval_every=args.eval_every, eval_samples=2000,
                                 devices_per_round=None if asynchronous else args.per_round,
-                                asynchronous=asynchronous, concurrency=args.per_round if asynchronous else None,
+                                asynchronous=asynchronous,
+                                concurrency=(args.concurrency or args.per_round) if asynchronous else None,
                                 buffer_size=args.buffer_size, staleness=args.staleness)
     options = dict(o.split("=", 1) for o in args.option)
     if asynchronous:
@@ -97,14 +99,24 @@ def run_one(mode: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     rounds = report.rounds
     # one figure a version: the model's accuracy (FLANC, HeteroFL: the mean over their widths)
     curve = [(r.metrics["sim_time_s"], statistics.mean(r.accuracy.values())) for r in rounds if r.accuracy]
-    return {"mode": mode, "seed": seed, "method": args.method, "deadline_s": deadline,
+    return {"mode": mode + variant(mode, args), "seed": seed, "method": args.method, "deadline_s": deadline,
             "median_round_s": statistics.median(r.seconds for r in rounds), "curve": curve,
             "versions": len(rounds), "host_s": time.monotonic() - started,
             "dropped_late": sum(r.metrics.get("late", 0.0) for r in rounds),
             "stale_refused": sum(r.metrics.get("stale_refused", 0.0) for r in rounds),
             "staleness_mean": statistics.mean(r.metrics.get("staleness_mean", 0.0) for r in rounds),
             "config": {"clients": args.clients, "per_round": args.per_round, "offline": args.offline,
-                       "buffer_size": args.buffer_size, "staleness": args.staleness, "options": options}}
+                       "buffer_size": args.buffer_size, "staleness": args.staleness, "options": options,
+                       "concurrency": (args.concurrency or args.per_round) if asynchronous else None}}
+
+
+def variant(mode: str, args: argparse.Namespace) -> str:
+    """An asynchronous mode's suffix when its buffer or concurrency is not the default's
+    (``-K5``: a version every 5 updates; ``-C20``: 20 devices training at once)."""
+    if not mode.startswith("async"):
+        return ""
+    return (f"-K{args.buffer_size}" if args.buffer_size != 10 else "") + (
+        f"-C{args.concurrency}" if args.concurrency and args.concurrency != args.per_round else "")
 
 
 def time_to(curve: list[list[float]], target: float) -> float | None:
@@ -140,7 +152,7 @@ def table(out: Path, method: str, target: float) -> str:
              f"synchronous mode ({best}); the accuracy when that mode's job ended, per seed",
              "| mode | seeds | time to target | median | ratio | accuracy at its end | versions |",
              "|---|---|---|---|---|---|---|"]
-    for mode in MODES:
+    for mode in MODES + tuple(sorted(set(by_mode) - set(MODES))):
         seeds = by_mode.get(mode)
         if not seeds:
             continue
@@ -173,6 +185,7 @@ def main() -> None:
     p.add_argument("--per-round", type=int, default=10, help="sync: devices a round; async: concurrency")
     p.add_argument("--rounds", type=int, default=80, help="rounds (sync) or versions (async)")
     p.add_argument("--buffer-size", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=None, help="async: devices training at once (--per-round)")
     p.add_argument("--staleness", default="sqrt")
     p.add_argument("--offline", default="0.2:0.5:600")
     p.add_argument("--eval-every", type=int, default=2)
@@ -187,7 +200,7 @@ def main() -> None:
     if not args.table:
         for seed in (int(s) for s in args.seeds.split(",")):
             for mode in args.modes.split(","):
-                path = out / f"{args.method}-{mode}-seed{seed}.json"
+                path = out / f"{args.method}-{mode}{variant(mode, args)}-seed{seed}.json"
                 if path.exists():
                     continue
                 result = run_one(mode, seed, args)

@@ -28,13 +28,16 @@ A device may send a *leading block* of a tensor (HeteroFL's and FedPara's narrow
 first rows/channels): its update covers that block only, each coordinate is combined over the
 devices that hold it, and a coordinate nobody holds keeps its current value. Every method that
 averages weights takes these options (FedAvg, FLANC, HeteroFL, FedPara, pFedPara, low-rank, FDNNC,
-static pruning). Deltas are made one tensor at a time (memory: that tensor once per device, never
-every device's whole update at once).
+static pruning). Deltas are made one tensor at a time, and the mean folds them into a float64
+running sum one device at a time (memory: O(model), whatever the number of devices; updates kept
+in files are read one tensor at a time, `coordinator.core.spooled_tensors`). ``median`` and
+``trimmed`` sort every coordinate over the devices: they hold one tensor of every device at once
+(float64: 8 bytes × devices × the largest tensor's size).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -66,8 +69,9 @@ def _delta(t: np.ndarray, base: np.ndarray) -> np.ndarray:
     return np.asarray(t, dtype=np.float64) - base[leading_block(np.shape(t))]
 
 
-def _fold_mean(shape: tuple[int, ...], deltas: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """Weighted mean per coordinate over the devices holding it (0 where none does)."""
+def _fold_mean(shape: tuple[int, ...], deltas: Iterable[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """Weighted mean per coordinate over the devices holding it (0 where none does): a float64
+    running sum in the devices' order, one device's delta at a time."""
     acc = np.zeros(shape, dtype=np.float64)
     held = np.zeros(shape, dtype=np.float64)
     for d, w in zip(deltas, weights, strict=True):
@@ -151,8 +155,8 @@ def robust_aggregate(current: Mapping[str, np.ndarray], tensor_sets: Sequence[Ma
                 held[leading_block(np.shape(t[k]))] = True
             result[k] = np.where(held, np.rint(mean), old).astype(old.dtype)
     for k in names:
-        ds = [_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales, strict=True)]
+        ds = (_delta(t[k], base[k]) * s for t, s in zip(tensor_sets, scales, strict=True))
         folded = _fold_mean(base[k].shape, ds, w) if config.rule == "mean" \
-            else _fold_order(base[k].shape, ds, config.rule, config.trim)
+            else _fold_order(base[k].shape, list(ds), config.rule, config.trim)
         result[k] = (base[k] + folded).astype(np.float32)
     return {k: result[k] for k in current}, metrics

@@ -90,22 +90,28 @@ class AsyncLoop(RoundLoop):
         """Fill every free slot of `concurrency` with a device (at the clock's time)."""
         online = self.fleet.online()
         wanted = len(online) if self.config.concurrency is None else min(self.config.concurrency, len(online))
+        idle, here = self._idle(self.clock.now, online)
         while len(self._busy) - len(self._held) < wanted:
-            if not self._fill_slot(self.clock.now, online):
+            if not self._fill_slot(self.clock.now, idle, here):
                 break
 
-    def _fill_slot(self, t: float, online: list[str]) -> bool:
-        """A device for a slot freed at ``t``: drawn (seeded) from the idle devices online then, else
-        the idle device back online soonest; False when every device is busy."""
+    def _idle(self, t: float, online: list[str]) -> tuple[list[str], list[str]]:
+        """The idle devices among ``online``, and those of them online at ``t`` (in the same order)."""
         idle = [d for d in online if d not in self._busy]
+        return idle, [d for d in idle if self.clock.online(d, t)]
+
+    def _fill_slot(self, t: float, idle: list[str], here: list[str]) -> bool:
+        """A device for a slot freed at ``t``: drawn (seeded) from ``here`` (the idle devices online
+        then), else the one of ``idle`` back online soonest; False when every device is busy. The
+        device chosen leaves both lists (the next slot of the same moment draws from the rest)."""
         if not idle:
             return False
-        here = [d for d in idle if self.clock.online(d, t)]
         if here:
             rng = np.random.default_rng([self.config.seed, self._dispatches, self._seq, 0xA5])
-            device, when = here[int(rng.integers(len(here)))], t
+            device, when = here.pop(int(rng.integers(len(here)))), t
         else:
             when, device = min((self.clock.availability(d).next_online(t), d) for d in idle)
+        idle.remove(device)
         self._seq += 1
         heapq.heappush(self._starting, (when, self._seq, device))
         self._busy.add(device)
@@ -142,7 +148,7 @@ class AsyncLoop(RoundLoop):
             refused += not self._fold(item, buffer, staleness)
             if item not in self._held:  # a device whose update waits for the next buffer waits with it
                 self._busy.discard(item.device_id)
-            self._fill_slot(self.clock.now, self.fleet.online())
+            self._fill_slot(self.clock.now, *self._idle(self.clock.now, self.fleet.online()))
         updates = list(buffer.values())
         for received in updates:
             self._count(rnd, received.device_id, received.update.label, trained=received.update.num_samples)

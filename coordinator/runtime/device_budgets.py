@@ -48,6 +48,9 @@ class FleetLimits:
     #: the whole fleet's: bytes of a round's plans sent and not yet answered; the round's further
     #: plans wait for answers (`coordinator.runtime.plan_pacer`; 256 MB: 500 plans of cnn4 at once)
     plan_bytes_in_flight: int = 256 << 20
+    #: the whole fleet's: bytes of accepted updates kept in memory until they are aggregated; the
+    #: rest wait in files (`coordinator.runtime.update_spool`; 512 MB: about 1,000 updates of cnn4)
+    updates_in_memory_bytes: int = 512 << 20
 
     def __post_init__(self) -> None:
         for name in ("messages_per_s", "error_replies_per_s", "plan_resend_interval_s", "upload_allowance",
@@ -56,7 +59,8 @@ class FleetLimits:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"fleet limit {name} must be a finite number >= 0, got {value!r}")
         for name in ("message_burst", "error_reply_burst", "plan_resends_per_round", "idle_upload_bytes",
-                     "sample_growth_min", "profile_update_burst", "plan_bytes_in_flight"):
+                     "sample_growth_min", "profile_update_burst", "plan_bytes_in_flight",
+                     "updates_in_memory_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"fleet limit {name} must be an integer >= 0, got {value!r}")

@@ -18,6 +18,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable
 
 from edge_sdk.networking.not_authorized import NotAuthorized
@@ -40,6 +41,7 @@ from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
 from coordinator.runtime.plan_pacer import PlanPacer
 from coordinator.runtime.task import Task
+from coordinator.runtime.update_spool import UpdateSpool
 
 __all__ = ["Collected", "CollectedEvaluations", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
@@ -139,10 +141,14 @@ class Fleet:
     def __init__(self, link: MessageLink, topics: Topics,
                  on_register: Callable[[DeviceRecord], None] | None = None,
                  on_progress: Callable[[FleetProgress], None] | None = None,
-                 method: str | None = None, limits: FleetLimits = _DEFAULT_LIMITS, task: Task | None = None) -> None:
+                 method: str | None = None, limits: FleetLimits = _DEFAULT_LIMITS, task: Task | None = None,
+                 spool_dir: str | Path | None = None) -> None:
         self.link = link
         self.topics = topics
         self.limits = limits
+        #: accepted updates wait here for aggregation: in memory up to `FleetLimits.updates_in_memory_bytes`,
+        #: the rest in files under ``spool_dir`` (None: a temporary directory)
+        self.spool = UpdateSpool(limits.updates_in_memory_bytes, spool_dir)
         #: the job's task: a device whose registered data is of another is refused (None: not checked)
         self.task = task
         #: the key that signs the models published to this fleet (`coordinator.runtime.publish.attach_signer`)
@@ -804,7 +810,7 @@ class Fleet:
             if body.num_samples:
                 record.last_evaluation = (env.round, body.num_samples, body.correct, body.label)
             return  # nothing to acknowledge: the device does not wait for it
-        col.accepted[device] = ReceivedUpdate(device, env.round, body, nbytes)
+        col.accepted[device] = self.spool.keep(ReceivedUpdate(device, env.round, body, nbytes))
         self._reply(device, Ack(f"update for round {env.round + 1} accepted"), rnd=env.round, reply_to=env.msg_id)
 
     def _grow_samples(self, record: DeviceRecord, claimed: int) -> int:

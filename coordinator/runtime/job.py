@@ -86,10 +86,12 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
         keep_previous_report(Path(out))
     report.status = "running"  # what report.json says until the job ends (`RunReport.write_outcome`)
     finished = False
+    fleet: Fleet | None = None
     try:
         fleet = Fleet(MessageLink(transport, connection.link), Topics(job=connection.job),
                       on_progress=_both(on_progress, home.progress if home else None),
-                      method=strategy.device_part(), limits=connection.limits, task=connection.task)
+                      method=strategy.device_part(), limits=connection.limits, task=connection.task,
+                      spool_dir=out)
         if connection.signer is not None:
             attach_signer(fleet, connection.signer)
         fleet.start()
@@ -125,6 +127,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             transport.wait_published(10.0)
         finished = True
     finally:
+        if fleet is not None:
+            fleet.spool.close()
         if home is not None:
             home.finish(finished)
             transport.wait_published(2.0)

@@ -40,6 +40,7 @@ from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.core.tensor_groups import flat_groups, restore_groups
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.spooled_tensors import pick
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -218,7 +219,7 @@ class Fdnnc(Strategy):
         screened: dict[str, float] = {}
 
         def fold(group: str, current: dict[str, np.ndarray], senders: list[Update]) -> dict[str, np.ndarray]:
-            folded, metrics = self.fold(group, current, [{k: u.tensors[k] for k in current} for u in senders],
+            folded, metrics = self.fold(group, current, [pick(u.tensors, current) for u in senders],
                                         [u.num_samples for u in senders], robust)
             if "clipped" in metrics:  # updates the screen scaled back, over every group
                 screened["clipped"] = screened.get("clipped", 0.0) + metrics["clipped"]

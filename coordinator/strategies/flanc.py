@@ -31,6 +31,7 @@ from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.core.tensor_groups import flat_groups, restore_groups
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.spooled_tensors import pick
 from coordinator.aggregate.width_slicing import pool_bn_stats
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.core.federation import FederationConfig
@@ -100,14 +101,14 @@ class Flanc(WidthStrategy):
         weights = [u.update.num_samples for u in updates]
         robust, server = self.settings.robust, self.settings.server
         self.basis, metrics = self.fold(
-            BASIS, self.basis, [{k: u.update.tensors[k] for k in self.basis_keys} for u in updates], weights, robust,
+            BASIS, self.basis, [pick(u.update.tensors, self.basis_keys) for u in updates], weights, robust,
             server)
         for label in self.labels:
             mine = [u for u in updates if u.update.label == label]
             metrics[f"devices_{label}"] = float(len(mine))
             if mine:
                 keys = list(self.private[label])
-                sets = [{k: u.update.tensors[k] for k in keys} for u in mine]
+                sets = [pick(u.update.tensors, keys) for u in mine]
                 counts = [u.update.num_samples for u in mine]
                 self.private[label], screened = self.fold(label, self.private[label], sets, counts, robust, server)
                 if "clipped" in screened:  # every group's screen counts, not the basis's alone

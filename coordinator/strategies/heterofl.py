@@ -30,6 +30,7 @@ from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.spooled_tensors import pick
 from coordinator.aggregate.width_slicing import leading_block, pool_bn_stats
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.core.federation import FederationConfig
@@ -142,7 +143,7 @@ class HeteroFL(WidthStrategy):
         for u in updates:
             prefix = "" if u.update.label == q else f"{BN_PREFIX}{q}/"
             if all(prefix + k in u.update.tensors for k in self.stats[q]):
-                found.append(({k: u.update.tensors[prefix + k] for k in self.stats[q]}, u.update.num_samples))
+                found.append((pick(u.update.tensors, self.stats[q], prefix), u.update.num_samples))
         if found:
             self.stats[q].update(pool_bn_stats(found, list(self.stats[q])))
 

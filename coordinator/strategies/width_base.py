@@ -22,6 +22,7 @@ from coordinator.strategies.assignment import LevelAssigner
 from coordinator.core.federation import EvalData
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.spooled_tensors import pick
 from coordinator.strategies.base import OnnxExport, OnnxNetwork, Strategy
 from coordinator.aggregate.validation import UpdateRejected, validate_update
 
@@ -91,7 +92,7 @@ class WidthStrategy(Strategy):
         """Fold ``self.weights`` (group ``weights``) from the updates' tensors of the same names —
         each a leading block of the global tensor, averaged element-wise over the devices that hold
         it, sample-weighted, under the method's robust rule and server optimizer; the rule's metrics."""
-        sets = [{k: u.update.tensors[k] for k in self.weights} for u in updates]
+        sets = [pick(u.update.tensors, self.weights) for u in updates]
         self.weights, metrics = self.fold("weights", self.weights, sets, [u.update.num_samples for u in updates],
                                           self.settings.robust, self.settings.server)
         return metrics

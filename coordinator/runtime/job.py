@@ -92,6 +92,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
                       on_progress=_both(on_progress, home.progress if home else None),
                       method=strategy.device_part(), limits=connection.limits, task=connection.task,
                       spool_dir=out)
+        fleet.spool.clear_stale()
         if connection.signer is not None:
             attach_signer(fleet, connection.signer)
         fleet.start()

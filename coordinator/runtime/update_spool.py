@@ -27,6 +27,7 @@ from coordinator.core.spooled_tensors import SpooledTensors
 __all__ = ["UpdateSpool"]
 
 log = logging.getLogger(__name__)
+_PREFIX = "update-spool-"
 
 
 class UpdateSpool:
@@ -60,6 +61,18 @@ class UpdateSpool:
         self.spilled += 1
         return replace(received, update=replace(received.update, tensors=spooled))
 
+    def clear_stale(self) -> int:
+        """Remove the spool folders a job killed before it could clean up left in ``directory``
+        (called once, before this job's first update); returns how many."""
+        if self.directory is None or not self.directory.is_dir():
+            return 0
+        stale = [p for p in self.directory.glob(f"{_PREFIX}*") if p.is_dir() and p != self._made]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        if stale:
+            log.info("removed %d spool folder(s) an earlier job left in %s", len(stale), self.directory)
+        return len(stale)
+
     def _release(self, size: int) -> None:
         with self._lock:
             self.in_memory -= size
@@ -68,7 +81,7 @@ class UpdateSpool:
         if self._made is None:
             if self.directory is not None:
                 self.directory.mkdir(parents=True, exist_ok=True)
-            self._made = Path(tempfile.mkdtemp(prefix="update-spool-", dir=self.directory))
+            self._made = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=self.directory))
             self._cleanup = weakref.finalize(self, shutil.rmtree, self._made, True)
         return self._made
 

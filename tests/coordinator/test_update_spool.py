@@ -90,6 +90,15 @@ def test_spooled_updates_aggregate_to_the_same_bits_as_updates_in_memory(tmp_pat
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
 
 
+def test_a_killed_jobs_spool_is_removed_by_the_next_job_in_its_folder(tmp_path) -> None:
+    killed = UpdateSpool(0, tmp_path)
+    killed.keep(_received(1))  # its folder stays: nothing closed it
+    (tmp_path / "report.json").write_text("{}")
+    assert len(list(tmp_path.glob("update-spool-*"))) == 1
+    assert UpdateSpool(0, tmp_path).clear_stale() == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
 def test_the_memory_budget_is_a_checked_fleet_limit() -> None:
     assert FleetLimits().updates_in_memory_bytes == 512 << 20
     with pytest.raises(ValueError, match="updates_in_memory_bytes"):

@@ -212,6 +212,7 @@ class AsyncLoop(RoundLoop):
             self.payload_bytes.setdefault(plan.label, sent[device])
             return sent[device]
         down = fleet.send(device_id, RoundStart(config.round_deadline_s, (device_id,)), tag)
+        fleet.rounds_collected = self.version  # a claimed sample count may grow per version, not per plan sent
         collected = fleet.collect(tag, [device_id], config.round_deadline_s, strategy.check_update, send_plan,
                                   quorum=1)
         received = collected.updates.get(device_id)

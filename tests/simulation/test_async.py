@@ -106,3 +106,30 @@ def test_a_synchronous_round_asks_only_the_devices_online_then(tmp_path, broker)
     for r in report.rounds:
         assert r.participants and all(clock.online(d, start) for d in r.participants)
         start = r.metrics["sim_time_s"]
+
+
+def test_a_claimed_sample_count_grows_per_version_not_per_plan_sent(tmp_path, broker) -> None:
+    """A device that claims 1,000x its samples weighs what the fleet lets a count grow to — by
+    `FleetLimits.sample_growth` per version, as per round in a synchronous job (were it per plan
+    sent, the bound would loosen with every plan the fleet sends anyone)."""
+    import csv
+    from dataclasses import replace
+    from unittest import mock
+
+    from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
+    from edge_sdk.methods import DEVICE_METHODS
+
+    honest = DEVICE_METHODS["fedavg"]
+
+    def inflating(plan, data, ctx):
+        update = honest(plan, data, ctx)
+        return replace(update, num_samples=update.num_samples * 1000) if ctx.device_id == "dev001" else update
+    with mock.patch.dict(DEVICE_METHODS, {"fedavg": inflating}):
+        report = _job(tmp_path, broker, "inflate", clients=6, rounds=8, asynchronous=True, buffer_size=2)
+    with open(tmp_path / "inflate" / "devices.csv") as rows:
+        trained = [(int(r["round"]), r["device"], int(r["trained"])) for r in csv.DictReader(rows) if r["trained"]]
+    honest_count = max(n for _, device, n in trained if device == "dev003")  # a laptop, as dev001 is
+    theirs = [(version, n) for version, device, n in trained if device == "dev001"]
+    assert theirs and report.rounds[-1].metrics["dispatches"] > 2 * len(report.rounds)  # many plans a version
+    for version, n in theirs:
+        assert honest_count < n <= grown_sample_limit(honest_count + 1, version, FleetLimits())

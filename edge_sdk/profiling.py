@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from edge_sdk.availability import OnlineShare
 from edge_sdk.command_defaults import DEVICE_COMMANDS
 
 __all__ = ["DeviceProfile", "MeasureQuality", "NOMINAL_MBPS", "QUANTILE", "REPORT_CHANGE", "TRIALS",
@@ -155,6 +156,9 @@ class DeviceProfile:
     #: how the GFLOPS figure was measured (None: looked up, or an old profile file); not part of
     #: equality, and not sent in a registration (old coordinators refuse unknown profile fields)
     quality: MeasureQuality | None = field(default=None, compare=False)
+    #: when a device of this class is online (profile files only, like ``quality``; a simulation's
+    #: ``--offline profiles``); None: always
+    availability: OnlineShare | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -175,14 +179,20 @@ class DeviceProfile:
         object.__setattr__(self, "sources", dict(self.sources))
         if self.quality is not None and not isinstance(self.quality, MeasureQuality):
             raise ValueError(f"profile 'quality' must be a MeasureQuality or None, got {type(self.quality).__name__}")
+        if self.availability is not None and not isinstance(self.availability, OnlineShare):
+            raise ValueError("profile 'availability' must be an OnlineShare or None, "
+                             f"got {type(self.availability).__name__}")
 
     def to_dict(self, quality: bool = False) -> dict[str, Any]:
         """Flat dict (str -> int/float/str/bool); sources become ``source.<field>`` keys and, with
-        ``quality`` (profile files; never a registration), the measurement's ``quality.<field>``."""
+        ``quality`` (profile files; never a registration), the measurement's ``quality.<field>`` and the
+        class's ``availability.<field>``."""
         out: dict[str, Any] = {k: getattr(self, k) for k in ("name", *_NUMERIC, "arch", "measured")}
         out.update((f"source.{k}", text) for k, text in sorted(self.sources.items()))
         if quality and self.quality is not None:
             out.update((f"quality.{k}", v) for k, v in self.quality.to_dict().items())
+        if quality and self.availability is not None:
+            out.update((f"availability.{k}", v) for k, v in self.availability.to_dict().items())
         return out
 
     @classmethod
@@ -193,6 +203,7 @@ class DeviceProfile:
         fields: dict[str, Any] = {}
         sources: dict[str, str] = {}
         quality: dict[str, Any] = {}
+        availability: dict[str, Any] = {}
         for key, value in d.items():
             if not isinstance(key, str):
                 raise ValueError(f"profile keys must be str, got {key!r}")
@@ -200,6 +211,8 @@ class DeviceProfile:
                 sources[key[len("source."):]] = value
             elif key.startswith("quality."):
                 quality[key[len("quality."):]] = value
+            elif key.startswith("availability."):
+                availability[key[len("availability."):]] = value
             elif key in _KEYS:
                 fields[key] = value
             else:
@@ -207,7 +220,8 @@ class DeviceProfile:
         missing = sorted({"name", *_NUMERIC} - fields.keys())
         if missing:
             raise ValueError(f"profile is missing required field(s): {', '.join(missing)}")
-        return cls(**fields, sources=sources, quality=MeasureQuality.from_dict(quality) if quality else None)
+        return cls(**fields, sources=sources, quality=MeasureQuality.from_dict(quality) if quality else None,
+                   availability=OnlineShare.from_dict(availability) if availability else None)
 
 
 # ----------------------------------------------------------------------------- compute
@@ -674,8 +688,8 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
     """Turn ``[field] value=.. source=..`` tables into the flat ``to_dict`` layout."""
     flat: dict[str, Any] = {}
     for key, value in doc.items():
-        if key == "quality" and isinstance(value, Mapping):  # [quality]: plain keys (see profile_to_toml)
-            flat.update((f"quality.{k}", v) for k, v in value.items())
+        if key in ("quality", "availability") and isinstance(value, Mapping):  # plain keys (see profile_to_toml)
+            flat.update((f"{key}.{k}", v) for k, v in value.items())
         elif isinstance(value, Mapping):
             if "value" not in value or set(value) - {"value", "source"}:
                 raise ValueError(f"table [{key}] must hold exactly 'value' and optional 'source'")
@@ -697,6 +711,8 @@ def profile_to_toml(profile: DeviceProfile) -> str:
             lines.append(f"source = {json.dumps(profile.sources[key])}")
     if profile.quality is not None:  # how the gflops figure was measured (files before it have none)
         lines += ["", "[quality]"] + [f"{k} = {json.dumps(v)}" for k, v in profile.quality.to_dict().items()]
+    if profile.availability is not None:  # when a device of the class is online (a simulation's --offline profiles)
+        lines += ["", "[availability]"] + [f"{k} = {json.dumps(v)}" for k, v in profile.availability.to_dict().items()]
     return "\n".join(lines) + "\n"
 
 

@@ -266,9 +266,10 @@ def simulate_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--staleness", default=STALENESS, metavar="RULE",
                    help="with --async: a stale update's weight: sqrt (1/sqrt(1+s), default), poly:A ((1+s)^-A) "
                         "or constant")
-    p.add_argument("--offline", metavar="SHARE[:ONLINE[:PERIOD_S]]",
+    p.add_argument("--offline", metavar="SHARE[:ONLINE[:PERIOD_S]]|profiles",
                    help="that share of the devices is online only ONLINE of every PERIOD_S simulated seconds "
-                        "(default ONLINE 0.5, PERIOD_S 3600): a phone away part of the day")
+                        "(default ONLINE 0.5, PERIOD_S 3600): a phone away part of the day; 'profiles': each "
+                        "device as its profile's [availability] says (android-midrange: half of every day)")
     p.add_argument("--sim-deadline", type=positive_float, default=None, metavar="SECONDS",
                    help="a synchronous round's deadline in simulated seconds: later updates are dropped")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -11,12 +11,13 @@ from edge_sdk.accelerator import check_device_name
 from edge_sdk.data.datasets import ImageDataset
 from edge_sdk.data.holdout import check_holdout
 from edge_sdk.networking.link import LinkConfig
+from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import MODES
 from edge_sdk.train_config import available_cpus
 from edge_sdk.training import TrainConfig, default_threads
 
 from coordinator.core.asynchronous import check_async_method
-from coordinator.runtime.sim_clock import SimClock
+from coordinator.runtime.sim_clock import PROFILES as OFFLINE_BY_PROFILE, SimClock
 from coordinator.core.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
@@ -160,7 +161,13 @@ class SimulationConfig:
 
     def sim_clock(self) -> SimClock:
         """The simulated fleet's clock: its availability and synchronous deadline."""
-        return SimClock.from_text(self.federation.seed, self.offline, self.sim_deadline_s)
+        by_device = None
+        if self.offline == OFFLINE_BY_PROFILE:  # each device as its profile's [availability] says
+            from simulation.sim_devices import device_id  # the devices' ids (a module of heavier imports)
+            shares = {name: load_profile(name).availability for name in set(self.profiles)}
+            by_device = {device_id(i): (share.online_fraction, share.period_s) for i in range(self.clients)
+                         if (share := shares[self.profiles[i % len(self.profiles)]]) is not None}
+        return SimClock.from_text(self.federation.seed, self.offline, self.sim_deadline_s, by_device)
 
     def simulated_federation(self) -> FederationConfig:
         """The round loop's settings of this simulated job: ``federation`` waiting for every

@@ -9,7 +9,8 @@ compare synchronous rounds with buffered asynchronous aggregation on the same fl
 - **availability**: a share of the devices (``offline_share``, picked by a seeded hash of the id)
   is online only ``online_fraction`` of every ``period_s`` (a phone away part of the day), at a
   seeded phase; a device offline when work is sent starts it when it is back, and its work pauses
-  while it is offline (it uploads when it is back);
+  while it is offline (it uploads when it is back); or each device as its profile's
+  ``[availability]`` says (``by_device``: ``--offline profiles``, e.g. a phone online half the day);
 - a **simulated deadline** for synchronous rounds (``deadline_s``; None: wait for every update):
   an update that would arrive after it is dropped, as a real coordinator's deadline would.
 
@@ -20,9 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Availability", "SimClock", "parse_offline"]
+__all__ = ["Availability", "SimClock", "parse_offline", "PROFILES"]
+
+#: ``--offline profiles``: each device online as its profile's ``[availability]`` says
+PROFILES = "profiles"
 
 
 @dataclass(frozen=True)
@@ -94,24 +99,36 @@ class SimClock:
     """The simulated fleet's clock, availability and synchronous deadline (see the module doc)."""
 
     def __init__(self, seed: int = 0, offline_share: float = 0.0, online_fraction: float = 1.0,
-                 period_s: float = 3600.0, deadline_s: float | None = None) -> None:
+                 period_s: float = 3600.0, deadline_s: float | None = None,
+                 by_device: Mapping[str, tuple[float, float]] | None = None) -> None:
         if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
             raise ValueError(f"the simulated deadline must be > 0 seconds, got {deadline_s!r}")
         self.seed, self.offline_share = seed, offline_share
         self.online_fraction, self.period_s = online_fraction, period_s
         self.deadline_s = deadline_s
+        #: (online_fraction, period_s) of each device whose profile says when it is online
+        #: (``--offline profiles``); the others follow ``offline_share``
+        self.by_device = dict(by_device or {})
         self.now = 0.0  # simulated seconds since the job's first round began
         self._availability: dict[str, Availability] = {}
 
     @classmethod
-    def from_text(cls, seed: int, offline: str | None, deadline_s: float | None = None) -> "SimClock":
-        """A clock for ``--offline SHARE[:ONLINE[:PERIOD_S]]`` (None: every device always online)."""
+    def from_text(cls, seed: int, offline: str | None, deadline_s: float | None = None,
+                  by_device: Mapping[str, tuple[float, float]] | None = None) -> "SimClock":
+        """A clock for ``--offline SHARE[:ONLINE[:PERIOD_S]]`` (None: every device always online),
+        or ``--offline profiles``: each device as ``by_device`` says (its profile's availability)."""
+        if offline == PROFILES:
+            return cls(seed, deadline_s=deadline_s, by_device=by_device)
         share, online, period = parse_offline(offline) if offline else (0.0, 1.0, 3600.0)
         return cls(seed, share, online, period, deadline_s)
 
     def availability(self, device_id: str) -> Availability:
         """The device's availability (fixed by the seed and its id)."""
         found = self._availability.get(device_id)
+        if found is None and device_id in self.by_device:
+            online, period = self.by_device[device_id]
+            found = self._availability[device_id] = Availability(online, period,
+                                                                 _unit(self.seed, device_id, "phase") * period)
         if found is None:
             intermittent = _unit(self.seed, device_id, "offline") < self.offline_share
             found = Availability(self.online_fraction, self.period_s,
@@ -130,4 +147,5 @@ class SimClock:
     def describe(self) -> dict[str, float | None]:
         """What the report records of it."""
         return {"offline_share": self.offline_share, "online_fraction": self.online_fraction,
-                "period_s": self.period_s, "deadline_s": self.deadline_s}
+                "period_s": self.period_s, "deadline_s": self.deadline_s,
+                "by_profile": sum(online < 1 for online, _ in self.by_device.values())}

@@ -54,3 +54,16 @@ def test_offline_settings_fill_their_defaults() -> None:
     assert parse_offline("0.3:0.5:600") == (0.3, 0.5, 600.0)
     with pytest.raises(ValueError, match="deadline"):
         SimClock(deadline_s=0)
+
+
+def test_devices_go_by_their_profiles_availability_with_offline_profiles() -> None:
+    phones = {f"dev{i:03d}": (0.5, 86400.0) for i in range(1, 200, 2)}
+    clock = SimClock.from_text(3, "profiles", by_device=phones)
+    assert all(clock.online(f"dev{i:03d}", t) for i in range(0, 200, 2) for t in (0.0, 50_000.0))  # no [availability]
+    for device in phones:
+        a = clock.availability(device)
+        assert (a.online_fraction, a.period_s) == (0.5, 86400.0) and 0 <= a.phase < 86400.0
+    at_noon = sum(clock.online(d, 43_200.0) for d in phones)
+    assert 30 < at_noon < 70  # seeded phases: about half of the phones are home at any moment
+    assert SimClock.from_text(4, "profiles", by_device=phones).availability("dev001").phase != \
+        clock.availability("dev001").phase

@@ -16,10 +16,11 @@ TRAIN = TrainConfig(epochs=1, batch_size=32, lr=0.05)
 
 
 def _job(tmp_path, broker, name: str, method: str = "fedavg", clients: int = 6, offline: str | None = None,
-         sim_deadline_s: float | None = None, options: dict[str, str] | None = None, **federation):
+         sim_deadline_s: float | None = None, options: dict[str, str] | None = None,
+         profiles: tuple[str, ...] = PROFILES, **federation):
     config = SimulationConfig(
         method=method, clients=clients, dataset="digits", model="mlp", partition="iid", holdout=0.0,
-        out=str(tmp_path / name), broker_url=broker.url, job=f"async-{name}", profiles=PROFILES, plots=False,
+        out=str(tmp_path / name), broker_url=broker.url, job=f"async-{name}", profiles=profiles, plots=False,
         federation=sim_federation(train=TRAIN, **federation), offline=offline, sim_deadline_s=sim_deadline_s,
         options=options or {},
     )
@@ -133,3 +134,14 @@ def test_a_claimed_sample_count_grows_per_version_not_per_plan_sent(tmp_path, br
     assert theirs and report.rounds[-1].metrics["dispatches"] > 2 * len(report.rounds)  # many plans a version
     for version, n in theirs:
         assert honest_count < n <= grown_sample_limit(honest_count + 1, version, FleetLimits())
+
+
+def test_with_offline_profiles_a_phone_away_is_not_asked(tmp_path, broker) -> None:
+    config = SimulationConfig(clients=8, offline="profiles", profiles=("laptop", "android-midrange"))
+    clock = config.sim_clock()
+    away = sorted(d for d in clock.by_device if not clock.online(d, 0.0))
+    assert away  # seed 0: some phones are away at the start of the day
+    report = _job(tmp_path, broker, "phones", clients=8, rounds=2, offline="profiles",
+                  profiles=("laptop", "android-midrange"))
+    for r in report.rounds:
+        assert r.participants and not set(r.participants) & set(away)

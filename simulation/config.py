@@ -22,6 +22,7 @@ from coordinator.core.federation import FederationConfig
 from coordinator.strategies import strategy_class
 
 from simulation.defaults import SIMULATION
+from simulation.device_ids import device_id
 from simulation.backends import BACKENDS, LOCAL_BACKEND_UP_TO, devices_backend
 from simulation.shared_connection import CONNECTIONS, OWN_CONNECTIONS_UP_TO
 
@@ -163,7 +164,6 @@ class SimulationConfig:
         """The simulated fleet's clock: its availability and synchronous deadline."""
         by_device = None
         if self.offline == OFFLINE_BY_PROFILE:  # each device as its profile's [availability] says
-            from simulation.sim_devices import device_id  # the devices' ids (a module of heavier imports)
             shares = {name: load_profile(name).availability for name in set(self.profiles)}
             by_device = {device_id(i): (share.online_fraction, share.period_s) for i in range(self.clients)
                          if (share := shares[self.profiles[i % len(self.profiles)]]) is not None}

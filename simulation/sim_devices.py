@@ -29,6 +29,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.throttle import Throttle
 from edge_sdk.networking.transport import TransportConfig
 
+from simulation.device_ids import device_id
 from simulation.device_shards import DeviceShards
 from simulation.long_lived import FREEZE_EVERY, building_long_lived
 from simulation.shared_connection import SharedConnection
@@ -37,7 +38,7 @@ from simulation.training_queue import TrainingQueue
 if TYPE_CHECKING:
     from simulation.config import SimulationConfig
 
-__all__ = ["training_queue", "device_id", "build_clients", "host_connections"]
+__all__ = ["training_queue", "build_clients", "host_connections"]
 
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,6 @@ def sim_register_retry_s(clients: int) -> float:
     longer in a large fleet, whose registrations the coordinator takes a while to answer (10,000
     devices retrying every 2 s sent 5,000 registrations a second and never caught up)."""
     return max(2.0, clients / FLEET_REGISTER_RETRIES_PER_S)
-
-
-def device_id(index: int) -> str:
-    return f"dev{index:03d}"
 
 
 def build_clients(config: "SimulationConfig", url: str, shards: DeviceShards,

@@ -39,6 +39,7 @@ class UpdateSpool:
         self.directory = None if directory is None else Path(directory)
         self.in_memory = 0  # bytes of the updates kept in memory that are still alive
         self.spilled = 0  # updates written to files, ever
+        self.write_failures = 0  # updates kept in memory because their file could not be written
         self._lock = threading.Lock()
         self._made: Path | None = None
         self._cleanup: weakref.finalize | None = None
@@ -54,7 +55,13 @@ class UpdateSpool:
         if fits:
             weakref.finalize(received, self._release, size)
             return received
-        spooled = SpooledTensors.write(tensors, self._spool_dir())
+        try:
+            spooled = SpooledTensors.write(tensors, self._spool_dir())
+        except OSError as exc:  # a full or read-only disk: keep it in memory rather than lose it
+            if not self.write_failures:
+                log.warning("could not keep an update in a file (%s): it stays in memory", exc)
+            self.write_failures += 1
+            return received
         if not self.spilled:
             log.info("updates beyond %d MB are kept in files under %s until they are aggregated",
                      self.memory_bytes >> 20, self._spool_dir())

@@ -90,6 +90,15 @@ def test_spooled_updates_aggregate_to_the_same_bits_as_updates_in_memory(tmp_pat
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
 
 
+def test_an_update_whose_file_cannot_be_written_stays_in_memory(tmp_path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the spool folder would go")
+    spool = UpdateSpool(0, blocked)
+    kept = spool.keep(_received(2))
+    assert isinstance(kept.update.tensors, dict) and np.array_equal(kept.update.tensors["w"], _tensors(2)["w"])
+    assert spool.write_failures == 1 and spool.spilled == 0
+
+
 def test_a_killed_jobs_spool_is_removed_by_the_next_job_in_its_folder(tmp_path) -> None:
     killed = UpdateSpool(0, tmp_path)
     killed.keep(_received(1))  # its folder stays: nothing closed it

@@ -125,15 +125,15 @@ class SimClock:
     def availability(self, device_id: str) -> Availability:
         """The device's availability (fixed by the seed and its id)."""
         found = self._availability.get(device_id)
-        if found is None and device_id in self.by_device:
-            online, period = self.by_device[device_id]
-            found = self._availability[device_id] = Availability(online, period,
-                                                                 _unit(self.seed, device_id, "phase") * period)
         if found is None:
-            intermittent = _unit(self.seed, device_id, "offline") < self.offline_share
-            found = Availability(self.online_fraction, self.period_s,
-                                 _unit(self.seed, device_id, "phase") * self.period_s) if intermittent \
-                else Availability()
+            if device_id in self.by_device:  # its profile's [availability]
+                online, period = self.by_device[device_id]
+            elif _unit(self.seed, device_id, "offline") < self.offline_share:
+                online, period = self.online_fraction, self.period_s
+            else:
+                online, period = 1.0, None
+            found = Availability() if period is None else \
+                Availability(online, period, _unit(self.seed, device_id, "phase") * period)
             self._availability[device_id] = found
         return found
 

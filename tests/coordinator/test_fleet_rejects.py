@@ -137,6 +137,21 @@ def test_update_outside_a_round_and_from_strangers(setup):
     assert peer.reply().body.code == "wrong_round"  # no round is open
 
 
+def test_a_registration_with_an_impossible_availability_is_refused_in_one_line(setup):
+    """``availability.*`` belongs in profile files, never sent by an SDK; what a hostile one sends
+    there is validated like every profile field: refused, the device's record unchanged."""
+    strategy, fleet, peer = setup
+    before = fleet.devices[DEVICE].profile
+    for bad in ({"availability.online_fraction": 7.0}, {"availability.online_fraction": 0.5, "availability.x": 1},
+                {"availability.source": "s" * 5000, "availability.online_fraction": 0.5}):
+        peer.send(Register(profile={**load_profile("raspberry-pi-4b").to_dict(), **bad}, num_samples=50), rnd=-1)
+        fleet.pump(1.0)
+        reply = peer.reply().body
+        assert isinstance(reply, Error) and reply.code == "bad_profile" and "availability" in reply.message
+        assert "\n" not in reply.message
+    assert fleet.devices[DEVICE].profile == before and fleet.devices[DEVICE].profile.availability is None
+
+
 def test_a_device_that_declines_does_not_hold_the_round_open(setup):
     strategy, fleet, peer = setup
     result: dict = {}

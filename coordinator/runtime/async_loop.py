@@ -1,4 +1,5 @@
-"""Buffered asynchronous aggregation (FedBuff, Nguyen et al., AISTATS 2022) on a simulated fleet.
+"""Buffered asynchronous aggregation (FedBuff, Nguyen et al., AISTATS 2022) on a simulated fleet
+(a real fleet's, in wall-clock time: `coordinator.runtime.fleet_async_loop`).
 
 There is no round barrier: ``concurrency`` devices train at once; each update is folded into a
 buffer as it arrives, weighted by its staleness (`coordinator.aggregate.staleness`), and the
@@ -50,7 +51,7 @@ RETRY_AFTER_S = 60.0
 
 
 @dataclass(order=True)
-class _InFlight:
+class InFlight:
     """An update on its way: it arrives at ``arrives`` (simulated seconds)."""
 
     arrives: float
@@ -68,12 +69,12 @@ class AsyncLoop(RoundLoop):
         super().__init__(*args, clock=clock, **kwargs)
         check_async_method(self.strategy.name)
         self.clock: SimClock = clock if clock is not None else SimClock(self.config.seed)
-        self._in_flight: list[_InFlight] = []  # a heap by arrival
+        self._in_flight: list[InFlight] = []  # a heap by arrival
         self._starting: list[tuple[float, int, str]] = []  # (when, seq, device): work sent then
         self._busy: set[str] = set()  # devices in `_starting` or `_in_flight`
         self._bases: dict[tuple[int, str], dict[str, np.ndarray]] = {}  # what versions' plans held
         self._base_users: dict[tuple[int, str], int] = {}
-        self._held: list[_InFlight] = []  # a device's second update of a buffer: for the next
+        self._held: list[InFlight] = []  # a device's second update of a buffer: for the next
         self._dispatches = 0  # plans sent: each goes out as a "round" of its own (the devices' tag)
         self._seq = 0
 
@@ -168,7 +169,7 @@ class AsyncLoop(RoundLoop):
         self.device_counts = [self._counts[d] for d in sorted(self._counts)]
         return record
 
-    def _fold(self, item: _InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
+    def _fold(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
         """Fold an arrived update into ``buffer`` (or hold it for the next buffer when its device, or
         the buffer, has no place left); False: refused (too stale, or no longer of the device's model)."""
         stale = self.version - item.version
@@ -229,7 +230,7 @@ class AsyncLoop(RoundLoop):
         self._keep_base(base, plan)
         work = self._work_seconds(device_id, sent.get(device_id, 0), received)
         self._seq += 1
-        heapq.heappush(self._in_flight, _InFlight(self.clock.finish(device_id, self.clock.now, work), self._seq,
+        heapq.heappush(self._in_flight, InFlight(self.clock.finish(device_id, self.clock.now, work), self._seq,
                                                   device_id, self.version, received, base))
         return down + sent.get(device_id, 0)
 
@@ -243,7 +244,7 @@ class AsyncLoop(RoundLoop):
         if not self._base_users[base]:
             del self._base_users[base], self._bases[base]
 
-    def _restate(self, item: _InFlight, stale: int) -> ReceivedUpdate:
+    def _restate(self, item: InFlight, stale: int) -> ReceivedUpdate:
         """The update as if trained on the current version, its change weighted by its staleness."""
         record = self.fleet.devices[item.device_id]
         now = self.strategy.configure_train(self.version, record).tensors

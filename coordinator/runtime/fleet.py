@@ -43,7 +43,7 @@ from coordinator.runtime.plan_pacer import PlanPacer
 from coordinator.runtime.task import Task
 from coordinator.runtime.update_spool import UpdateSpool
 
-__all__ = ["Collected", "CollectedEvaluations", "Fleet", "FleetProgress", "COORDINATOR_ID"]
+__all__ = ["Arrivals", "Collected", "CollectedEvaluations", "Fleet", "FleetProgress", "COORDINATOR_ID"]
 
 log = logging.getLogger(__name__)
 COORDINATOR_ID = "coordinator"
@@ -61,6 +61,17 @@ class Collected:
     failures: dict[str, str]
     #: participants the round stopped waiting for once it had its quorum (`Fleet.collect`)
     not_waited_for: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """What an open collection (`Fleet.open_collection`) brought since it was last asked: the valid
+    updates in the order they arrived, the devices that said they are not training now, and those
+    that reported a failed training (with its message). Each of these devices' plans is closed."""
+
+    updates: dict[str, ReceivedUpdate]
+    declined: list[str]
+    failed: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,26 @@ class _Collection:
     straggler_after: int = 0
     not_waited_for: list[str] = field(default_factory=list)
     _stragglers_only_since: float | None = None
+    #: an open collection's (`Fleet.open_collection`): each participant's own plan's tag (None: the
+    #: round's collection, every participant answering ``round``)
+    tags: dict[str, int] | None = None
+
+    def tag_of(self, device: str) -> int | None:
+        """The round tag ``device``'s answer must carry (None: nothing is asked of it)."""
+        if self.tags is not None:
+            return self.tags.get(device)
+        return self.round if device in self.participants else None
+
+    def expects(self, device: str, rnd: int) -> bool:
+        """Is an answer of ``device`` tagged ``rnd`` one this collection waits for?"""
+        return self.tag_of(device) == rnd
+
+    def collecting(self, device: str) -> str:
+        """What is collected, as a rejection names it."""
+        if self.tags is None:
+            return f"the {self.kind.KIND}s of round {self.round + 1}"
+        tag = self.tags.get(device)
+        return "no plan of this device is open" if tag is None else f"its plan of round {tag + 1}"
 
     def answered_all(self) -> bool:
         """Every participant accepted or declined (cheap: asked after each message)."""
@@ -333,7 +364,7 @@ class Fleet:
         record = self.devices.get(device)
         return (record.connection if record else 0, self.link.transport.connect_count)
 
-    def _still_expected(self, device: str) -> bool:
+    def still_expected(self, device: str) -> bool:
         """Online, or offline for less than the rejoin grace (counted from our own reconnect
         too: while we were away, the wills we took may be older than the devices' return)."""
         record = self.devices[device]
@@ -425,9 +456,13 @@ class Fleet:
         finally:
             self.rounds_collected += 1
             self._count_missed(col, participants)
-            pending, self._pending_profiles = self._pending_profiles, {}
-            for device, profile in pending.items():
-                self._apply_profile(device, profile)
+            self.apply_pending_profiles()
+
+    def apply_pending_profiles(self) -> None:
+        """The profile updates that arrived during a collection, taken now (the latest per device)."""
+        pending, self._pending_profiles = self._pending_profiles, {}
+        for device, profile in pending.items():
+            self._apply_profile(device, profile)
 
     def _count_missed(self, col: _Collection, participants: list[str]) -> None:
         """Each participant's `DeviceRecord.missed_rounds` after round ``col.round``."""
@@ -466,6 +501,72 @@ class Fleet:
         return CollectedEvaluations({d: col.accepted[d] for d in devices if d in col.accepted},
                                     [d for d in devices if d not in col.accepted])
 
+    # -- an open collection: many plans out at once (asynchronous aggregation) ----
+    def open_collection(self, check: Callable[[DeviceRecord, Update], None]) -> None:
+        """Collect updates of many plans at once, each device answering its own plan's tag (`ask`),
+        until `close_collection`; `arrivals` hands them on as they come. A device's plan stays
+        open until its update arrives, it declines, or `close_plan` (its deadline, its leaving):
+        an update that comes after is refused as ``wrong_round`` and counted, never folded."""
+        if self._collecting is not None:
+            raise RuntimeError("a collection is already open")
+        self._collecting = _Collection(-1, set(), check, tags={})
+
+    def _open(self) -> _Collection:
+        col = self._collecting
+        if col is None or col.tags is None:
+            raise RuntimeError("no open collection (Fleet.open_collection)")
+        return col
+
+    def ask(self, device: str, tag: int, plan: Plan) -> int:
+        """Send ``device`` its ``plan`` under its own round ``tag`` in the open collection; returns
+        the plan's bytes (a device that reconnects or loses part of it is sent it again, within
+        `FleetLimits.plan_resends_per_round` for this plan)."""
+        col = self._open()
+        col.participants.add(device)
+        col.tags[device] = tag
+        return self.send(device, plan, tag)
+
+    def arrivals(self, timeout: float) -> Arrivals:
+        """Handle messages for up to ``timeout`` seconds, sooner once anything arrived; what arrived
+        (the plans it answered are closed). Plans lost on a reconnect are sent again first."""
+        col = self._open()
+        if self.link.transport.connected:
+            for device in list(col.participants):
+                self._resend_plan(device)
+        self.pump(timeout, until=col.answered_since(0))
+        updates, failed, col.accepted, col.failed = col.accepted, col.failed, {}, {}
+        declined, col.declined = sorted(col.declined - set(failed)), set()
+        for device in [*updates, *declined, *failed]:
+            self._close(col, device, missed=device not in updates)
+        return Arrivals(updates, declined, failed)
+
+    def close_plan(self, device: str) -> None:
+        """Stop waiting for ``device``'s open plan (it missed it): its update, if one still comes, is refused."""
+        col = self._open()
+        if device in col.participants:
+            self._close(col, device, missed=True)
+
+    def close_collection(self) -> None:
+        """End the open collection (the plans still open are forgotten, not counted as missed)."""
+        col = self._open()
+        for device in list(col.participants):
+            self._close(col, device, missed=None)
+        self._collecting = None
+
+    def _close(self, col: _Collection, device: str, missed: bool | None) -> None:
+        tag = col.tags.pop(device) if col.tags is not None else col.round
+        col.participants.discard(device)
+        col.lost.discard(device)
+        col.resent.pop(device, None)
+        col.resent_at.pop(device, None)
+        self._plans.pop(device, None)
+        self._plan_sent_over.pop(device, None)
+        self.link.set_sender_budget(self.topics.uplink(device), None)  # an idle device's budget again
+        record = self.devices.get(device)
+        if record is not None and missed is not None:
+            record.miss_bits = ((record.miss_bits << 1) | missed) & MISS_MASK
+            record.last_asked = tag
+
     def _wait_for(self, col: _Collection, participants: list[str], deadline_s: float,
                   pacer: PlanPacer | None = None) -> _Collection:
         """Handle messages until every participant still expected answered ``col``, or the deadline
@@ -482,7 +583,7 @@ class Fleet:
         try:
             while time.monotonic() < end:
                 waiting = [d for d in col.participants
-                           if d not in col.accepted and d not in col.declined and self._still_expected(d)]
+                           if d not in col.accepted and d not in col.declined and self.still_expected(d)]
                 if not waiting or self._stragglers_only(col, waiting, start):
                     break
                 if pacer is not None and pacer.pending:
@@ -542,7 +643,7 @@ class Fleet:
                 self._declined_stats.add(device)  # no statistics to give: gather_stats need not wait
             col = self._collecting
             if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED, ErrorCode.NO_DATA) and col is not None
-                    and env.round == col.round and device in col.participants):
+                    and col.expects(device, env.round)):
                 col.declined.add(device)  # the round need not wait for it
                 if env.body.code == ErrorCode.TRAIN_FAILED:
                     col.failed[device] = env.body.message
@@ -733,7 +834,7 @@ class Fleet:
         and met by `collect` once the interval has passed)."""
         col = self._collecting
         rnd, plan = self._plans.get(device, (None, None))
-        if (col is None or plan is None or rnd != col.round or device not in col.participants
+        if (col is None or plan is None or rnd is None or not col.expects(device, rnd)
                 or device in col.accepted or device in col.declined):
             return
         if lost:
@@ -780,8 +881,10 @@ class Fleet:
                      device, env.round + 1)
             record.miss_bits &= ~1  # slow, not silent (whatever the update holds: it is not counted)
             record.took_back = env.round  # once in a window: late updates after every silence do not wipe it
-        if col is None or env.round != col.round or not isinstance(env.body, col.kind):
-            current = "none" if col is None else f"the {col.kind.KIND}s of round {col.round + 1}"
+        if col is None or not isinstance(env.body, col.kind) or (col.tags is not None
+                                                                   and not col.expects(device, env.round)) \
+                or (col.tags is None and env.round != col.round):
+            current = "none" if col is None else col.collecting(device)
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",
                          env.msg_id)
             return

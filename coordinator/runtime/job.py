@@ -23,6 +23,7 @@ from coordinator.runtime.publish import attach_signer
 from coordinator.runtime.removed_devices import RemovedDevicesFile
 from coordinator.runtime.report import RoundRecord, RunReport, keep_previous_report
 from coordinator.runtime.async_loop import AsyncLoop
+from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.sim_clock import SimClock
 from coordinator.runtime.task import Task
@@ -63,7 +64,8 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
     (also when the job stops early: Ctrl-C or an error, marked ``interrupted``).
 
     ``clock``: a simulated fleet's (`coordinator.runtime.sim_clock`); ``[federation] asynchronous``
-    runs `AsyncLoop` (buffered asynchronous aggregation), else `RoundLoop`.
+    runs buffered asynchronous aggregation — `AsyncLoop` in the clock's simulated time, without a
+    clock `FleetAsyncLoop` on a real fleet — else `RoundLoop`.
     ``fleet_normalisation``: ``preprocessing``'s mean and std come from the devices before round 1.
     ``write_every_round``: report.json (atomically) after every round, as a coordinator that serves
     for months must (a simulation writes it at its end); metrics.csv is appended every round.
@@ -102,7 +104,7 @@ def run_job(strategy: Strategy, report: RunReport, connection: JobConnection, ou
             home.classes = tuple(preprocessing.classes) if preprocessing is not None else ()
             home.attach(fleet)
         with beside(fleet) if beside is not None else nullcontext():
-            loop_class = AsyncLoop if strategy.config.asynchronous else RoundLoop
+            loop_class = RoundLoop if not strategy.config.asynchronous else AsyncLoop if clock else FleetAsyncLoop
             loop = loop_class(strategy, fleet, report, eval_data=eval_data, preprocessing=preprocessing,
                               identity=identity, fleet_normalisation=fleet_normalisation, clock=clock)
             if home is not None:

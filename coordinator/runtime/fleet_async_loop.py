@@ -1,0 +1,194 @@
+"""Buffered asynchronous aggregation on a real fleet, in wall-clock time (``[federation] asynchronous``
+of `edgefl coordinator`).
+
+`AsyncLoop` runs a simulated fleet one device at a time and folds in the order of simulated arrival;
+here the plans are out at once: ``concurrency`` devices (every online one by default) each hold a
+plan under a round tag of its own (`Fleet.open_collection`), each update is folded as it arrives
+(weighted by its staleness, refused past ``max_staleness``) and the model steps every
+``buffer_size`` updates. A device whose update arrived is free for the next slot, drawn seeded
+among the idle online devices, and is sent the version current then.
+
+A plan not answered within ``round_deadline_s``, or whose device went away (offline past the
+rejoin grace), is closed and counted (``plans_expired``); its update, should it still come, is
+refused by the fleet as ``wrong_round`` and counted — never folded. A device that comes back,
+after minutes or hours, is idle: the next free slot may send it the current version. A device that
+declined or reported a failed training is not asked again for `RETRY_AFTER_S`.
+
+A resumed job continues the versions of its checkpoint; the plans and held updates open when it
+stopped are lost (their devices are sent the current version), and its plans' tags start
+`RESUME_TAG_GAP` past the last recorded, so an update of a plan sent before the stop never passes
+for one sent after. Not yet here: federated evaluation between versions, pacing by new data.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from coordinator.core.federation import TrainingFailed
+from coordinator.runtime.async_loop import RETRY_AFTER_S, AsyncLoop, InFlight
+from coordinator.runtime.report import RoundRecord
+from edge_sdk.protocol.messages import RoundStart
+
+__all__ = ["FleetAsyncLoop", "RESUME_TAG_GAP"]
+
+log = logging.getLogger(__name__)
+
+#: a resumed job's plan tags start this far past the last version's count of plans sent
+RESUME_TAG_GAP = 1 << 20
+#: the longest single wait for arrivals (the loop then checks deadlines and fills slots)
+WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class _OpenPlan:
+    version: int  # the version it holds
+    base: tuple[int, str]  # the (version, label) of its tensors (`AsyncLoop._bases`)
+    sent_at: float  # time.monotonic()
+
+
+class FleetAsyncLoop(AsyncLoop):
+    """`AsyncLoop`'s job on a real fleet: many plans out at once, folded as they arrive (module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.config.federated_eval:
+            raise ValueError("asynchronous aggregation on a real fleet: federated_eval is not built for it yet; "
+                             "set federated_eval = false")
+        self._open_plans: dict[str, _OpenPlan] = {}
+        self._resting: dict[str, float] = {}  # device -> time.monotonic() it may be asked again
+        self._collection_open = False
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            if self._collection_open:
+                self.fleet.close_collection()
+
+    def _resume(self) -> int:
+        start = super()._resume()
+        if self.report.rounds:
+            self._dispatches += RESUME_TAG_GAP
+        return start
+
+    # -- one version --------------------------------------------------------
+    def _round(self, rnd: int) -> RoundRecord:
+        """Fold updates as they arrive until a buffer is full, then step the model: version ``rnd + 1``."""
+        started = time.monotonic()
+        config, fleet = self.config, self.fleet
+        if not self._collection_open:
+            fleet.open_collection(self.strategy.check_update)
+            self._collection_open = True
+        fleet.rounds_collected = self.version  # a claimed sample count may grow per version
+        self._counts = {}
+        buffer: dict[str, Any] = {}
+        staleness: list[int] = []
+        counts = dict.fromkeys(("dispatched", "stale_refused", "plans_expired", "declined"), 0)
+        down = 0
+        held, self._held = self._held, []
+        for item in held:  # held from the last buffer: a place each, in arrival order
+            counts["stale_refused"] += not self._fold(item, buffer, staleness)
+            if item not in self._held:
+                self._busy.discard(item.device_id)
+        idle_since = time.monotonic()
+        while len(buffer) < config.buffer_size:
+            sent, asked = self._fill_slots()
+            down, counts["dispatched"] = down + sent, counts["dispatched"] + asked
+            if not self._open_plans:  # nobody to train: wait for a device to come (back)
+                if time.monotonic() - idle_since > config.register_timeout_s:
+                    raise TrainingFailed(f"asynchronous aggregation: no device to train for "
+                                         f"{config.register_timeout_s:g} s")
+                fleet.pump(WAIT_S)
+                continue
+            idle_since = time.monotonic()
+            arrived = fleet.arrivals(WAIT_S)
+            for device, received in arrived.updates.items():
+                plan = self._open_plans.pop(device)
+                self._seq += 1
+                item = InFlight(time.monotonic(), self._seq, device, plan.version, received, plan.base)
+                counts["stale_refused"] += not self._fold(item, buffer, staleness)
+                if item not in self._held:
+                    self._busy.discard(device)
+                self._failed_in_a_row = 0
+            for device in [*arrived.declined, *arrived.failed]:
+                counts["declined"] += 1
+                self._drop(device, rest=True)
+            for why in arrived.failed.values():
+                self._failed_in_a_row += 1
+                self._last_failure = why
+            counts["plans_expired"] += self._expire()
+            if config.stop_after_failed_rounds and self._failed_in_a_row >= config.stop_after_failed_rounds \
+                    * max(1, len(fleet.online())):
+                raise TrainingFailed(f"every device failed its training: {self._last_failure}")
+        updates = list(buffer.values())
+        for received in updates:
+            self._count(rnd, received.device_id, received.update.label, trained=received.update.num_samples)
+        metrics = self.strategy.aggregate(rnd, updates, {})
+        self._hold_rocket_biases(rnd)
+        fleet.apply_pending_profiles()  # re-measured devices: their labels from the next plan on
+        metrics = {**metrics, "staleness_mean": float(np.mean(staleness)), "staleness_max": float(max(staleness)),
+                   "dispatches": float(self._dispatches), "in_flight": float(len(self._open_plans)),
+                   **{k: float(v) for k, v in counts.items()}}
+        accuracy, loss, metrics = self._evaluate(rnd, metrics)
+        seconds = time.monotonic() - started
+        self.device_counts = [self._counts[d] for d in sorted(self._counts)]
+        return RoundRecord(round=rnd, accuracy=accuracy, loss=loss, bytes_down=down,
+                           bytes_up=sum(u.nbytes for u in updates), seconds=seconds, host_seconds=seconds,
+                           participants=sorted(buffer), aggregated=True, metrics=metrics)
+
+    def _fill_slots(self) -> tuple[int, int]:
+        """Send a plan to idle online devices (seeded draws) until ``concurrency`` plans are open;
+        returns the bytes sent and the plans."""
+        online = self.fleet.online()
+        wanted = len(online) if self.config.concurrency is None else min(self.config.concurrency, len(online))
+        now = time.monotonic()
+        idle = [d for d in online if d not in self._busy and self._resting.get(d, 0.0) <= now]
+        down = asked = 0
+        while len(self._open_plans) < wanted and idle:
+            rng = np.random.default_rng([self.config.seed, self._dispatches, 0xA5])
+            down += self._ask(idle.pop(int(rng.integers(len(idle)))))
+            asked += 1
+        return down, asked
+
+    def _ask(self, device: str) -> int:
+        """Send ``device`` the current version under a tag of its own; returns the bytes sent."""
+        tag = self._next_tag()
+        plan = self.strategy.configure_train(self.version, self.fleet.devices[device])
+        if self.preprocessing is not None:
+            plan = replace(plan, preprocessing=self.preprocessing.normalisation())
+        down = self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), tag)
+        sent = self.fleet.ask(device, tag, plan)
+        self.payload_bytes.setdefault(plan.label, sent)
+        base = (self.version, plan.label)
+        self._keep_base(base, plan)
+        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic())
+        self._busy.add(device)
+        self._resting.pop(device, None)
+        return down + sent
+
+    def _expire(self) -> int:
+        """Close the plans past ``round_deadline_s`` or whose devices went away; returns how many."""
+        now, deadline = time.monotonic(), self.config.round_deadline_s
+        gone = [d for d, plan in self._open_plans.items()
+                if now - plan.sent_at > deadline or not self.fleet.still_expected(d)]
+        for device in gone:
+            why = "went away" if not self.fleet.still_expected(device) else f"sent nothing in {deadline:g} s"
+            log.info("plan of %s (version %d) closed: it %s; it is sent the current version when next free",
+                     device, self._open_plans[device].version, why)
+            self.fleet.close_plan(device)
+            self._drop(device, rest=self.fleet.devices[device].online)
+        return len(gone)
+
+    def _drop(self, device: str, rest: bool) -> None:
+        """Forget ``device``'s open plan (its base released); ``rest``: not asked for `RETRY_AFTER_S`."""
+        plan = self._open_plans.pop(device, None)
+        if plan is not None:
+            self._release(plan.base)
+        self._busy.discard(device)
+        if rest:
+            self._resting[device] = time.monotonic() + RETRY_AFTER_S

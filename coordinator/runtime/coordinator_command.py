@@ -22,6 +22,7 @@ from edge_sdk.signing import ModelSigner
 from edge_sdk.networking.transport import TransportConfig
 
 from coordinator.homeassistant import HomeAssistantConfig, homeassistant_from_toml
+from coordinator.core.asynchronous import check_async_method
 from coordinator.runtime.device_budgets import FleetLimits
 from coordinator.core.federation import EvalData, FederationConfig, federation_from_toml
 from coordinator.runtime.family_training import with_family_training
@@ -108,9 +109,13 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     options = {str(k): str(v) for k, v in section(config, "options", set(config.get("options", {}))).items()}
     _in_table("options", lambda: check_options(METHODS[method].settings, method, options))
     federation = federation_from_toml(config)
-    if federation.asynchronous:  # the loop orders updates by simulated arrival, one device at a time
-        raise ValueError("[federation] asynchronous = true runs on a simulated fleet only so far "
-                         "(edgefl simulate --async); a real fleet's coordinator is synchronous")
+    if federation.asynchronous:
+        check_async_method(method)
+    if federation.asynchronous and federation.federated_eval:  # on by default: off unless asked for
+        if "federated_eval" in config.get("federation", {}):
+            raise ValueError("[federation] asynchronous = true: devices' evaluations between versions are not "
+                             "built for a real fleet yet; set federated_eval = false")
+        federation = replace(federation, federated_eval=False)
     return CoordinatorConfig(
         method=method, job=job, out=setting(config, "out", str, "runs/coordinator"),
         model=setting(config, "model", str, AUTO), dataset=setting(config, "dataset", str),

@@ -134,9 +134,9 @@ class Device:
     """A `DeviceClient` in a thread; `url` may point at a fault proxy."""
 
     def __init__(self, url: str, job: str, device_id: str, mnist, shard: np.ndarray,
-                 reassembly_timeout_s: float = 30.0) -> None:
+                 reassembly_timeout_s: float = 30.0, chunk_size: int = CHUNK) -> None:
         config = ClientConfig(device_id=device_id, transport=TransportConfig(url=url), job=job,
-                              link=LinkConfig(chunk_size=CHUNK, reassembly_timeout_s=reassembly_timeout_s),
+                              link=LinkConfig(chunk_size=chunk_size, reassembly_timeout_s=reassembly_timeout_s),
                               heartbeat_s=600.0, register_retry_s=1.0)
         self.client = DeviceClient(config, LocalData(mnist.x_train[shard], mnist.y_train[shard],
                                                      mnist.num_classes), load_profile("raspberry-pi-4b"))
@@ -380,7 +380,9 @@ def test_coordinator_connection_drop_loses_the_updates(broker, mnist, shards, cl
 
 
 # -- 3. the coordinator killed and restarted --------------------------------------------------------
-def coordinator_toml(tmp: Path, url: str, job: str, rounds: int) -> Path:
+def coordinator_toml(tmp: Path, url: str, job: str, rounds: int, min_devices: int = 2, deadline_s: float = WAIT,
+                     chunk_size: int = CHUNK, federation: str = "") -> Path:
+    """The TOML of a FedAvg job of the width-0.25 MLP on mnist-sample (``federation``: more of that table)."""
     path = tmp / "coordinator.toml"
     path.write_text(f"""
 method = "fedavg"
@@ -392,14 +394,15 @@ dataset = "mnist-sample"
 url = "{url}"
 [federation]
 rounds = {rounds}
-min_devices = 2
-round_deadline_s = {WAIT}
+min_devices = {min_devices}
+round_deadline_s = {deadline_s}
 register_timeout_s = {WAIT}
 checkpoint_dir = "{tmp / 'checkpoint'}"
+{federation}
 [train]
 epochs = 1
 [link]
-chunk_size = {CHUNK}
+chunk_size = {chunk_size}
 [options]
 width = "{LABEL}"
 """)

@@ -1,0 +1,147 @@
+"""Buffered asynchronous aggregation on a real fleet (issue 61): `edgefl coordinator` with
+``[federation] asynchronous = true`` keeps every device training on a plan of its own over a real
+broker, folds each update as it arrives and steps the model every ``buffer_size`` updates; a plan
+that is not answered in time is closed and its late update refused, counted, never folded; the
+device is then sent the current version; a resumed job continues the same versions."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+import coordinator.runtime.fleet_async_loop as fleet_async_loop
+from coordinator.runtime.coordinator_command import coordinator_config_from_toml, run_coordinator
+from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
+from edge_sdk.data.datasets import load_dataset
+from edge_sdk.data.partition import partition
+from edge_sdk.profiling import load_profile
+from edge_sdk.protocol.chunking import DEFAULT_CHUNK_SIZE
+from edge_sdk.protocol.errors import ErrorCode
+from edge_sdk.protocol.messages import (
+    Ack, Envelope, Model, Plan, Register, Update, decode_envelope, encode_envelope,
+)
+from edge_sdk.protocol.topics import Topics
+from tests.fleet.test_faults import WAIT, Device, coordinator_toml
+from tests.support.raw_devices import raw_device, send_as
+
+pytestmark = pytest.mark.slow  # small federations on a real broker: ~10 s
+
+
+def _toml(tmp, url: str, job: str, rounds: int, deadline_s: float = WAIT) -> Path:
+    """An asynchronous job of 3 devices, a version every 2 updates, updates in one message each."""
+    return coordinator_toml(tmp, url, job, rounds, min_devices=3, deadline_s=deadline_s,
+                            chunk_size=DEFAULT_CHUNK_SIZE, federation="asynchronous = true\nbuffer_size = 2")
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_dataset("mnist-sample", seed=0)
+
+
+@pytest.fixture(scope="module")
+def shards(mnist):
+    return partition(mnist.y_train, 3, "iid", seed=0)
+
+
+@pytest.fixture
+def cleanup():
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+def _devices(url: str, job: str, mnist, shards, cleanup, names=("d0", "d1", "d2")) -> list[Device]:
+    devices = [Device(url, job, name, mnist, shards[i], chunk_size=DEFAULT_CHUNK_SIZE)
+               for i, name in enumerate(names)]
+    for device in devices:
+        cleanup.callback(device.close)
+    return devices
+
+
+def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_versions(
+        broker, mnist, shards, tmp_path, cleanup):
+    job = f"async{uuid.uuid4().hex[:6]}"
+    devices = _devices(broker.url, job, mnist, shards, cleanup)
+    run_coordinator(coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3)))
+    first = json.loads((tmp_path / "report" / "report.json").read_text())
+    rounds = first["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3] and [r["version"] for r in rounds] == [1, 2, 3]
+    assert all(len(r["participants"]) == 2 for r in rounds)  # a version every 2 updates
+    # three devices trained version 0 at once: the third update arrived after version 1 stepped
+    assert rounds[1]["metrics"]["staleness_max"] >= 1
+    assert max(r["metrics"]["in_flight"] for r in rounds) >= 1  # plans were out while the model stepped
+    assert all(r["accuracy"] for r in rounds)
+    tags = [set(d.client.rounds_trained) for d in devices]
+    assert all(tags) and not set.intersection(*tags)  # each plan under a tag of its own
+    for device in devices:
+        assert device.join() == "training finished"
+
+    devices = _devices(broker.url, job, mnist, shards, cleanup)  # the job goes on to version 5
+    run_coordinator(coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=5)))
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [r["version"] for r in report["rounds"]] == [1, 2, 3, 4, 5]
+    assert report["rounds"][:3] == rounds  # resumed, not redone
+    assert report["rounds"][3]["metrics"]["dispatches"] > fleet_async_loop.RESUME_TAG_GAP
+    assert all(min(d.client.rounds_trained) >= fleet_async_loop.RESUME_TAG_GAP for d in devices)
+
+
+def test_a_plan_unanswered_in_time_is_closed_its_late_update_refused_and_its_device_sent_the_current_version(
+        broker, mnist, shards, tmp_path, cleanup, monkeypatch):
+    """Two real devices and a silent one: the silent device's plan closes at its deadline, its
+    update sent afterwards is refused (``wrong_round``, counted) and never folded, and it is
+    asked again — with the version current then."""
+    monkeypatch.setattr(fleet_async_loop, "RETRY_AFTER_S", 0.1)
+    job = f"asyncl{uuid.uuid4().hex[:6]}"
+    topics = Topics(job=job)
+    silent = raw_device(broker.url, topics, "silent")
+    cleanup.callback(silent.close)
+    _devices(broker.url, job, mnist, shards, cleanup, names=("d0", "d1"))
+    asked: list[tuple[str, int]] = []
+    original = FleetAsyncLoop._ask
+
+    def recording_ask(loop, device):
+        asked.append((device, loop.version))
+        return original(loop, device)
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", recording_ask)
+    config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=80, deadline_s=1.0))
+    result: dict = {}
+    coordinator = threading.Thread(target=lambda: result.update(report=run_coordinator(config)), daemon=True)
+    coordinator.start()
+    register = Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50)
+    plans, registered = [], False
+    while len(plans) < 2:  # its first plan, and the one it is sent after the first closed
+        if not registered:  # until the coordinator, subscribing meanwhile, has it
+            send_as(silent, topics, "silent", register, -1)
+        message = silent.receive(1.0 if not registered else WAIT)
+        if message is None and not registered:
+            continue
+        assert message is not None, "the silent device was not asked twice"
+        env = decode_envelope(message.payload)
+        registered = registered or isinstance(env.body, Ack)
+        if isinstance(env.body, Plan):
+            plans.append(env)
+            if len(plans) == 1:
+                first_plan = env
+    # its update of the closed first plan, sent late: refused, counted
+    send_as(silent, topics, "silent", Update(first_plan.body.label, dict(first_plan.body.tensors), 50, {}),
+            first_plan.round)
+    while coordinator.is_alive():  # until the job ends: the published model acknowledged as a device does
+        message = silent.receive(0.2)
+        if message is not None and isinstance((env := decode_envelope(message.payload)).body, Model):
+            silent.publish(topics.uplink("silent"), encode_envelope(Envelope.of(Ack("installed"), "silent",
+                                                                                reply_to=env.msg_id)))
+    assert "report" in result, "the job failed"
+    report = result["report"]
+    assert sum(r.metrics["plans_expired"] for r in report.rounds) >= 1
+    assert all("silent" not in r.participants for r in report.rounds)
+    versions = [v for d, v in asked if d == "silent"]
+    assert len(versions) >= 2 and versions[1] > versions[0]  # the current version, not its old one
+    assert plans[1].round > plans[0].round
+    assert {"device": "silent", "code": ErrorCode.WRONG_ROUND,
+            "message": f"update for round {first_plan.round + 1}; collecting: its plan of round {plans[1].round + 1}"
+            } in report.rejections or any(r["device"] == "silent" and r["code"] == ErrorCode.WRONG_ROUND
+                                          for r in report.rejections), report.rejections

@@ -126,8 +126,6 @@ class FederationConfig:
             if k is not None and (type(k) is not int or k < 1):
                 raise ValueError(f"{name} must be an integer >= 1 (or absent: every device), got {k!r}")
         object.__setattr__(self, "staleness", check_staleness(self.staleness))
-        if self.asynchronous and self.min_new_samples:
-            raise ValueError("asynchronous: a job paced by new data (min_new_samples) is not asynchronous yet")
         for name in ("federated_eval", "eval_per_class", "asynchronous"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -65,9 +65,15 @@ class InFlight:
 class AsyncLoop(RoundLoop):
     """The round loop's job, run as buffered asynchronous aggregation (see the module doc)."""
 
+    #: whether a job paced by new data (``min_new_samples``) runs here (a real fleet's loop: yes)
+    PACED_BY_DATA = False
+
     def __init__(self, *args: Any, clock: SimClock | None = None, **kwargs: Any) -> None:
         super().__init__(*args, clock=clock, **kwargs)
         check_async_method(self.strategy.name)
+        if self.serving is not None and not self.PACED_BY_DATA:
+            raise ValueError("a simulated asynchronous job is not paced by new data (min_new_samples): its "
+                             "devices' data does not grow")
         self.clock: SimClock = clock if clock is not None else SimClock(self.config.seed)
         self._in_flight: list[InFlight] = []  # a heap by arrival
         self._starting: list[tuple[float, int, str]] = []  # (when, seq, device): work sent then

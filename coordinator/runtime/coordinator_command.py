@@ -111,11 +111,6 @@ def _config_from(config: dict, path: str | Path) -> CoordinatorConfig:
     federation = federation_from_toml(config)
     if federation.asynchronous:
         check_async_method(method)
-    if federation.asynchronous and federation.federated_eval:  # on by default: off unless asked for
-        if "federated_eval" in config.get("federation", {}):
-            raise ValueError("[federation] asynchronous = true: devices' evaluations between versions are not "
-                             "built for a real fleet yet; set federated_eval = false")
-        federation = replace(federation, federated_eval=False)
     return CoordinatorConfig(
         method=method, job=job, out=setting(config, "out", str, "runs/coordinator"),
         model=setting(config, "model", str, AUTO), dataset=setting(config, "dataset", str),

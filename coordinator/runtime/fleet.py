@@ -214,12 +214,16 @@ class Fleet:
         #: (device, code, message) of the latest rejections; bounded, so a flood cannot exhaust memory.
         self.rejections: deque[tuple[str, str, str]] = deque(maxlen=MAX_KEPT_REJECTIONS)
         self.rejection_count = 0  # all of them, ever
-        self._collecting: _Collection | None = None
+        self._collecting: _Collection | None = None  # a round's, or an evaluation's
+        #: an asynchronous job's, open beside an evaluation's (`open_collection`): updates go to it
+        self._open_col: _Collection | None = None
         self._declined_stats: set[str] | None = None  # while gather_stats waits: who answered no_data
-        self._plans: dict[str, tuple[int, Plan]] = {}  # the last plan sent to each device, by round
+        #: the last plan (answered by an update) and evaluation request (by an evaluation) sent to
+        #: each device, by (device, the answer's kind): (its round tag, the message)
+        self._plans: dict[tuple[str, str], tuple[int, Plan | Evaluate]] = {}
         #: per device, the (device connection, coordinator connection) its plan was last sent
         #: over: a plan is sent again only when one side has reconnected since
-        self._plan_sent_over: dict[str, tuple[int, int]] = {}
+        self._plan_sent_over: dict[tuple[str, str], tuple[int, int]] = {}
         self._connects_seen = 0  # our own connections the fleet has held a roll call for
         self._reconnected_at = 0.0  # time.monotonic() of our latest reconnect
         self.rejoin_grace_s = REJOIN_GRACE_S
@@ -261,8 +265,9 @@ class Fleet:
         body, rnd = env.body, env.round
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
         if isinstance(body, (Plan, Evaluate)):  # what the device must answer, sent again if it is lost
-            self._plans[device_id] = (rnd, body)
-            self._plan_sent_over[device_id] = self._connections(device_id)
+            key = (device_id, Update.KIND if isinstance(body, Plan) else Evaluation.KIND)
+            self._plans[key] = (rnd, body)
+            self._plan_sent_over[key] = self._connections(device_id)
             self.link.set_sender_budget(self.topics.uplink(device_id), self.limits.upload_budget(nbytes))
         if device_id in self.devices:
             self.devices[device_id].bytes_down += nbytes
@@ -447,6 +452,8 @@ class Fleet:
         late (a slow device, not a silent one) takes that round's miss back, once in `MISS_WINDOW`
         rounds (a device that is silent every round and late every round stays a straggler).
         """
+        if self._open_col is not None:  # its updates would go to the open collection
+            raise RuntimeError("a round's collection while an open collection runs")
         col = _Collection(rnd, set(participants), check, quorum=quorum, straggler_after=straggler_after)
         try:
             pacer = None if send_plan is None else PlanPacer(participants, send_plan, self.limits.plan_bytes_in_flight)
@@ -507,13 +514,13 @@ class Fleet:
         until `close_collection`; `arrivals` hands them on as they come. A device's plan stays
         open until its update arrives, it declines, or `close_plan` (its deadline, its leaving):
         an update that comes after is refused as ``wrong_round`` and counted, never folded."""
-        if self._collecting is not None:
+        if self._open_col is not None or self._collecting is not None:
             raise RuntimeError("a collection is already open")
-        self._collecting = _Collection(-1, set(), check, tags={})
+        self._open_col = _Collection(-1, set(), check, tags={})
 
     def _open(self) -> _Collection:
-        col = self._collecting
-        if col is None or col.tags is None:
+        col = self._open_col
+        if col is None:
             raise RuntimeError("no open collection (Fleet.open_collection)")
         return col
 
@@ -551,7 +558,7 @@ class Fleet:
         col = self._open()
         for device in list(col.participants):
             self._close(col, device, missed=None)
-        self._collecting = None
+        self._open_col = None
 
     def _close(self, col: _Collection, device: str, missed: bool | None) -> None:
         tag = col.tags.pop(device) if col.tags is not None else col.round
@@ -559,9 +566,10 @@ class Fleet:
         col.lost.discard(device)
         col.resent.pop(device, None)
         col.resent_at.pop(device, None)
-        self._plans.pop(device, None)
-        self._plan_sent_over.pop(device, None)
-        self.link.set_sender_budget(self.topics.uplink(device), None)  # an idle device's budget again
+        self._plans.pop((device, Update.KIND), None)
+        self._plan_sent_over.pop((device, Update.KIND), None)
+        if (device, Evaluation.KIND) not in self._plans:  # an idle device's budget again
+            self.link.set_sender_budget(self.topics.uplink(device), None)
         record = self.devices.get(device)
         if record is not None and missed is not None:
             record.miss_bits = ((record.miss_bits << 1) | missed) & MISS_MASK
@@ -605,10 +613,12 @@ class Fleet:
             return col
         finally:
             self._collecting = None
-            for device in self._plans:  # back to the budget of a device not asked for an update
-                self.link.set_sender_budget(self.topics.uplink(device), None)
-            self._plans.clear()
-            self._plan_sent_over.clear()
+            open_col = self._open_col
+            for device in participants:  # back to the budget of a device not asked for an answer
+                self._plans.pop((device, col.kind.KIND), None)
+                self._plan_sent_over.pop((device, col.kind.KIND), None)
+                if open_col is None or device not in open_col.participants:
+                    self.link.set_sender_budget(self.topics.uplink(device), None)
 
     # -- dispatch ---------------------------------------------------------
     def _dispatch(self, item: Received | Rejected) -> None:
@@ -641,9 +651,9 @@ class Fleet:
             log.warning("device %s reports %s: %s", device, env.body.code, env.body.message)
             if self._declined_stats is not None and env.body.code == ErrorCode.NO_DATA:
                 self._declined_stats.add(device)  # no statistics to give: gather_stats need not wait
-            col = self._collecting
-            if (env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED, ErrorCode.NO_DATA) and col is not None
-                    and col.expects(device, env.round)):
+            col = next((c for c in (self._open_col, self._collecting)
+                        if c is not None and c.expects(device, env.round)), None)
+            if env.body.code in (ErrorCode.NOT_TRAINING, ErrorCode.TRAIN_FAILED, ErrorCode.NO_DATA) and col is not None:
                 col.declined.add(device)  # the round need not wait for it
                 if env.body.code == ErrorCode.TRAIN_FAILED:
                     col.failed[device] = env.body.message
@@ -742,7 +752,7 @@ class Fleet:
         except ValueError as exc:
             self._reject(device, ErrorCode.BAD_PROFILE, str(exc), env.msg_id)
             return
-        if self._collecting is not None:
+        if self._collecting is not None or self._open_col is not None:
             self._pending_profiles[device] = profile
             self._reply(device, Ack(f"profile update taken: {body.gflops:.3g} GFLOPS from the next round"),
                         reply_to=env.msg_id)
@@ -831,15 +841,21 @@ class Fleet:
         lost part of its upload, or it says a message to it stalled (`lost`): send it the
         round's plan again; one update still counts. At most `FleetLimits.plan_resends_per_round`
         times a round and one every `plan_resend_interval_s` (a wish that has to wait is kept,
-        and met by `collect` once the interval has passed)."""
-        col = self._collecting
-        rnd, plan = self._plans.get(device, (None, None))
-        if (col is None or plan is None or rnd is None or not col.expects(device, rnd)
+        and met by `collect` once the interval has passed). An asynchronous job's device may have
+        a plan and an evaluation request open at once: each is sent again on its own."""
+        for col in (self._open_col, self._collecting):
+            if col is not None:
+                self._resend(col, device, lost)
+
+    def _resend(self, col: _Collection, device: str, lost: bool) -> None:
+        key = (device, col.kind.KIND)
+        rnd, plan = self._plans.get(key, (None, None))
+        if (plan is None or rnd is None or not col.expects(device, rnd)
                 or device in col.accepted or device in col.declined):
             return
         if lost:
             col.lost.add(device)
-        if not (device in col.lost or self._reconnected_since_plan(device)):
+        if not (device in col.lost or self._reconnected_since_plan(key)):
             return
         done = col.resent.get(device, 0)
         if done >= self.limits.plan_resends_per_round:
@@ -858,10 +874,12 @@ class Fleet:
         except ConnectionError as exc:  # the next pass of `collect` tries again
             log.warning("could not re-send the plan of %s: %s", device, exc)
 
-    def _reconnected_since_plan(self, device: str) -> bool:
-        """Has the device or the coordinator reconnected since the device's plan was sent? (A
-        device whose connection was unknown then — no status heard yet — counts as unchanged.)"""
-        device_then, ours_then = self._plan_sent_over.get(device, (0, 0))
+    def _reconnected_since_plan(self, key: tuple[str, str]) -> bool:
+        """Has the device or the coordinator reconnected since the device's plan (``key``: the
+        device and its answer's kind) was sent? (A device whose connection was unknown then — no
+        status heard yet — counts as unchanged.)"""
+        device = key[0]
+        device_then, ours_then = self._plan_sent_over.get(key, (0, 0))
         device_now, ours_now = self._connections(device)
         return ours_now != ours_then or (device_then != 0 and device_now != device_then)
 
@@ -874,7 +892,7 @@ class Fleet:
         if record is None:
             self._reject(device, ErrorCode.UNKNOWN_DEVICE, f"register before sending an {what}", env.msg_id)
             return
-        col = self._collecting
+        col = self._open_col if self._open_col is not None and isinstance(env.body, Update) else self._collecting
         if (isinstance(env.body, Update) and record.miss_bits & 1 and env.round == record.last_asked
                 and env.round - record.took_back >= MISS_WINDOW):
             log.info("device %s sent its update of round %d late: that round no longer counts as missed",

@@ -17,7 +17,18 @@ declined or reported a failed training is not asked again for `RETRY_AFTER_S`.
 A resumed job continues the versions of its checkpoint; the plans and held updates open when it
 stopped are lost (their devices are sent the current version), and its plans' tags start
 `RESUME_TAG_GAP` past the last recorded, so an update of a plan sent before the stop never passes
-for one sent after. Not yet here: federated evaluation between versions, pacing by new data.
+for one sent after.
+
+An evaluated version with ``federated_eval`` asks the online devices to evaluate it on their held-out
+data (each under a tag of its own, beside a training plan it may hold: a device answers once its
+training is done) and waits for them as a synchronous round does (``eval_deadline_s``); the updates
+that arrive meanwhile wait for the next version, and no new plan goes out until it is done.
+
+A job paced by new data (``min_new_samples``, docs/continuous.md) waits before each version as a
+synchronous one waits before each round (enough new samples online, ``min_interval_s``,
+``windows``); a device is then sent a plan only while it holds samples it has not trained on (its
+``data_count``s; its registration counts as all new), never re-planned at once on the same rows; and
+a version steps with the updates it has once no device holding new data is left to ask.
 """
 
 from __future__ import annotations
@@ -49,16 +60,16 @@ class _OpenPlan:
     version: int  # the version it holds
     base: tuple[int, str]  # the (version, label) of its tensors (`AsyncLoop._bases`)
     sent_at: float  # time.monotonic()
+    new_samples: int  # the new samples its device held when it was sent (given back if it fails)
 
 
 class FleetAsyncLoop(AsyncLoop):
     """`AsyncLoop`'s job on a real fleet: many plans out at once, folded as they arrive (module doc)."""
 
+    PACED_BY_DATA = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.config.federated_eval:
-            raise ValueError("asynchronous aggregation on a real fleet: federated_eval is not built for it yet; "
-                             "set federated_eval = false")
         self._open_plans: dict[str, _OpenPlan] = {}
         self._resting: dict[str, float] = {}  # device -> time.monotonic() it may be asked again
         self._collection_open = False
@@ -99,8 +110,10 @@ class FleetAsyncLoop(AsyncLoop):
         while len(buffer) < config.buffer_size:
             sent, asked = self._fill_slots()
             down, counts["dispatched"] = down + sent, counts["dispatched"] + asked
+            if not self._open_plans and buffer and self.serving is not None:
+                break  # paced by new data: every device holding some has answered
             if not self._open_plans:  # nobody to train: wait for a device to come (back)
-                if time.monotonic() - idle_since > config.register_timeout_s:
+                if self.serving is None and time.monotonic() - idle_since > config.register_timeout_s:
                     raise TrainingFailed(f"asynchronous aggregation: no device to train for "
                                          f"{config.register_timeout_s:g} s")
                 fleet.pump(WAIT_S)
@@ -136,10 +149,13 @@ class FleetAsyncLoop(AsyncLoop):
                    **{k: float(v) for k, v in counts.items()}}
         accuracy, loss, metrics = self._evaluate(rnd, metrics)
         seconds = time.monotonic() - started
+        record = RoundRecord(round=rnd, accuracy=accuracy, loss=loss, bytes_down=down,
+                             bytes_up=sum(u.nbytes for u in updates), seconds=seconds, host_seconds=seconds,
+                             participants=sorted(buffer), aggregated=True, metrics=metrics)
+        if self.evaluates(rnd) and config.federated_eval:  # the plans out keep running; updates wait
+            record = self._federated_evaluation(self._next_tag(), record)
         self.device_counts = [self._counts[d] for d in sorted(self._counts)]
-        return RoundRecord(round=rnd, accuracy=accuracy, loss=loss, bytes_down=down,
-                           bytes_up=sum(u.nbytes for u in updates), seconds=seconds, host_seconds=seconds,
-                           participants=sorted(buffer), aggregated=True, metrics=metrics)
+        return record
 
     def _fill_slots(self) -> tuple[int, int]:
         """Send a plan to idle online devices (seeded draws) until ``concurrency`` plans are open;
@@ -147,7 +163,8 @@ class FleetAsyncLoop(AsyncLoop):
         online = self.fleet.online()
         wanted = len(online) if self.config.concurrency is None else min(self.config.concurrency, len(online))
         now = time.monotonic()
-        idle = [d for d in online if d not in self._busy and self._resting.get(d, 0.0) <= now]
+        idle = [d for d in online if d not in self._busy and self._resting.get(d, 0.0) <= now
+                and (self.serving is None or self.fleet.devices[d].new_samples > 0)]
         down = asked = 0
         while len(self._open_plans) < wanted and idle:
             rng = np.random.default_rng([self.config.seed, self._dispatches, 0xA5])
@@ -158,7 +175,8 @@ class FleetAsyncLoop(AsyncLoop):
     def _ask(self, device: str) -> int:
         """Send ``device`` the current version under a tag of its own; returns the bytes sent."""
         tag = self._next_tag()
-        plan = self.strategy.configure_train(self.version, self.fleet.devices[device])
+        record = self.fleet.devices[device]
+        plan = self.strategy.configure_train(self.version, record)
         if self.preprocessing is not None:
             plan = replace(plan, preprocessing=self.preprocessing.normalisation())
         down = self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), tag)
@@ -166,7 +184,9 @@ class FleetAsyncLoop(AsyncLoop):
         self.payload_bytes.setdefault(plan.label, sent)
         base = (self.version, plan.label)
         self._keep_base(base, plan)
-        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic())
+        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic(), record.new_samples)
+        if self.serving is not None:
+            record.new_samples = 0  # it trains on them now
         self._busy.add(device)
         self._resting.pop(device, None)
         return down + sent
@@ -189,6 +209,8 @@ class FleetAsyncLoop(AsyncLoop):
         plan = self._open_plans.pop(device, None)
         if plan is not None:
             self._release(plan.base)
+            if (record := self.fleet.devices.get(device)) is not None:  # not trained on after all
+                record.new_samples = max(record.new_samples, plan.new_samples)
         self._busy.discard(device)
         if rest:
             self._resting[device] = time.monotonic() + RETRY_AFTER_S

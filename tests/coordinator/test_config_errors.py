@@ -83,8 +83,6 @@ def test_a_client_config_error_names_the_file_and_the_key(tmp_path, toml, words)
      "[homeassistant] birth_topic '/status' is not a topic of [A-Za-z0-9_-] levels"),
     ('dataset = "digits"\n[homeassistant]\nenabled = "yes"\n', "[homeassistant] enabled must be"),
     ('dataset = "digits"\n[homeassistant]\nprefx = "ha"\n', "[homeassistant]: unknown keys ['prefx']"),
-    ('dataset = "digits"\n[federation]\nasynchronous = true\nfederated_eval = true\n',
-     "[federation] asynchronous = true: devices' evaluations between versions are not built"),
     ('dataset = "digits"\nmethod = "reft"\n[federation]\nasynchronous = true\n',
      "asynchronous aggregation is for"),
     ('dataset = "digits"\n[federation]\nstaleness = "square"\n', "[federation] staleness must be one of"),

@@ -8,11 +8,13 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.federation import FederationConfig, federation_from_toml, NO_ROUND_CAP
 from coordinator.runtime.data_pacer import DataPacer
 from coordinator.runtime.fleet import Fleet
+from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
 from coordinator.runtime.report import RunReport
 from coordinator.runtime.round_loop import RoundLoop
 from coordinator.runtime.task import Task
@@ -38,7 +40,10 @@ def _wait(what, timeout: float) -> bool:
     return False
 
 
-def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker) -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["rounds", "asynchronous"])
+def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker, asynchronous) -> None:
+    """Synchronous rounds, and asynchronous versions of 2 updates (`FleetAsyncLoop`): the same pacing;
+    asynchronously a device is sent a plan only while it holds rows it has not trained on."""
     x, y = _digits()
     order = np.random.default_rng(1).permutation(len(x))
     parts = {"d0": order[:500], "d1": order[500:1000]}
@@ -55,14 +60,16 @@ def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker) -> N
     clients = [_client(tmp_path, broker.url, name, i, job=JOB, top="heartbeat_s = 1", data="reread_s = 0.3")
                for i, name in enumerate(parts)]
     federation = FederationConfig(rounds=3, min_devices=2, round_deadline_s=60, seed=0, min_new_samples=60,
-                                  min_eval_samples=10, train=TrainConfig(epochs=1, lr=0.05, batch_size=16, threads=1))
+                                  min_eval_samples=10, train=TrainConfig(epochs=1, lr=0.05, batch_size=16, threads=1),
+                                  asynchronous=asynchronous, buffer_size=2)
     strategy = FedAvg.create(StrategyContext(federation, "mlp", (1, 8, 8), 10))
     transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{JOB}-coordinator"))
     transport.connect()
     fleet = Fleet(MessageLink(transport), Topics(job=JOB), task=Task((1, 8, 8), 10))
     fleet.start()
     report = RunReport("fedavg", {})
-    loop = RoundLoop(strategy, fleet, report, preprocessing=Preprocessing((4.88,), (6.02,), tuple(NAMES), (1, 8, 8)))
+    loop = (FleetAsyncLoop if asynchronous else RoundLoop)(
+        strategy, fleet, report, preprocessing=Preprocessing((4.88,), (6.02,), tuple(NAMES), (1, 8, 8)))
     waits: list[str] = []
     assert loop.serving is not None
     loop.serving.on_waiting = lambda pace: waits.append(pace.why)
@@ -105,6 +112,7 @@ def test_rounds_start_when_new_rows_arrive_and_not_before(tmp_path, broker) -> N
         assert pair["devices"] == 2 and pair["published_version"] == before.published_version
         assert pair["samples"] == r.evaluation["samples"] and pair["accuracy"] == r.federated_accuracy[label]
     assert clients[0].rounds.data_watch.sent, "the device never said its counts"
+    assert [len(c.rounds_trained) for c in clients] == [3, 3]  # once per version: never again on the same rows
 
 
 def _counted(why: str) -> int:

@@ -4,12 +4,13 @@ closed (its deadline, its device gone) refuses the update that comes after, coun
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from edge_sdk.protocol.errors import ErrorCode
-from edge_sdk.protocol.messages import Error, Update
+from edge_sdk.protocol.messages import Error, Evaluation, Update
 from tests.support.raw_devices import registered_fleet, send_as
 
 JOB = "open-collection"
@@ -86,3 +87,31 @@ def test_a_closed_plan_refuses_its_late_update_and_a_decline_closes_the_plan(bro
             fleet.arrivals(0.0)
         send_as(peers["b"], topics, "b", update, 5)  # no collection: refused, counted
         assert _rejected(fleet, "b") == ("b", ErrorCode.WRONG_ROUND, "update for round 6; collecting: none")
+
+
+def test_an_evaluation_beside_open_plans_loses_no_update(broker):
+    """A version's federated evaluation collects the devices' evaluations while their training
+    plans stay open: an update that arrives meanwhile waits in the open collection."""
+    with registered_fleet(broker.url, JOB + "-eval", ["a", "b"]) as (fleet, strategy, topics, peers):
+        fleet.open_collection(strategy.check_update)
+        for tag, device in ((3, "a"), (4, "b")):
+            fleet.ask(device, tag, strategy.configure_train(0, fleet.devices[device]))
+        with pytest.raises(RuntimeError, match="while an open collection runs"):
+            fleet.collect(5, ["a"], 1.0, strategy.check_update)
+        result: dict = {}
+        evaluating = threading.Thread(target=lambda: result.update(got=fleet.collect_evaluations(
+            10, ["a", "b"], 10.0, lambda record, evaluation: None)))
+        evaluating.start()
+        time.sleep(0.2)
+        update = Update("global", dict(strategy.weights), 10, {})
+        send_as(peers["a"], topics, "a", update, 3)  # its training, done during the evaluation
+        send_as(peers["a"], topics, "a", Evaluation("global", 12, 9, 3.0), 10)
+        send_as(peers["b"], topics, "b", Evaluation("global", 8, 8, 1.0), 10)
+        evaluating.join(15.0)
+        assert sorted(result["got"].reports) == ["a", "b"] and result["got"].reports["a"].correct == 9
+        updates, _, _ = _arrivals(fleet, 1)
+        assert list(updates) == ["a"] and updates["a"].round == 3  # kept for the next version
+        send_as(peers["b"], topics, "b", update, 4)  # b's plan is still open after the evaluation
+        updates, _, _ = _arrivals(fleet, 1)
+        assert list(updates) == ["b"] and fleet.rejection_count == 0, list(fleet.rejections)
+        fleet.close_collection()

@@ -55,7 +55,8 @@ def cleanup():
 
 
 def _devices(url: str, job: str, mnist, shards, cleanup, names=("d0", "d1", "d2")) -> list[Device]:
-    devices = [Device(url, job, name, mnist, shards[i], chunk_size=DEFAULT_CHUNK_SIZE)
+    """Real devices (a fifth of each one's data held out for federated evaluation), in threads."""
+    devices = [Device(url, job, name, mnist, shards[i], chunk_size=DEFAULT_CHUNK_SIZE, holdout=0.2)
                for i, name in enumerate(names)]
     for device in devices:
         cleanup.callback(device.close)
@@ -75,6 +76,9 @@ def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_ver
     assert rounds[1]["metrics"]["staleness_max"] >= 1
     assert max(r["metrics"]["in_flight"] for r in rounds) >= 1  # plans were out while the model stepped
     assert all(r["accuracy"] for r in rounds)
+    # every version evaluated by the devices too, on their held-out data, while they held plans
+    assert all(r["evaluation"]["devices"] == 3 and r["evaluation"]["samples"] > 0 for r in rounds), rounds
+    assert all(abs(r["federated_accuracy"]["0.25"] - r["accuracy"]["0.25"]) < 0.15 for r in rounds), rounds
     tags = [set(d.client.rounds_trained) for d in devices]
     assert all(tags) and not set.intersection(*tags)  # each plan under a tag of its own
     for device in devices:

@@ -134,10 +134,10 @@ class Device:
     """A `DeviceClient` in a thread; `url` may point at a fault proxy."""
 
     def __init__(self, url: str, job: str, device_id: str, mnist, shard: np.ndarray,
-                 reassembly_timeout_s: float = 30.0, chunk_size: int = CHUNK) -> None:
+                 reassembly_timeout_s: float = 30.0, chunk_size: int = CHUNK, holdout: float = 0.0) -> None:
         config = ClientConfig(device_id=device_id, transport=TransportConfig(url=url), job=job,
                               link=LinkConfig(chunk_size=chunk_size, reassembly_timeout_s=reassembly_timeout_s),
-                              heartbeat_s=600.0, register_retry_s=1.0)
+                              heartbeat_s=600.0, register_retry_s=1.0, holdout=holdout)
         self.client = DeviceClient(config, LocalData(mnist.x_train[shard], mnist.y_train[shard],
                                                      mnist.num_classes), load_profile("raspberry-pi-4b"))
         self.reason: str | None = None

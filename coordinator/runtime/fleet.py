@@ -137,14 +137,13 @@ class _Collection:
     tags: dict[str, int] | None = None
 
     def tag_of(self, device: str) -> int | None:
-        """The round tag ``device``'s answer must carry (None: nothing is asked of it)."""
-        if self.tags is not None:
-            return self.tags.get(device)
-        return self.round if device in self.participants else None
+        """The round tag of the answers collected from ``device``: the round's, or in an open
+        collection its own plan's (None: no plan of it is open)."""
+        return self.round if self.tags is None else self.tags.get(device)
 
     def expects(self, device: str, rnd: int) -> bool:
         """Is an answer of ``device`` tagged ``rnd`` one this collection waits for?"""
-        return self.tag_of(device) == rnd
+        return device in self.participants and self.tag_of(device) == rnd
 
     def collecting(self, device: str) -> str:
         """What is collected, as a rejection names it."""
@@ -899,9 +898,7 @@ class Fleet:
                      device, env.round + 1)
             record.miss_bits &= ~1  # slow, not silent (whatever the update holds: it is not counted)
             record.took_back = env.round  # once in a window: late updates after every silence do not wipe it
-        if col is None or not isinstance(env.body, col.kind) or (col.tags is not None
-                                                                   and not col.expects(device, env.round)) \
-                or (col.tags is None and env.round != col.round):
+        if col is None or not isinstance(env.body, col.kind) or env.round != col.tag_of(device):
             current = "none" if col is None else col.collecting(device)
             self._reject(device, ErrorCode.WRONG_ROUND, f"{what} for round {env.round + 1}; collecting: {current}",
                          env.msg_id)

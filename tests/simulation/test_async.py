@@ -91,6 +91,29 @@ def test_asynchronous_settings_are_checked() -> None:
             FederationConfig(**bad)
 
 
+def test_only_a_real_fleets_asynchronous_loop_is_paced_by_new_data() -> None:
+    """A simulated device's data does not grow: `AsyncLoop` refuses ``min_new_samples`` in one line,
+    `FleetAsyncLoop` (a real fleet's) takes it."""
+    from coordinator.runtime.async_loop import AsyncLoop
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
+    from coordinator.runtime.report import RunReport
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.models.zoo import mlp
+    from edge_sdk.networking.link import MessageLink
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
+    from edge_sdk.protocol.topics import Topics
+
+    def loop(cls):  # a fleet never connected: the loops' settings are checked when they are made
+        strategy = FedAvg(FederationConfig(seed=0, asynchronous=True, min_new_samples=10),
+                          mlp(in_features=16, num_classes=3, hidden=(8,)))
+        fleet = Fleet(MessageLink(MqttTransport(TransportConfig(url="mqtt://127.0.0.1:1"))), Topics(job="paced"))
+        return cls(strategy, fleet, RunReport("fedavg", {}))
+    with pytest.raises(ValueError, match="a simulated asynchronous job is not paced by new data"):
+        loop(AsyncLoop)
+    assert loop(FleetAsyncLoop).serving is not None
+
+
 def test_a_synchronous_round_drops_what_arrives_after_its_simulated_deadline(tmp_path, broker) -> None:
     free = _job(tmp_path, broker, "free", clients=4, rounds=1)
     laptop = max(free.rounds[0].seconds / 100, 0.001)  # far under a Pi's time, above a laptop's

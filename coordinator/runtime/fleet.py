@@ -385,13 +385,13 @@ class Fleet:
         end = start + timeout
         online = self.online()
         while time.monotonic() < end and len(online) < count:
-            self._progress(-1, len(online), count, 0, start)
+            self.progress(-1, len(online), count, 0, start)
             self.pump(0.2)
             online = self.online()
-        self._progress(-1, len(online), count, 0, start)
+        self.progress(-1, len(online), count, 0, start)
         return online
 
-    def _progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float,
+    def progress(self, rnd: int, done: int, total: int, bytes_up: int, start: float,
                   collecting: str = "update") -> None:
         """Tell `on_progress` when ``done`` changed, else at most every PROGRESS_EVERY_S."""
         now = time.monotonic()
@@ -585,7 +585,7 @@ class Fleet:
         up_before = sum(self.devices[d].bytes_up for d in participants)
 
         def progress() -> None:
-            self._progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
+            self.progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
                            sum(self.devices[d].bytes_up for d in participants) - up_before, start, col.kind.KIND)
         try:
             while time.monotonic() < end:

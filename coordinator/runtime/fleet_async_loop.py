@@ -135,6 +135,7 @@ class FleetAsyncLoop(AsyncLoop):
                 self._failed_in_a_row += 1
                 self._last_failure = why
             counts["plans_expired"] += self._expire()
+            fleet.progress(rnd, len(buffer), config.buffer_size, sum(u.nbytes for u in buffer.values()), started)
             if config.stop_after_failed_rounds and self._failed_in_a_row >= config.stop_after_failed_rounds \
                     * max(1, len(fleet.online())):
                 raise TrainingFailed(f"every device failed its training: {self._last_failure}")

@@ -67,7 +67,12 @@ def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_ver
         broker, mnist, shards, tmp_path, cleanup):
     job = f"async{uuid.uuid4().hex[:6]}"
     devices = _devices(broker.url, job, mnist, shards, cleanup)
-    run_coordinator(coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3)))
+    progress = []
+    run_coordinator(coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3)),
+                    on_progress=progress.append)
+    # a live display is told each version's buffer as it fills (of buffer_size = 2)
+    buffers = [p for p in progress if p.round >= 0 and p.collecting == "update"]
+    assert {p.round for p in buffers} == {0, 1, 2} and all(p.total == 2 and p.done <= 2 for p in buffers), progress
     first = json.loads((tmp_path / "report" / "report.json").read_text())
     rounds = first["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3] and [r["version"] for r in rounds] == [1, 2, 3]

@@ -500,10 +500,13 @@ class Fleet:
         return True
 
     def collect_evaluations(self, rnd: int, devices: list[str], deadline_s: float,
-                            check: Callable[[DeviceRecord, Evaluation], None]) -> CollectedEvaluations:
+                            check: Callable[[DeviceRecord, Evaluation], None],
+                            shown_round: int | None = None) -> CollectedEvaluations:
         """The `Evaluation`s of round ``rnd`` from ``devices`` (each sent an `Evaluate`), until all
-        online ones answered or the deadline; a device that drops out is counted, not waited for."""
-        col = self._wait_for(_Collection(rnd, set(devices), check, Evaluation), devices, deadline_s)
+        online ones answered or the deadline; a device that drops out is counted, not waited for.
+        ``shown_round``: the round a live display names, when ``rnd`` is only a tag (asynchronous jobs)."""
+        col = self._wait_for(_Collection(rnd, set(devices), check, Evaluation), devices, deadline_s,
+                             shown_round=shown_round)
         return CollectedEvaluations({d: col.accepted[d] for d in devices if d in col.accepted},
                                     [d for d in devices if d not in col.accepted])
 
@@ -575,18 +578,20 @@ class Fleet:
             record.last_asked = tag
 
     def _wait_for(self, col: _Collection, participants: list[str], deadline_s: float,
-                  pacer: PlanPacer | None = None) -> _Collection:
+                  pacer: PlanPacer | None = None, shown_round: int | None = None) -> _Collection:
         """Handle messages until every participant still expected answered ``col``, or the deadline
-        (``pacer``: sends the plans as the answers come)."""
+        (``pacer``: sends the plans as the answers come; ``shown_round``: see `collect_evaluations`)."""
         self._collecting = col
         rnd = col.round
         start = time.monotonic()
         end = start + deadline_s
         up_before = sum(self.devices[d].bytes_up for d in participants)
 
+        shown = rnd if shown_round is None else shown_round
+
         def progress() -> None:
-            self.progress(rnd, len(col.accepted) + len(col.declined), len(col.participants),
-                           sum(self.devices[d].bytes_up for d in participants) - up_before, start, col.kind.KIND)
+            self.progress(shown, len(col.accepted) + len(col.declined), len(col.participants),
+                          sum(self.devices[d].bytes_up for d in participants) - up_before, start, col.kind.KIND)
         try:
             while time.monotonic() < end:
                 waiting = [d for d in col.participants

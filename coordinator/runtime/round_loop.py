@@ -408,7 +408,8 @@ class RoundLoop:
     def _federated_evaluation(self, rnd: int, record: RoundRecord) -> RoundRecord:
         """Ask the online devices (`eval_devices` of them) to evaluate the model each would be
         served on its held-out data, wait for their counts until all answered or the deadline,
-        and fold them per model label into ``record``."""
+        and fold them per model label into ``record`` (``rnd``: the requests' round tag; an
+        asynchronous job's is a tag of its own, its display names ``record.round``)."""
         strategy, fleet, config = self.strategy, self.fleet, self.config
         started = time.monotonic()
         rng = np.random.default_rng([config.seed, rnd, 0xE7A1])  # apart from the training's draws
@@ -431,7 +432,8 @@ class RoundLoop:
         asked = list(labels)
         up_before = sum(fleet.devices[d].bytes_up for d in asked)
         deadline = config.eval_deadline_s if config.eval_deadline_s is not None else config.round_deadline_s
-        collected = fleet.collect_evaluations(rnd, asked, deadline, self._evaluation_check(labels))
+        collected = fleet.collect_evaluations(rnd, asked, deadline, self._evaluation_check(labels),
+                                              shown_round=record.round)
         result = strategy.aggregate_evaluate(rnd, collected.reports, collected.missing)
         for device_id, report in collected.reports.items():
             self._count(rnd, device_id, report.label, held_out=report.num_samples, correct=report.correct)

@@ -72,6 +72,7 @@ def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_ver
                     on_progress=progress.append)
     # a live display is told each version's buffer as it fills (of buffer_size = 2)
     buffers = [p for p in progress if p.round >= 0 and p.collecting == "update"]
+    assert {p.round for p in progress if p.collecting == "evaluation"} == {0, 1, 2}  # versions, not plan tags
     assert {p.round for p in buffers} == {0, 1, 2} and all(p.total == 2 and p.done <= 2 for p in buffers), progress
     first = json.loads((tmp_path / "report" / "report.json").read_text())
     rounds = first["rounds"]

@@ -2,11 +2,13 @@
 PLAID test series at a time, MiniRocket (the transform inside the model) against cnn1d, the same
 exported way (`export_onnx` with PLAID's preprocessing: any length is resampled inside the graph).
 
-    OMP_NUM_THREADS=1 python bench/series_model_cost.py [--series 200] [--widths 0.25,0.5,0.75,1]
+    OMP_NUM_THREADS=1 python bench/series_model_cost.py [--series 200] [--widths 0.25,0.5,0.75,1] [--save DIR]
 
 Prints each model's file size, median and p90 milliseconds a series (the archive's raw lengths,
 134-1,000 values), and the ratio MiniRocket / cnn1d measured in the same run; with ``--widths``,
-MiniRocket at each width (HeteroFL's: a share of its 84 kernels) as well.
+MiniRocket at each width (HeteroFL's: a share of its 84 kernels) as well. ``--save DIR`` keeps the
+models and the series (``series.npz``) for ``bench/series_onnx_cost.py`` (e.g. under an emulated
+aarch64 Python: ``deploy/raspberrypi/aarch64_check.sh --onnx DIR``).
 """
 
 from __future__ import annotations
@@ -48,13 +50,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--series", type=int, default=200, help="raw test series timed (default %(default)s)")
     p.add_argument("--widths", default="1", help="minirocket's widths timed (default %(default)s)")
+    p.add_argument("--save", type=Path, help="keep the models and the series in this folder")
     args = p.parse_args()
     models = [("cnn1d", 1.0)] + [("minirocket", float(w)) for w in args.widths.split(",")]
     torch.set_num_threads(1)
     dataset = load_dataset("plaid")
     raw = [np.asarray(s, np.float32) for s in read_ts(sensor_files("plaid")[1]).series[:args.series]]
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.save or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        if args.save:
+            np.savez(tmp / "series.npz", **{f"s{i}": np.ravel(s) for i, s in enumerate(raw)})
         for family, width in models:
             torch.manual_seed(0)
             model = build_model(model_for_dataset(family, dataset.input_shape, dataset.num_classes,

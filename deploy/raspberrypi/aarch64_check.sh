@@ -5,6 +5,7 @@
 #
 #   sudo deploy/raspberrypi/aarch64_check.sh [--cpu cortex-a72] [--torch SPEC] [--rounds N] [--work DIR]
 #   sudo deploy/raspberrypi/aarch64_check.sh --coordinator [--cpu cortex-a72] [--torch SPEC] [--work DIR]
+#   sudo deploy/raspberrypi/aarch64_check.sh --onnx DIR [--cpu cortex-a72] [--work DIR]
 #
 # --cpu cortex-a72 is the Raspberry Pi 4's core (ARMv8.0, no LSE atomics): torch builds that
 # need newer instructions die here with SIGILL exactly as on a Pi 4. Needs a Debian host
@@ -13,6 +14,8 @@
 # --coordinator checks an ARM home server instead: edgefl[coordinator] resolved for aarch64 (by
 # uv, which evaluates its markers for aarch64: no NNI), REFT's pruning with torch-pruning and the
 # ONNX export of every pruned level checked by onnxruntime, then a whole REFT job, all under qemu.
+# --onnx DIR times the series models of DIR (bench/series_model_cost.py --save DIR) with onnxruntime
+# under the arm64 Python (bench/series_onnx_cost.py): what serving them costs an emulated Pi 4 core.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS=${2:?}; shift ;;
         --work) WORK=${2:?}; shift ;;
         --coordinator) MODE=coordinator ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --onnx) MODE=onnx; ONNX_DIR=$(cd "${2:?}" && pwd); shift ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) die "unknown option $1" ;;
     esac
     shift
@@ -42,7 +46,7 @@ done
 
 QEMU=$(command -v qemu-aarch64-static) || die "apt install qemu-user-static"
 MOSQUITTO=$(command -v mosquitto || echo /usr/sbin/mosquitto)
-[ "$MODE" = coordinator ] || [ -x "$MOSQUITTO" ] || die "apt install mosquitto"
+[ "$MODE" != device ] || [ -x "$MOSQUITTO" ] || die "apt install mosquitto"
 command -v dpkg-deb >/dev/null || die "needs a Debian host (dpkg-deb, apt-get)"
 mkdir -p "$WORK"/{debs,wheels,run}
 START=$(date +%s)
@@ -82,6 +86,26 @@ done > "$ROOT/proc/cpuinfo"
 PY=("$QEMU" -cpu "$CPU" -L "$ROOT" "$ROOT/usr/bin/python3.11")
 "${PY[@]}" -c 'import platform, ssl; assert platform.machine() == "aarch64"' \
     || die "the arm64 Python does not run under qemu"
+
+# pip's options for PyPI's aarch64 wheels (CPython 3.11)
+PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none
+          --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64
+          --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64)
+
+# The series models' cost under the arm64 Python: onnxruntime and numpy from aarch64 wheels.
+onnx_check() {
+    local site=$WORK/onnx-site version
+    version=$("$HOST_PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null || echo "")
+    if [ ! -d "$site/onnxruntime" ]; then
+        say "installing onnxruntime${version:+ $version} and numpy from aarch64 wheels"
+        PIP_CONSTRAINT="" "$HOST_PYTHON" -m pip install -q "${PLATFORM[@]}" --target "$site" --no-deps \
+            "onnxruntime${version:+==$version}" "numpy>=1.24" flatbuffers packaging protobuf sympy mpmath
+    fi
+    say "arm64 Python ($CPU): the series models of $ONNX_DIR"
+    PYTHONPATH=$site "${PY[@]}" "$REPO_DIR/bench/series_onnx_cost.py" "$ONNX_DIR" --series "${ONNX_SERIES:-20}"
+    say "the same here ($(uname -m), native)"
+    "$HOST_PYTHON" "$REPO_DIR/bench/series_onnx_cost.py" "$ONNX_DIR" --series "${ONNX_SERIES:-20}"
+}
 
 # An ARM home server: the coordinator extra as `pip install edgefl[coordinator]` gets it on aarch64,
 # then REFT's pruning, the ONNX export of each pruned level and a whole REFT job, under qemu.
@@ -152,13 +176,14 @@ if [ "$MODE" = coordinator ]; then
     coordinator_check
     exit 0
 fi
+if [ "$MODE" = onnx ]; then
+    onnx_check
+    exit 0
+fi
 
 # 2. The edge SDK from aarch64 wheels: torch (CPU build, no CUDA), numpy, paho-mqtt, msgpack,
 #    cryptography (with cffi and pycparser).
 SITE=$WORK/site-${TORCH_SPEC//[^A-Za-z0-9.]/_}
-PLATFORM=(--only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none
-          --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64
-          --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64)
 if [ ! -d "$SITE/torch" ] || [ ! -d "$SITE/cryptography" ]; then
     say "installing $TORCH_SPEC and the SDK's dependencies from aarch64 wheels"
     build_wheel

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import coordinator.runtime.fleet as fleet_module
 import coordinator.runtime.fleet_async_loop as fleet_async_loop
 from coordinator.runtime.coordinator_command import coordinator_config_from_toml, run_coordinator
 from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
@@ -23,7 +25,7 @@ from edge_sdk.profiling import load_profile
 from edge_sdk.protocol.chunking import DEFAULT_CHUNK_SIZE
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.messages import (
-    Ack, Envelope, Model, Plan, Register, Update, decode_envelope, encode_envelope,
+    Ack, Envelope, Model, Plan, Register, Status, Update, decode_envelope, encode_envelope,
 )
 from edge_sdk.protocol.topics import Topics
 from tests.fleet.test_faults import WAIT, Device, coordinator_toml
@@ -155,3 +157,65 @@ def test_a_plan_unanswered_in_time_is_closed_its_late_update_refused_and_its_dev
             "message": f"update for round {first_plan.round + 1}; collecting: its plan of round {plans[1].round + 1}"
             } in report.rejections or any(r["device"] == "silent" and r["code"] == ErrorCode.WRONG_ROUND
                                           for r in report.rejections), report.rejections
+
+
+def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes_back(
+        broker, mnist, shards, tmp_path, cleanup, monkeypatch):
+    """A phone holding a plan goes offline (its last will): past the rejoin grace its plan is closed
+    and counted, and the job goes on with the others; when it comes back online it is sent the
+    version current then, not the one it left with."""
+    monkeypatch.setattr(fleet_module, "REJOIN_GRACE_S", 0.5)
+    job = f"asyncp{uuid.uuid4().hex[:6]}"
+    topics = Topics(job=job)
+    phone = raw_device(broker.url, topics, "phone")
+    cleanup.callback(phone.close)
+    _devices(broker.url, job, mnist, shards, cleanup, names=("d0", "d1"))
+    asked: list[tuple[str, int]] = []
+    original = FleetAsyncLoop._ask
+
+    def recording_ask(loop, device):
+        asked.append((device, loop.version))
+        return original(loop, device)
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", recording_ask)
+    closed: list[str] = []
+    close_plan = fleet_module.Fleet.close_plan
+
+    def recording_close(fleet, device):
+        closed.append(device)
+        return close_plan(fleet, device)
+    monkeypatch.setattr(fleet_module.Fleet, "close_plan", recording_close)
+    config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=80))
+    result: dict = {}
+    coordinator = threading.Thread(target=lambda: result.update(report=run_coordinator(config)), daemon=True)
+    coordinator.start()
+
+    def status(state: str, stamp: int) -> None:
+        phone.publish(topics.status("phone"), encode_envelope(Envelope.of(Status(state, "", {}, stamp), "phone")))
+    register = Register(profile=load_profile("android-midrange").to_dict(), num_samples=50)
+    plans = 0
+    while plans < 2:
+        if plans == 0:  # until the coordinator, subscribing meanwhile, has it and sends a plan
+            send_as(phone, topics, "phone", register, -1)
+        message = phone.receive(1.0 if plans == 0 else WAIT)
+        assert message is not None or plans == 0, "the phone was not asked again after it came back"
+        if message is None or not isinstance(decode_envelope(message.payload).body, Plan):
+            continue
+        plans += 1
+        if plans == 1:  # it leaves with its plan, and comes back once the job has moved on
+            status("offline", 1)
+            left_at = len(asked)
+            while "phone" not in closed or len([d for d, _ in asked[left_at:] if d != "phone"]) < 10:
+                assert coordinator.is_alive(), "the job ended before the phone's plan was closed"
+                time.sleep(0.1)
+            status("online", 2)
+    while coordinator.is_alive():  # the job's end: the published model acknowledged as a device does
+        message = phone.receive(0.2)
+        if message is not None and isinstance((env := decode_envelope(message.payload)).body, Model):
+            phone.publish(topics.uplink("phone"), encode_envelope(Envelope.of(Ack("installed"), "phone",
+                                                                               reply_to=env.msg_id)))
+    assert "report" in result, "the job failed"
+    report = result["report"]
+    versions = [v for d, v in asked if d == "phone"]
+    assert len(versions) >= 2 and versions[1] > versions[0], asked  # the current version, not its old one
+    assert sum(r.metrics["plans_expired"] for r in report.rounds) >= 1
+    assert all("phone" not in r.participants for r in report.rounds)

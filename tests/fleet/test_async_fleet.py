@@ -65,6 +65,35 @@ def _devices(url: str, job: str, mnist, shards, cleanup, names=("d0", "d1", "d2"
     return devices
 
 
+def _record_asks(monkeypatch) -> list[tuple[str, int]]:
+    """(device, the version it was sent) for every plan `FleetAsyncLoop` sends from now on."""
+    asked: list[tuple[str, int]] = []
+    original = FleetAsyncLoop._ask
+
+    def recording_ask(loop, device):
+        asked.append((device, loop.version))
+        return original(loop, device)
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", recording_ask)
+    return asked
+
+
+def _coordinator(config) -> tuple[threading.Thread, dict]:
+    """`run_coordinator` in a thread; its report lands in the dict under "report"."""
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(report=run_coordinator(config)), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _ack_models_until_done(peer, topics: Topics, device: str, coordinator: threading.Thread) -> None:
+    """Until the job ends, acknowledge its published model as a device does (the job waits for that)."""
+    while coordinator.is_alive():
+        message = peer.receive(0.2)
+        if message is not None and isinstance((env := decode_envelope(message.payload)).body, Model):
+            peer.publish(topics.uplink(device), encode_envelope(Envelope.of(Ack("installed"), device,
+                                                                              reply_to=env.msg_id)))
+
+
 def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_versions(
         broker, mnist, shards, tmp_path, cleanup):
     job = f"async{uuid.uuid4().hex[:6]}"
@@ -112,17 +141,9 @@ def test_a_plan_unanswered_in_time_is_closed_its_late_update_refused_and_its_dev
     silent = raw_device(broker.url, topics, "silent")
     cleanup.callback(silent.close)
     _devices(broker.url, job, mnist, shards, cleanup, names=("d0", "d1"))
-    asked: list[tuple[str, int]] = []
-    original = FleetAsyncLoop._ask
-
-    def recording_ask(loop, device):
-        asked.append((device, loop.version))
-        return original(loop, device)
-    monkeypatch.setattr(FleetAsyncLoop, "_ask", recording_ask)
+    asked = _record_asks(monkeypatch)
     config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=80, deadline_s=1.0))
-    result: dict = {}
-    coordinator = threading.Thread(target=lambda: result.update(report=run_coordinator(config)), daemon=True)
-    coordinator.start()
+    coordinator, result = _coordinator(config)
     register = Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50)
     plans, registered = [], False
     while len(plans) < 2:  # its first plan, and the one it is sent after the first closed
@@ -141,11 +162,7 @@ def test_a_plan_unanswered_in_time_is_closed_its_late_update_refused_and_its_dev
     # its update of the closed first plan, sent late: refused, counted
     send_as(silent, topics, "silent", Update(first_plan.body.label, dict(first_plan.body.tensors), 50, {}),
             first_plan.round)
-    while coordinator.is_alive():  # until the job ends: the published model acknowledged as a device does
-        message = silent.receive(0.2)
-        if message is not None and isinstance((env := decode_envelope(message.payload)).body, Model):
-            silent.publish(topics.uplink("silent"), encode_envelope(Envelope.of(Ack("installed"), "silent",
-                                                                                reply_to=env.msg_id)))
+    _ack_models_until_done(silent, topics, "silent", coordinator)
     assert "report" in result, "the job failed"
     report = result["report"]
     assert sum(r.metrics["plans_expired"] for r in report.rounds) >= 1
@@ -170,13 +187,7 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
     phone = raw_device(broker.url, topics, "phone")
     cleanup.callback(phone.close)
     _devices(broker.url, job, mnist, shards, cleanup, names=("d0", "d1"))
-    asked: list[tuple[str, int]] = []
-    original = FleetAsyncLoop._ask
-
-    def recording_ask(loop, device):
-        asked.append((device, loop.version))
-        return original(loop, device)
-    monkeypatch.setattr(FleetAsyncLoop, "_ask", recording_ask)
+    asked = _record_asks(monkeypatch)
     closed: list[str] = []
     close_plan = fleet_module.Fleet.close_plan
 
@@ -185,9 +196,7 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
         return close_plan(fleet, device)
     monkeypatch.setattr(fleet_module.Fleet, "close_plan", recording_close)
     config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=80))
-    result: dict = {}
-    coordinator = threading.Thread(target=lambda: result.update(report=run_coordinator(config)), daemon=True)
-    coordinator.start()
+    coordinator, result = _coordinator(config)
 
     def status(state: str, stamp: int) -> None:
         phone.publish(topics.status("phone"), encode_envelope(Envelope.of(Status(state, "", {}, stamp), "phone")))
@@ -208,11 +217,7 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
                 assert coordinator.is_alive(), "the job ended before the phone's plan was closed"
                 time.sleep(0.1)
             status("online", 2)
-    while coordinator.is_alive():  # the job's end: the published model acknowledged as a device does
-        message = phone.receive(0.2)
-        if message is not None and isinstance((env := decode_envelope(message.payload)).body, Model):
-            phone.publish(topics.uplink("phone"), encode_envelope(Envelope.of(Ack("installed"), "phone",
-                                                                               reply_to=env.msg_id)))
+    _ack_models_until_done(phone, topics, "phone", coordinator)
     assert "report" in result, "the job failed"
     report = result["report"]
     versions = [v for d, v in asked if d == "phone"]

@@ -128,16 +128,14 @@ class AsyncLoop(RoundLoop):
     def _round(self, rnd: int) -> RoundRecord:
         """Fold updates as they arrive until a buffer is full, then step the model: version ``rnd + 1``."""
         started, before = time.monotonic(), self.clock.now
-        config, strategy = self.config, self.strategy
+        config = self.config
         self._counts = {}
         buffer: dict[str, ReceivedUpdate] = {}
         staleness: list[int] = []
         refused, down, dispatched = 0, 0, 0
         held, self._held = self._held, []
         for item in held:  # held from the last buffer: in arrival order, a place each
-            refused += not self._fold(item, buffer, staleness)
-            if item not in self._held:  # folded or refused: its device is free again
-                self._busy.discard(item.device_id)
+            refused += not self._take(item, buffer, staleness)
         self._slots()
         while len(buffer) < config.buffer_size:
             if not self._in_flight and not self._starting:
@@ -152,28 +150,54 @@ class AsyncLoop(RoundLoop):
                 continue
             item = heapq.heappop(self._in_flight)
             self.clock.now = item.arrives
-            refused += not self._fold(item, buffer, staleness)
-            if item not in self._held:  # a device whose update waits for the next buffer waits with it
-                self._busy.discard(item.device_id)
+            refused += not self._take(item, buffer, staleness)
             self._fill_slot(self.clock.now, *self._idle(self.clock.now, self.fleet.online()))
+        return self._step(rnd, buffer, staleness, {
+            "sim_time_s": self.clock.now, "dispatches": float(self._dispatches), "dispatched": float(dispatched),
+            "stale_refused": float(refused), "in_flight": float(len(self._in_flight))},
+            down, started, seconds=self.clock.now - before)
+
+    def _step(self, rnd: int, buffer: dict[str, ReceivedUpdate], staleness: list[int], metrics: dict[str, float],
+              down: int, started: float, seconds: float | None = None) -> RoundRecord:
+        """Step the model with the full ``buffer``: version ``rnd + 1``'s record, with the loop's own
+        ``metrics`` after the staleness figures (``seconds``: since the last version; None: the host's
+        since ``started``), evaluated, by the devices too when this version is."""
         updates = list(buffer.values())
         for received in updates:
             self._count(rnd, received.device_id, received.update.label, trained=received.update.num_samples)
-        metrics = strategy.aggregate(rnd, updates, {})
+        aggregated = self.strategy.aggregate(rnd, updates, {})
         self._hold_rocket_biases(rnd)
-        metrics = {**metrics, "staleness_mean": float(np.mean(staleness)), "staleness_max": float(max(staleness)),
-                   "sim_time_s": self.clock.now, "dispatches": float(self._dispatches),
-                   "dispatched": float(dispatched), "stale_refused": float(refused),
-                   "in_flight": float(len(self._in_flight))}
+        self.fleet.apply_pending_profiles()  # re-measured devices: their labels from the next plan on
+        metrics = {**aggregated, "staleness_mean": float(np.mean(staleness)),
+                   "staleness_max": float(max(staleness)), **metrics}
         accuracy, loss, metrics = self._evaluate(rnd, metrics)
+        host_seconds = time.monotonic() - started
         record = RoundRecord(round=rnd, accuracy=accuracy, loss=loss, bytes_down=down,
-                             bytes_up=sum(u.nbytes for u in updates), seconds=self.clock.now - before,
-                             host_seconds=time.monotonic() - started, participants=sorted(buffer),
-                             aggregated=True, metrics=metrics)
-        if self.evaluates(rnd) and config.federated_eval:
+                             bytes_up=sum(u.nbytes for u in updates),
+                             seconds=host_seconds if seconds is None else seconds, host_seconds=host_seconds,
+                             participants=sorted(buffer), aggregated=True, metrics=metrics)
+        if self.evaluates(rnd) and self.config.federated_eval:
             record = self._federated_evaluation(self._next_tag(), record)
         self.device_counts = [self._counts[d] for d in sorted(self._counts)]
         return record
+
+    def _take(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
+        """`_fold` ``item``; its device is free again unless its update waits for the next buffer
+        (then it waits with it). False: refused."""
+        folded = self._fold(item, buffer, staleness)
+        if item not in self._held:
+            self._busy.discard(item.device_id)
+        return folded
+
+    def _training_failed(self, why: str) -> None:
+        """A device's training failed (or brought nothing): the job stops once that happened
+        `stop_after_failed_rounds` times in a row for every online device."""
+        self._failed_in_a_row += 1
+        self._last_failure = why
+        config = self.config
+        if config.stop_after_failed_rounds and self._failed_in_a_row >= config.stop_after_failed_rounds \
+                * max(1, len(self.fleet.online())):
+            raise TrainingFailed(f"every device failed its training: {self._last_failure}")
 
     def _fold(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
         """Fold an arrived update into ``buffer`` (or hold it for the next buffer when its device, or
@@ -224,11 +248,7 @@ class AsyncLoop(RoundLoop):
                                   quorum=1)
         received = collected.updates.get(device_id)
         if received is None:  # failed, declined or silent: tried again later
-            self._failed_in_a_row += 1
-            self._last_failure = collected.failures.get(device_id, "no update")
-            if config.stop_after_failed_rounds and self._failed_in_a_row >= config.stop_after_failed_rounds \
-                    * max(1, len(fleet.online())):
-                raise TrainingFailed(f"every device failed its training: {self._last_failure}")
+            self._training_failed(collected.failures.get(device_id, "no update"))
             self._seq += 1
             heapq.heappush(self._starting, (self.clock.now + RETRY_AFTER_S, self._seq, device_id))
             return down + sent.get(device_id, 0)

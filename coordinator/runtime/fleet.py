@@ -563,7 +563,9 @@ class Fleet:
         self._open_col = None
 
     def _close(self, col: _Collection, device: str, missed: bool | None) -> None:
-        tag = col.tags.pop(device) if col.tags is not None else col.round
+        """Close ``device``'s plan in the open collection ``col`` (``missed``: count it in its miss
+        bits, True or False; None: not at all)."""
+        tag = col.tags.pop(device)
         col.participants.discard(device)
         col.lost.discard(device)
         col.resent.pop(device, None)

@@ -103,9 +103,7 @@ class FleetAsyncLoop(AsyncLoop):
         down = 0
         held, self._held = self._held, []
         for item in held:  # held from the last buffer: a place each, in arrival order
-            counts["stale_refused"] += not self._fold(item, buffer, staleness)
-            if item not in self._held:
-                self._busy.discard(item.device_id)
+            counts["stale_refused"] += not self._take(item, buffer, staleness)
         idle_since = time.monotonic()
         while len(buffer) < config.buffer_size:
             sent, asked = self._fill_slots()
@@ -124,39 +122,19 @@ class FleetAsyncLoop(AsyncLoop):
                 plan = self._open_plans.pop(device)
                 self._seq += 1
                 item = InFlight(time.monotonic(), self._seq, device, plan.version, received, plan.base)
-                counts["stale_refused"] += not self._fold(item, buffer, staleness)
-                if item not in self._held:
-                    self._busy.discard(device)
+                counts["stale_refused"] += not self._take(item, buffer, staleness)
                 self._failed_in_a_row = 0
             for device in [*arrived.declined, *arrived.failed]:
                 counts["declined"] += 1
                 self._drop(device, rest=True)
             for why in arrived.failed.values():
-                self._failed_in_a_row += 1
-                self._last_failure = why
+                self._training_failed(why)
             counts["plans_expired"] += self._expire()
             fleet.progress(rnd, len(buffer), config.buffer_size, sum(u.nbytes for u in buffer.values()), started)
-            if config.stop_after_failed_rounds and self._failed_in_a_row >= config.stop_after_failed_rounds \
-                    * max(1, len(fleet.online())):
-                raise TrainingFailed(f"every device failed its training: {self._last_failure}")
-        updates = list(buffer.values())
-        for received in updates:
-            self._count(rnd, received.device_id, received.update.label, trained=received.update.num_samples)
-        metrics = self.strategy.aggregate(rnd, updates, {})
-        self._hold_rocket_biases(rnd)
-        fleet.apply_pending_profiles()  # re-measured devices: their labels from the next plan on
-        metrics = {**metrics, "staleness_mean": float(np.mean(staleness)), "staleness_max": float(max(staleness)),
-                   "dispatches": float(self._dispatches), "in_flight": float(len(self._open_plans)),
-                   **{k: float(v) for k, v in counts.items()}}
-        accuracy, loss, metrics = self._evaluate(rnd, metrics)
-        seconds = time.monotonic() - started
-        record = RoundRecord(round=rnd, accuracy=accuracy, loss=loss, bytes_down=down,
-                             bytes_up=sum(u.nbytes for u in updates), seconds=seconds, host_seconds=seconds,
-                             participants=sorted(buffer), aggregated=True, metrics=metrics)
-        if self.evaluates(rnd) and config.federated_eval:  # the plans out keep running; updates wait
-            record = self._federated_evaluation(self._next_tag(), record)
-        self.device_counts = [self._counts[d] for d in sorted(self._counts)]
-        return record
+        # an evaluated version's federated evaluation: the plans out keep running, their updates wait
+        return self._step(rnd, buffer, staleness, {"dispatches": float(self._dispatches),
+                                                   "in_flight": float(len(self._open_plans)),
+                                                   **{k: float(v) for k, v in counts.items()}}, down, started)
 
     def _fill_slots(self) -> tuple[int, int]:
         """Send a plan to idle online devices (seeded draws) until ``concurrency`` plans are open;
@@ -195,10 +173,10 @@ class FleetAsyncLoop(AsyncLoop):
     def _expire(self) -> int:
         """Close the plans past ``round_deadline_s`` or whose devices went away; returns how many."""
         now, deadline = time.monotonic(), self.config.round_deadline_s
-        gone = [d for d, plan in self._open_plans.items()
-                if now - plan.sent_at > deadline or not self.fleet.still_expected(d)]
-        for device in gone:
-            why = "went away" if not self.fleet.still_expected(device) else f"sent nothing in {deadline:g} s"
+        gone = {d: "went away" if not self.fleet.still_expected(d) else f"sent nothing in {deadline:g} s"
+                for d, plan in self._open_plans.items()
+                if now - plan.sent_at > deadline or not self.fleet.still_expected(d)}
+        for device, why in gone.items():
             log.info("plan of %s (version %d) closed: it %s; it is sent the current version when next free",
                      device, self._open_plans[device].version, why)
             self.fleet.close_plan(device)

@@ -12,7 +12,9 @@ A plan not answered within ``round_deadline_s``, or whose device went away (offl
 rejoin grace), is closed and counted (``plans_expired``); its update, should it still come, is
 refused by the fleet as ``wrong_round`` and counted — never folded. A device that comes back,
 after minutes or hours, is idle: the next free slot may send it the current version. A device that
-declined or reported a failed training is not asked again for `RETRY_AFTER_S`.
+declined or reported a failed training is not asked again for `RETRY_AFTER_S`, twice that after a
+second decline in a row, and so on up to `MAX_REST_S` (a device outside its training window all night
+is asked, and says why not, a few times an hour, not every minute).
 
 A resumed job continues the versions of its checkpoint; the plans and held updates open when it
 stopped are lost (their devices are sent the current version), and its plans' tags start
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: a resumed job's plan tags start this far past the last version's count of plans sent
 RESUME_TAG_GAP = 1 << 20
+#: the longest a device that keeps declining waits before it is asked again
+MAX_REST_S = 3600.0
 #: the longest single wait for arrivals (the loop then checks deadlines and fills slots)
 WAIT_S = 1.0
 
@@ -72,6 +76,7 @@ class FleetAsyncLoop(AsyncLoop):
         super().__init__(*args, **kwargs)
         self._open_plans: dict[str, _OpenPlan] = {}
         self._resting: dict[str, float] = {}  # device -> time.monotonic() it may be asked again
+        self._declines: dict[str, int] = {}  # device -> plans it declined or failed in a row
         self._collection_open = False
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
@@ -124,8 +129,10 @@ class FleetAsyncLoop(AsyncLoop):
                 item = InFlight(time.monotonic(), self._seq, device, plan.version, received, plan.base)
                 counts["stale_refused"] += not self._take(item, buffer, staleness)
                 self._failed_in_a_row = 0
+                self._declines.pop(device, None)
             for device in [*arrived.declined, *arrived.failed]:
                 counts["declined"] += 1
+                self._declines[device] = self._declines.get(device, 0) + 1
                 self._drop(device, rest=True)
             for why in arrived.failed.values():
                 self._training_failed(why)
@@ -184,7 +191,8 @@ class FleetAsyncLoop(AsyncLoop):
         return len(gone)
 
     def _drop(self, device: str, rest: bool) -> None:
-        """Forget ``device``'s open plan (its base released); ``rest``: not asked for `RETRY_AFTER_S`."""
+        """Forget ``device``'s open plan (its base released); ``rest``: not asked for `RETRY_AFTER_S`
+        (doubled for each decline in a row beyond the first, at most `MAX_REST_S`)."""
         plan = self._open_plans.pop(device, None)
         if plan is not None:
             self._release(plan.base)
@@ -192,4 +200,5 @@ class FleetAsyncLoop(AsyncLoop):
                 record.new_samples = max(record.new_samples, plan.new_samples)
         self._busy.discard(device)
         if rest:
-            self._resting[device] = time.monotonic() + RETRY_AFTER_S
+            declines = self._declines.get(device, 1)
+            self._resting[device] = time.monotonic() + min(RETRY_AFTER_S * 2 ** min(declines - 1, 20), MAX_REST_S)

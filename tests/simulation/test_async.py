@@ -91,12 +91,10 @@ def test_asynchronous_settings_are_checked() -> None:
             FederationConfig(**bad)
 
 
-def test_only_a_real_fleets_asynchronous_loop_is_paced_by_new_data() -> None:
-    """A simulated device's data does not grow: `AsyncLoop` refuses ``min_new_samples`` in one line,
-    `FleetAsyncLoop` (a real fleet's) takes it."""
-    from coordinator.runtime.async_loop import AsyncLoop
+def _unconnected_loop(cls, **federation):
+    """An asynchronous loop of a small FedAvg job on a fleet never connected (its settings are
+    checked, its bookkeeping runs, nothing is sent)."""
     from coordinator.runtime.fleet import Fleet
-    from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
     from coordinator.runtime.report import RunReport
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.models.zoo import mlp
@@ -104,14 +102,40 @@ def test_only_a_real_fleets_asynchronous_loop_is_paced_by_new_data() -> None:
     from edge_sdk.networking.transport import MqttTransport, TransportConfig
     from edge_sdk.protocol.topics import Topics
 
-    def loop(cls):  # a fleet never connected: the loops' settings are checked when they are made
-        strategy = FedAvg(FederationConfig(seed=0, asynchronous=True, min_new_samples=10),
-                          mlp(in_features=16, num_classes=3, hidden=(8,)))
-        fleet = Fleet(MessageLink(MqttTransport(TransportConfig(url="mqtt://127.0.0.1:1"))), Topics(job="paced"))
-        return cls(strategy, fleet, RunReport("fedavg", {}))
+    strategy = FedAvg(FederationConfig(seed=0, asynchronous=True, **federation),
+                      mlp(in_features=16, num_classes=3, hidden=(8,)))
+    fleet = Fleet(MessageLink(MqttTransport(TransportConfig(url="mqtt://127.0.0.1:1"))), Topics(job="unconnected"))
+    return cls(strategy, fleet, RunReport("fedavg", {}))
+
+
+def test_only_a_real_fleets_asynchronous_loop_is_paced_by_new_data() -> None:
+    """A simulated device's data does not grow: `AsyncLoop` refuses ``min_new_samples`` in one line,
+    `FleetAsyncLoop` (a real fleet's) takes it."""
+    from coordinator.runtime.async_loop import AsyncLoop
+    from coordinator.runtime.fleet_async_loop import FleetAsyncLoop
+
     with pytest.raises(ValueError, match="a simulated asynchronous job is not paced by new data"):
-        loop(AsyncLoop)
-    assert loop(FleetAsyncLoop).serving is not None
+        _unconnected_loop(AsyncLoop, min_new_samples=10)
+    assert _unconnected_loop(FleetAsyncLoop, min_new_samples=10).serving is not None
+
+
+def test_a_device_that_keeps_declining_is_asked_less_and_less_often() -> None:
+    """A real fleet's device that declines (outside its training window) rests `RETRY_AFTER_S`,
+    twice that after its second decline in a row, ... at most `MAX_REST_S`."""
+    import time
+
+    from coordinator.runtime.fleet_async_loop import MAX_REST_S, RETRY_AFTER_S, FleetAsyncLoop
+
+    loop = _unconnected_loop(FleetAsyncLoop)
+    rests = []
+    for declines in (1, 2, 3, 10):
+        loop._declines["phone"] = declines
+        loop._drop("phone", rest=True)
+        rests.append(loop._resting["phone"] - time.monotonic())
+    expected = [RETRY_AFTER_S, 2 * RETRY_AFTER_S, 4 * RETRY_AFTER_S, MAX_REST_S]
+    assert all(e - 1 < r <= e for r, e in zip(rests, expected, strict=True)), rests
+    loop._drop("quiet", rest=True)  # a plan closed at its deadline, no decline: the plain rest
+    assert RETRY_AFTER_S - 1 < loop._resting["quiet"] - time.monotonic() <= RETRY_AFTER_S
 
 
 def test_a_synchronous_round_drops_what_arrives_after_its_simulated_deadline(tmp_path, broker) -> None:

@@ -12,9 +12,10 @@ MODEL_FAMILY_NAMES = ("cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp", "mini
 #: ``--model auto`` (the default): the family the input's shape calls for (`default_family`)
 AUTO = "auto"
 
-#: the methods that train a `minirocket` model: its transform is fixed, and HeteroFL's widths keep a
-#: share of its kernels (their features a prefix of the full width's); the others reshape every layer
-MINIROCKET_METHODS = ("fedavg", "fedprox", "heterofl")
+#: the methods that train a `minirocket` model: its transform is fixed, HeteroFL's widths keep a
+#: share of its kernels (their features a prefix of the full width's), FedPara factorises its head
+#: folded by kernel (`edge_sdk.models.fedpara`); the others reshape every layer
+MINIROCKET_METHODS = ("fedavg", "fedprox", "heterofl", "fedpara", "pfedpara")
 
 
 def default_family(input_shape: tuple[int, ...], method: str) -> str:

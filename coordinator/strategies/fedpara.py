@@ -25,7 +25,8 @@ import torch
 
 from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.methods.settings.options import as_report
-from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
+from edge_sdk.models.fedpara import FEDPARA_TYPES, folded_shape, personal_names, precompose
+from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
@@ -59,17 +60,20 @@ def _personal_params(layers: list[dict]) -> int:
     for layer in layers:
         if layer["type"] in FEDPARA_TYPES and layer.get("personal", False):
             r, k = layer["rank"], layer.get("kernel")
-            total += r * (layer["out"] + layer["in"]) + (r * r * k * k if k else 0)
+            rows, cols, _ = folded_shape(layer["out"], layer["in"], layer.get("blocks", 1), layer.get("block", 0))
+            total += r * (rows + cols) + (r * r * k * k if k else 0)
         total += sum(_personal_params(sub) for sub in _nested(layer))
     return total
 
 
 def _buffers(layers: list[dict]) -> int:
-    """Entries of the float buffers that travel (BatchNorm running statistics)."""
+    """Entries of the float buffers that travel (BatchNorm running statistics, MiniRocket's biases)."""
     total = 0
     for layer in layers:
-        if layer["type"] == "batchnorm2d" and layer.get("track_running_stats", True):
+        if layer["type"] in ("batchnorm1d", "batchnorm2d") and layer.get("track_running_stats", True):
             total += 2 * layer["channels"]
+        if layer["type"] == "minirocket":
+            total += layer_plan(layer).features
         total += sum(_buffers(sub) for sub in _nested(layer))
     return total
 

@@ -22,8 +22,17 @@ Initialisation (He, variance-matched through the products): every factor entry i
 ``T2`` ``N(0, 1/R)``), so a device starts from the shared model exactly (``W = W1``)
 and grows its personal modulation from there, LoRA-style; ``∂L/∂X2 ≠ 0`` at once.
 
+A linear layer whose inputs come in ``blocks`` equal blocks of ``block`` features (MiniRocket's
+head: one block per kernel, the kernel's dilations and biases within it) may be *folded*: the
+``out × blocks·block`` part of its weight is the ``blocks·out × block`` matrix of the product, row
+``k·out + c`` holding class ``c``'s weights on block ``k`` (so a narrower layer's blocks are a leading
+block of the rows); the ``in − blocks·block`` columns after them (MiniRocket's log scales) are a
+dense, shared ``tail``. A row per class leaves an unfolded product nothing to save (``R ≥ 1`` already
+costs ``2(m + n)`` of the dense ``m n``); folded, ``R`` near ``√block`` can still reach full rank at a
+third of the parameters or less.
+
 Spec layer types ``fedpara_linear`` (keys ``in``, ``out``, ``rank``, ``bias``,
-``tanh``, ``personal``) and ``fedpara_conv2d`` (plus ``kernel``, ``stride``,
+``tanh``, ``personal``, and ``blocks``, ``block`` to fold) and ``fedpara_conv2d`` (plus ``kernel``, ``stride``,
 ``padding``). FLOPs are those of the dense equivalent (composition is per batch).
 :func:`precompose` turns any network of these (or of modules with ``to_dense()``)
 into an ordinary dense one, so inference and ONNX export carry no overhead.
@@ -40,11 +49,11 @@ from torch import nn
 
 from edge_sdk.models.dense import dense_conv1d, dense_conv2d, dense_linear
 
-from edge_sdk.models.layers import (LAYER_TYPES, MAX_CHANNELS, Shape, bool_field, int_field,
+from edge_sdk.models.layers import (LAYER_TYPES, MAX_CHANNELS, Shape, SpecError, bool_field, int_field,
                                     register_layer)
 
 __all__ = ["DEFAULT_GAMMA", "MAX_RANK", "FedParaLinear", "FedParaConv1d", "FedParaConv2d", "rank_bounds",
-           "rank_from_gamma", "fedpara_weight_params", "personal_names", "precompose",
+           "rank_from_gamma", "fedpara_weight_params", "folded_shape", "linear_params", "personal_names", "precompose",
            "FEDPARA_TYPES"]
 
 DEFAULT_GAMMA = 0.1
@@ -60,6 +69,18 @@ def _positive_int(name: str, value: object) -> int:
     if type(value) is not int or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def folded_shape(out: int, inp: int, blocks: int = 1, block: int = 0) -> tuple[int, int, int]:
+    """``(rows, columns, tail)`` of a linear layer's product matrix and its dense tail: ``(out, in, 0)``
+    unfolded, ``(blocks·out, block, in − blocks·block)`` folded (``block = 0``: unfolded)."""
+    if block == 0:
+        if blocks != 1:
+            raise ValueError(f"blocks={blocks} needs the block's size (block > 0)")
+        return out, inp, 0
+    if blocks < 1 or block < 1 or blocks * block > inp:
+        raise ValueError(f"a fold of {blocks} blocks of {block} does not fit {inp} inputs")
+    return blocks * out, block, inp - blocks * block
 
 
 def fedpara_weight_params(out: int, inp: int, rank: int, kernel: int | None = None, dims: int = 2) -> int:
@@ -138,7 +159,7 @@ class _FedPara(nn.Module):
             nn.init.zeros_(self.bias)
 
     def _factors(self) -> list[nn.Parameter]:
-        return [p for n, p in self.named_parameters(recurse=False) if n != "bias"]
+        return [p for n, p in self.named_parameters(recurse=False) if n not in ("bias", "tail")]
 
     def _inner(self, index: int) -> torch.Tensor:
         raise NotImplementedError
@@ -156,25 +177,40 @@ class _FedPara(nn.Module):
 
 
 class FedParaLinear(_FedPara):
-    """``y = x Wᵀ + b`` with ``W = (X1 Y1ᵀ) ⊙ (X2 Y2ᵀ)`` (or ``W1 ⊙ (W2 + 1)`` if personal)."""
+    """``y = x Wᵀ + b`` with ``W = (X1 Y1ᵀ) ⊙ (X2 Y2ᵀ)`` (or ``W1 ⊙ (W2 + 1)`` if personal); with
+    ``blocks``/``block`` the product is the folded ``blocks·out × block`` matrix and a dense ``tail``
+    holds the inputs after the blocks."""
 
     def __init__(self, in_features: int, out_features: int, rank: int | None = None,
                  gamma: float | None = None, tanh: bool = False, bias: bool = True,
-                 personal: bool = False) -> None:
+                 personal: bool = False, blocks: int = 1, block: int = 0) -> None:
         super().__init__()
         self.in_features = _positive_int("in_features", in_features)
         self.out_features = _positive_int("out_features", out_features)
-        self.rank = _resolve_rank(out_features, in_features, rank, gamma, None)
+        self.blocks, self.block = blocks, block
+        rows, cols, tail = folded_shape(out_features, in_features, blocks, block)
+        self.rank = _resolve_rank(rows, cols, rank, gamma, None)
         self.use_tanh, self.personal = bool(tanh), bool(personal)
         r = self.rank
         for i in (1, 2):
-            setattr(self, f"x{i}", nn.Parameter(torch.empty(out_features, r)))
-            setattr(self, f"y{i}", nn.Parameter(torch.empty(in_features, r)))
+            setattr(self, f"x{i}", nn.Parameter(torch.empty(rows, r)))
+            setattr(self, f"y{i}", nn.Parameter(torch.empty(cols, r)))
+        self.tail = nn.Parameter(torch.empty(out_features, tail)) if tail else None
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         self._init_factors(in_features, 2, r)
+        if self.tail is not None:  # dense: the variance the composed weight starts with
+            nn.init.normal_(self.tail, 0.0, math.sqrt(INIT_GAIN2 / in_features))
 
     def _inner(self, index: int) -> torch.Tensor:
         return getattr(self, f"x{index}") @ getattr(self, f"y{index}").t()
+
+    def composed_weight(self) -> torch.Tensor:
+        product = super().composed_weight()
+        if self.block == 0:
+            return product
+        out = self.out_features  # row k·out + c is class c on block k
+        weight = product.reshape(self.blocks, out, self.block).permute(1, 0, 2).reshape(out, -1)
+        return weight if self.tail is None else torch.cat([weight, self.tail], dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.composed_weight(), self.bias)
@@ -184,8 +220,9 @@ class FedParaLinear(_FedPara):
         return dense_linear(self.composed_weight(), self.bias)
 
     def extra_repr(self) -> str:
+        fold = f", blocks={self.blocks}, block={self.block}" if self.block else ""
         return (f"in={self.in_features}, out={self.out_features}, rank={self.rank}, "
-                f"tanh={self.use_tanh}, personal={self.personal}")
+                f"tanh={self.use_tanh}, personal={self.personal}{fold}")
 
 
 class _FedParaConv(_FedPara):
@@ -281,6 +318,19 @@ def _flags(layer: dict) -> dict:
             "personal": layer["personal"]}
 
 
+def linear_params(layer: dict) -> int:
+    """Parameters of a (validated) ``fedpara_linear`` layer: factors, tail and bias."""
+    rows, cols, tail = folded_shape(layer["out"], layer["in"], layer["blocks"], layer["block"])
+    return fedpara_weight_params(rows, cols, layer["rank"]) + layer["out"] * (tail + layer["bias"])
+
+
+def _validate_linear(layer: dict) -> None:
+    try:
+        folded_shape(layer["out"], layer["in"], layer["blocks"], layer["block"])
+    except ValueError as exc:
+        raise SpecError(f"fedpara_linear: {exc}") from None
+
+
 def _linear_out(layer: dict, shape: Shape) -> Shape:
     return LAYER_TYPES["linear"].out_shape(layer, shape)  # type: ignore[misc]
 
@@ -298,11 +348,11 @@ _COMMON = {"out": int_field(1, MAX_CHANNELS), "rank": int_field(1, MAX_RANK),
 
 register_layer(
     "fedpara_linear",
-    lambda a: FedParaLinear(a["in"], a["out"], **_flags(a)),
-    None, _linear_out,
-    lambda a: fedpara_weight_params(a["out"], a["in"], a["rank"]) + a["out"] * a["bias"],
+    lambda a: FedParaLinear(a["in"], a["out"], blocks=a["blocks"], block=a["block"], **_flags(a)),
+    _validate_linear, _linear_out, linear_params,
     lambda a, s: 2 * a["in"] * a["out"],
-    schema={"in": int_field(1, 1 << 24), **_COMMON})
+    schema={"in": int_field(1, 1 << 24), "blocks": int_field(1, 4096, 1), "block": int_field(0, 1 << 24, 0),
+            **_COMMON})
 
 register_layer(
     "fedpara_conv2d",

@@ -7,7 +7,9 @@ from the *full-width* layer at the same position and the layer's ``γ`` (one ``g
 for all layers, ``layer_gammas={index: γ}`` overrides by position in walk order), so
 every width has the same ranks and cores: a width-``p`` network holds the first
 ``ceil(p·m)`` rows of each ``X`` and ``ceil(p·n)`` rows of each ``Y``, and its composed
-weights are exactly the top-left blocks of the full network's.
+weights are exactly the top-left blocks of the full network's. ``minirocket``'s head is folded by
+kernel (`edge_sdk.models.fedpara`: its rows ``kernel·classes + class``, its columns one kernel's
+features; a narrower width keeps the leading kernels' rows), its rank from the folded full-width matrix.
 :func:`naive_lowrank_spec` does the same with ``W = X Yᵀ`` layers whose parameter
 count matches FedPara's at the same ``γ``.
 """
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from edge_sdk.models.fedpara import DEFAULT_GAMMA, FEDPARA_TYPES, rank_from_gamma
+from edge_sdk.models.fedpara import DEFAULT_GAMMA, FEDPARA_TYPES, folded_shape, rank_from_gamma
 from edge_sdk.models.lowrank_naive import NAIVE_TYPES, naive_rank_matching
+from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 
@@ -95,6 +98,15 @@ def _finish(width_spec: dict, layers: list[dict], name: str, meta: dict) -> dict
                           "meta": {**width_spec.get("meta", {}), **meta}})
 
 
+def _fold(spec: dict) -> dict[str, int]:
+    """The fold of a ``minirocket`` network's head (one block per kept kernel); ``{}`` for other networks."""
+    rocket = next((layer for layer in spec["layers"] if layer["type"] == "minirocket"), None)
+    if rocket is None:
+        return {}
+    plan = layer_plan(rocket)
+    return {"blocks": plan.kernels, "block": plan.per_kernel}
+
+
 def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
                  gamma: float = DEFAULT_GAMMA, *, width: float = 1.0, tanh: bool = False,
                  personal: bool = False, layer_gammas: Mapping[int, float] | None = None,
@@ -103,7 +115,14 @@ def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
     full, spec = _base(family, input_shape, num_classes, width, zoo_kw)
     gammas = _gammas(gamma, layer_gammas, factorisable_count(family, input_shape, num_classes, **zoo_kw))
 
+    full_fold, fold = _fold(full), _fold(spec)
+
     def make(ref: dict, layer: dict, i: int) -> dict:
+        if layer["type"] == "linear" and fold:  # minirocket's head, its one linear layer
+            rows, cols, _ = folded_shape(ref["out"], ref["in"], **full_fold)
+            rank = rank_from_gamma(rows, cols, gammas[i])
+            return {"type": "fedpara_linear", **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
+                    "personal": bool(personal), **fold}
         rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], **_kernel(ref))
         return {"type": _FEDPARA[layer["type"]], **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
                 "personal": bool(personal)}

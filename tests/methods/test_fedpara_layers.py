@@ -10,14 +10,16 @@ import pytest
 import torch
 
 from coordinator.runtime.export import export_onnx
-from edge_sdk.models.fedpara import (INIT_GAIN2, FedParaConv1d, FedParaConv2d, FedParaLinear, personal_names,
-                                     precompose, rank_bounds, rank_from_gamma)
+from edge_sdk.models.fedpara import (INIT_GAIN2, FedParaConv1d, FedParaConv2d, FedParaLinear, linear_params,
+                                     personal_names, precompose, rank_bounds, rank_from_gamma)
+from edge_sdk.models.minirocket import MiniRocketPlan
 from edge_sdk.models.fedpara_zoo import factorisable_count, fedpara_spec, layer_ranks
 from edge_sdk.models.spec import SpecError, build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-FAMILIES = [("cnn4", (1, 28, 28)), ("resnet_small", (3, 32, 32)), ("mlp", (1, 28, 28)), ("cnn1d", (2, 64))]
+FAMILIES = [("cnn4", (1, 28, 28)), ("resnet_small", (3, 32, 32)), ("mlp", (1, 28, 28)), ("cnn1d", (2, 64)),
+            ("minirocket", (1, 64))]
 
 
 def test_the_issue_parameter_counts() -> None:
@@ -178,3 +180,46 @@ def test_precomposed_dense_network_and_onnx_match(tmp_path, family: str, shape: 
 
     assert "Einsum" not in ops(path) and "Tanh" not in ops(path)  # no composition left
     assert ops(path) == ops(tmp_path / "reference.onnx")  # the same graph as the dense network's
+
+
+def test_a_folded_linear_holds_class_c_on_block_k_in_row_k_out_plus_c_and_a_dense_tail() -> None:
+    torch.manual_seed(5)
+    layer = FedParaLinear(3 * 5 + 2, 4, rank=2, blocks=3, block=5)
+    assert (layer.x1.shape, layer.y1.shape, layer.tail.shape) == ((12, 2), (5, 2), (4, 2))
+    product = ((layer.x1 @ layer.y1.t()) * (layer.x2 @ layer.y2.t())).detach()
+    weight = layer.composed_weight().detach()
+    for c in range(4):
+        for k in range(3):
+            assert torch.equal(weight[c, 5 * k:5 * k + 5], product[4 * k + c])
+    assert torch.equal(weight[:, 15:], layer.tail.detach())
+    layout = {"in": 17, "out": 4, "rank": 2, "bias": True, "blocks": 3, "block": 5}
+    assert sum(p.numel() for p in layer.parameters()) == linear_params(layout) == 2 * 2 * 17 + 4 * 2 + 4
+    assert sum(p.numel() for p in FedParaLinear(17, 4, rank=2, blocks=3, block=5, personal=True).parameters()) \
+        == linear_params(layout)  # the tail is shared, like the bias
+    for blocks, block, why in ((3, 6, "a fold of 3 blocks of 6 does not fit 17 inputs"),
+                               (2, 0, "blocks=2 needs the block's size"), (0, 5, "blocks")):
+        with pytest.raises(SpecError, match=f"^layers\\[0\\]: .*{why}") as error:
+            validate_spec({"format": 1, "input_shape": [17], "num_classes": 4, "layers": [
+                {"type": "fedpara_linear", "in": 17, "out": 4, "rank": 2, "blocks": blocks, "block": block}]})
+        assert "\n" not in str(error.value)
+
+
+def test_minirockets_head_folds_by_kernel_and_a_narrow_width_holds_the_leading_kernels_rows() -> None:
+    """A row per class: unfolded, FedPara could save nothing; folded by kernel its rank comes from a
+    (kernels · classes) × (a kernel's features) matrix, the same for every width."""
+    torch.manual_seed(6)
+    per_kernel = MiniRocketPlan(1, 64).per_kernel
+    spec = fedpara_spec("minirocket", (1, 64), 3, 0.1, series_norm=True)
+    head = spec["layers"][-1]
+    assert (head["blocks"], head["block"], head["in"]) == (84, per_kernel, 84 * per_kernel + 1)
+    assert head["rank"] == rank_from_gamma(84 * 3, per_kernel, 0.1)
+    assert count_params(spec) * 2.5 < count_params(model_for_dataset("minirocket", (1, 64), 3, series_norm=True))
+    full = build_model(spec)
+    half = build_model(fedpara_spec("minirocket", (1, 64), 3, 0.1, width=0.5, series_norm=True))
+    assert half.layers[-1].blocks == 42 and half.layers[-1].rank == head["rank"]
+    weights = state_to_numpy(full, copy=True)
+    shapes = {k: v.shape for k, v in state_to_numpy(half).items()}
+    load_numpy_state(half, {k: weights[k][tuple(slice(0, n) for n in s)] for k, s in shapes.items()})
+    w, v = full.layers[-1].composed_weight().detach(), half.layers[-1].composed_weight().detach()
+    assert torch.equal(v[:, :42 * per_kernel], w[:, :42 * per_kernel])  # the leading kernels' features
+    assert torch.equal(v[:, -1], w[:, -1])  # and the log scale, the same tail

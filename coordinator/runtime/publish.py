@@ -36,7 +36,7 @@ from edge_sdk.signing import ModelSigner
 
 from coordinator.runtime.fleet import COORDINATOR_ID, Fleet
 
-__all__ = ["PublishedModel", "publish_models", "attach_signer"]
+__all__ = ["PublishedModel", "publish_models", "attach_signer", "allowed_onnx_diff"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,16 @@ log = logging.getLogger(__name__)
 #: relative to the largest output when that exceeds 1 (float32 rounding grows with the logits:
 #: a model with logits near 100 differs by ~5e-3 between the two runtimes).
 MAX_ONNX_DIFF = 1e-3
+#: The same for a model on MiniRocket's features (PPV: the share of a convolution's outputs above a
+#: bias): an output that ties a bias within float rounding counts in one runtime and not in the other,
+#: moving that feature by 1/L and an output by |weight|/L (2 of 160,000 features of 16 PLAID test
+#: series, 0.002 each; a FedPara head's larger weights made it 0.0027). An export error differs by far more.
+MAX_PPV_DIFF = 1e-2
+
+
+def allowed_onnx_diff(model: Any) -> float:
+    """`MAX_PPV_DIFF` for a model with fixed PPV features (a MiniRocket layer), else `MAX_ONNX_DIFF`."""
+    return MAX_PPV_DIFF if any(getattr(m, "FIXED_FEATURES", False) for m in model.modules()) else MAX_ONNX_DIFF
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,7 @@ def publish_models(inference_model: Callable[[str], Any], fleet: Fleet, rnd: int
             continue
         input_shape = tuple(int(n) for n in model.input_shape)
         data, diff = _onnx_bytes(model, input_shape, inputs, preprocessing)
-        if not diff <= MAX_ONNX_DIFF:
+        if not diff <= allowed_onnx_diff(model):
             log.error("not publishing %s: onnxruntime differs from torch by %.3g (relative to the largest "
                       "output)", label, diff)
             continue

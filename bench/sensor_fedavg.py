@@ -9,6 +9,8 @@
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --seeds 3 --lr-decay 50:0.3,80:0.3
     OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --datasets plaid --partitions iid --seeds 3 \
         --option server_opt=fedavgm --option server_lr=1      # FedAvg's options (not the central run's)
+    OMP_NUM_THREADS=1 python bench/sensor_fedavg.py --model minirocket --methods fedavg,fedpara \
+        --option fedpara:gamma=0.1 ...                        # several methods; METHOD:KEY=VALUE for one
 
 The same training everywhere: cnn1d (series_norm, batch norm), SGD lr 0.05 momentum 0.9, batch
 32 (``--batch-size``), one torch thread. Central: ``train_local`` on the whole training split for ``rounds`` epochs,
@@ -76,7 +78,7 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str 
         layer.biases.copy_(torch.as_tensor(fleet_biases(layer.plan, stats["shares"], stats["scales"],
                                                         np.ones(layer.plan.channels), seed)))
     edges = [0, *[at for at, _ in decay if at < epochs], epochs]
-    for phase, (start, end) in enumerate(zip(edges, edges[1:])):
+    for phase, (start, end) in enumerate(zip(edges, edges[1:], strict=False)):
         train_local(model, dataset.x_train, dataset.y_train, train_config(end - start, lr_factor(decay, start)),
                     seed=seed * 1000 + phase)
     model.eval()
@@ -86,9 +88,9 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str 
 
 
 def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = (),
-              options: dict[str, str] | None = None, family: str = "cnn1d") -> dict:
-    out = work / f"{name}-{partition.replace(':', '-')}-{seed}"
-    config = SimulationConfig(method="fedavg", clients=CLIENTS, dataset=name, model=family, partition=partition,
+              options: dict[str, str] | None = None, family: str = "cnn1d", method: str = "fedavg") -> dict:
+    out = work / f"{name}-{method}-{partition.replace(':', '-')}-{seed}"
+    config = SimulationConfig(method=method, clients=CLIENTS, dataset=name, model=family, partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
                               options=dict(options or {}),
                               # the training and options are this bench's flags, none the family's recipe
@@ -115,8 +117,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--lr-decay", type=parse_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="the lr times FACTOR from ROUND (round and epoch) on, centrally and federated alike")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a FedAvg option for the federated runs (repeatable), e.g. server_opt=fedavgm")
+    p.add_argument("--option", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
+                   help="an option of the federated runs (repeatable), e.g. server_opt=fedavgm; "
+                        "METHOD:KEY=VALUE for one method's runs only")
+    p.add_argument("--methods", default="fedavg", help="the federated runs' methods, comma-separated")
+    p.add_argument("--no-central", action="store_true", help="federated runs only")
     p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
     p.add_argument("--json", type=Path, help="also write every run here")
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
@@ -125,7 +130,11 @@ def main() -> None:
     p.add_argument("--loss", default="cross_entropy", choices=("cross_entropy", "squared"),
                    help="the training loss (squared: a ridge classifier's, on ±1 targets)")
     args = p.parse_args()
-    options = dict(option.split("=", 1) for option in args.option)
+    methods = args.methods.split(",")
+    pairs = [option.split("=", 1) for option in args.option]
+    options = {key: value for key, value in pairs if ":" not in key}
+    per_method = {m: {**options, **{key.split(":", 1)[1]: value for key, value in pairs
+                                   if key.startswith(f"{m}:")}} for m in methods}
     BATCH, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.local_epochs, args.loss, args.lr
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
@@ -134,23 +143,28 @@ def main() -> None:
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
-            row = results[name] = {"central": [], **{part: [] for part in args.partitions.split(",")}}
+            runs = [(m, part, f"{part}" if m == "fedavg" else f"{m} {part}")
+                    for m in methods for part in args.partitions.split(",")]
+            row = results[name] = {"central": [], **{key: [] for _, _, key in runs}}
             for seed in range(args.seeds):
                 started = time.monotonic()
-                row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay, args.model,
-                                              options.get("norm")))
-                for part in args.partitions.split(","):
-                    row[part].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay, options,
-                                               args.model))
-                print(f"  {name} seed {seed}: central {row['central'][-1]:.3f}, "
-                      + ", ".join(f"{part} {row[part][-1]['accuracy']:.3f}" for part in args.partitions.split(","))
-                      + f" ({time.monotonic() - started:.0f} s)", flush=True)
-            print(f"{name}: central {summary(row['central'])}")
-            for part in args.partitions.split(","):
-                accs = [r["accuracy"] for r in row[part]]
-                gap = statistics.mean(accs) - statistics.mean(row["central"])
-                print(f"{name}: fedavg {part} {summary(accs)}, {100 * gap:+.1f} points from central, "
-                      f"{row[part][0]['bytes_per_round'] / 1e6:.2f} MB per round", flush=True)
+                if not args.no_central:
+                    row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay,
+                                                  args.model, options.get("norm")))
+                for method, part, key in runs:
+                    row[key].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay,
+                                              per_method[method], args.model, method))
+                shown = ([f"central {row['central'][-1]:.3f}"] if row["central"] else []) + \
+                    [f"{key} {row[key][-1]['accuracy']:.3f}" for _, _, key in runs]
+                print(f"  {name} seed {seed}: {', '.join(shown)} ({time.monotonic() - started:.0f} s)", flush=True)
+            if row["central"]:
+                print(f"{name}: central {summary(row['central'])}")
+            for method, part, key in runs:
+                accs = [r["accuracy"] for r in row[key]]
+                gap = f", {100 * (statistics.mean(accs) - statistics.mean(row['central'])):+.1f} points from " \
+                    "central" if row["central"] else ""
+                print(f"{name}: {method} {part} {summary(accs)}{gap}, "
+                      f"{row[key][0]['bytes_per_round'] / 1e6:.2f} MB per round", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

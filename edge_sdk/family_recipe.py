@@ -8,8 +8,8 @@ server momentum (FedAvgM, η = 1) on the coordinator — PLAID 0.924 federated I
 `TrainConfig`'s cross-entropy at lr 0.05 with plain FedAvg scored 0.772–0.860; with HeteroFL, each
 device also trains the classifiers of the smaller widths (``nested``), which lifted the smallest
 width from 0.704 to 0.864 on a mixed 21-device fleet (BENCHMARKS.md "Series model family"). FedPara and
-pFedPara keep their own optimizer (Adam, lr 0.005) and take the server momentum too (PLAID: 0.844 against 0.804
-without it, seed 0).
+pFedPara keep their own optimizer (Adam, lr 0.005: not the recipe's lr) and take the server momentum
+too (PLAID: 0.844 against 0.804 without it, seed 0).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from edge_sdk.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILY_RECIPES", "FamilyRecipe", "chosen_settings", "with_family_recipe"]
+__all__ = ["FAMILY_RECIPES", "FamilyRecipe", "OPTIMIZER_SETTINGS", "chosen_settings", "with_family_recipe"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class FamilyRecipe:
 
     train: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: methods that train with an optimizer of their own (FedPara's Adam at its own lr): the recipe's
+    #: optimizer settings (`OPTIMIZER_SETTINGS`) are not theirs and are not filled in
+    own_optimizer: tuple[str, ...] = ()
+
+
+#: the `TrainConfig` fields a method with its own optimizer does not take from a family's recipe
+OPTIMIZER_SETTINGS = ("lr", "momentum")
 
 
 _SERVER_MOMENTUM = {"server_opt": "fedavgm", "server_lr": "1"}
@@ -41,7 +48,8 @@ FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
     "minirocket": FamilyRecipe(train={"loss": "squared", "lr": 0.004, "momentum": 0.9},
                                options={"fedavg": _SERVER_MOMENTUM, "fedprox": _SERVER_MOMENTUM,
                                         "heterofl": {**_SERVER_MOMENTUM, "nested": "true"},
-                                        "fedpara": _SERVER_MOMENTUM, "pfedpara": _SERVER_MOMENTUM}),
+                                        "fedpara": _SERVER_MOMENTUM, "pfedpara": _SERVER_MOMENTUM},
+                               own_optimizer=("fedpara", "pfedpara")),
 })
 
 
@@ -66,7 +74,8 @@ def with_family_recipe(family: str, method: str, train: TrainConfig, options: Ma
         return train, dict(options), {}
     if chosen is None:
         chosen = chosen_settings(train, options)
-    filled_train = {key: value for key, value in recipe.train.items() if key not in chosen}
+    own = OPTIMIZER_SETTINGS if method in recipe.own_optimizer else ()
+    filled_train = {key: value for key, value in recipe.train.items() if key not in chosen and key not in own}
     server_chosen = any(key.startswith("server_") for key in chosen)
     filled_options = {key: value for key, value in recipe.options.get(method, {}).items()
                       if key not in chosen and not (server_chosen and key.startswith("server_"))}

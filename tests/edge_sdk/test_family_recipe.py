@@ -35,6 +35,15 @@ def test_other_families_and_methods_are_left_as_they_are() -> None:
     assert options == {} and set(filled) == set(FAMILY_RECIPES["minirocket"].train)
 
 
+def test_fedpara_takes_the_loss_and_server_momentum_but_keeps_its_own_optimizer() -> None:
+    """FedPara trains with Adam at its own lr: the recipe's SGD lr and momentum are not said to be its."""
+    for method in ("fedpara", "pfedpara"):
+        train, options, filled = with_family_recipe("minirocket", method, TrainConfig(), {}, chosen=())
+        assert (train.loss, train.lr, train.momentum) == ("squared", TrainConfig().lr, TrainConfig().momentum)
+        assert filled == {"loss": "squared", "server_opt": "fedavgm", "server_lr": "1"}
+        assert options == {"server_opt": "fedavgm", "server_lr": "1"}
+
+
 def test_heterofl_takes_nested_and_server_momentum_each_unless_set() -> None:
     _, options, _ = with_family_recipe("minirocket", "heterofl", TrainConfig(), {}, chosen=())
     assert options == {"server_opt": "fedavgm", "server_lr": "1", "nested": "true"}

@@ -118,14 +118,14 @@ def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
     full_fold, fold = _fold(full), _fold(spec)
 
     def make(ref: dict, layer: dict, i: int) -> dict:
-        if layer["type"] == "linear" and fold:  # minirocket's head, its one linear layer
+        folded = fold if layer["type"] == "linear" else {}  # minirocket's head, its one linear layer
+        if folded:
             rows, cols, _ = folded_shape(ref["out"], ref["in"], **full_fold)
             rank = rank_from_gamma(rows, cols, gammas[i])
-            return {"type": "fedpara_linear", **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
-                    "personal": bool(personal), **fold}
-        rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], **_kernel(ref))
+        else:
+            rank = rank_from_gamma(ref["out"], ref["in"], gammas[i], **_kernel(ref))
         return {"type": _FEDPARA[layer["type"]], **_shape_keys(layer), "rank": rank, "tanh": bool(tanh),
-                "personal": bool(personal)}
+                "personal": bool(personal), **folded}
 
     layers = _walk(full["layers"], spec["layers"], make, [0])
     meta = {"fedpara_gamma": float(gamma), "fedpara_width": float(width),

@@ -202,6 +202,10 @@ def test_a_folded_linear_holds_class_c_on_block_k_in_row_k_out_plus_c_and_a_dens
             validate_spec({"format": 1, "input_shape": [17], "num_classes": 4, "layers": [
                 {"type": "fedpara_linear", "in": 17, "out": 4, "rank": 2, "blocks": blocks, "block": block}]})
         assert "\n" not in str(error.value)
+    # 32,768 parameters unfolded, 67 million folded (4096 · 4096 rows): a hostile fold is counted, never built
+    huge = {"type": "fedpara_linear", "in": 4096, "out": 4096, "rank": 2, "blocks": 4096, "block": 1}
+    with pytest.raises(SpecError, match="parameter count exceeds"):
+        validate_spec({"format": 1, "input_shape": [4096], "num_classes": 4096, "layers": [huge]})
 
 
 def test_minirockets_head_folds_by_kernel_and_a_narrow_width_holds_the_leading_kernels_rows() -> None:

@@ -161,8 +161,8 @@ class RoundLoop:
                                    f"within {config.register_timeout_s} s; {fleet.why_not_registered()}")
             if self.fleet_normalisation and self._frozen_normalisation is None:
                 self._freeze_normalisation()
-            self._fit_rocket_biases()
             labels = self.strategy.setup(dict(fleet.devices), fleet.online())
+            self._fit_rocket_biases()  # after setup: FedPara's network exists once γ is chosen
             for device_id, label in (labels or {}).items():  # the method labels; the fleet's records keep it
                 fleet.devices[device_id].label = label
         every = config.publish_every
@@ -570,13 +570,14 @@ class RoundLoop:
         resumed job's checkpoint holds them). They are held from then on (`_hold_rocket_biases`)."""
         state = self.strategy.state_tensors()
         for key, layer in rocket_layers(self.strategy.state_spec()):
-            if key in state and not np.any(state[key]):
+            if key not in state:  # a strategy whose state names are not its state_spec's: a bug, not a job
+                raise RuntimeError(f"{self.strategy.name}: its state holds no {key!r} of its minirocket layer")
+            if not np.any(state[key]):
                 assert self.preprocessing is not None
                 state[key] = fit_rocket_biases(self.fleet, layer, self.preprocessing, self.config.seed,
                                                self.config.register_timeout_s)
                 self.strategy.load_state_tensors(state)
-            if key in state:
-                self._rocket_biases[key] = np.array(state[key], copy=True)
+            self._rocket_biases[key] = np.array(state[key], copy=True)
 
     def _hold_rocket_biases(self, rnd: int) -> None:
         """The fitted biases back where an aggregate moved them: they travel in every update (the

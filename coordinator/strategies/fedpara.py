@@ -226,6 +226,12 @@ class FedPara(WidthStrategy):
         self._ensure_built()
         return super().model_params()
 
+    def state_spec(self) -> dict[str, Any]:
+        """The full-width network: its state names are the shared tensors' (a MiniRocket layer's
+        biases among them, which the round loop fits)."""
+        self._ensure_built()
+        return self.global_spec
+
     def state_tensors(self) -> dict[str, np.ndarray]:
         self._ensure_built()
         return {**self.weights, GAMMA_KEY: np.array([self.gamma], dtype=np.float64)}

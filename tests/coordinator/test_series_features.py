@@ -11,6 +11,7 @@ from coordinator.runtime.state import load_checkpoint
 from edge_sdk.data.preprocessing import Preprocessing
 from edge_sdk.device.fleet_statistics import fleet_statistics
 from edge_sdk.methods.base import LocalData
+from edge_sdk.model_names import MINIROCKET_METHODS
 from edge_sdk.models.fedpara import rank_from_gamma
 from edge_sdk.models.minirocket import MiniRocketPlan
 from edge_sdk.models.minirocket_biases import series_statistics
@@ -66,7 +67,10 @@ def test_a_device_answers_in_the_raw_scale_whatever_its_own_normalisation() -> N
         fleet_statistics(request, LocalData(np.zeros((4, 1, 8, 8), np.float32), np.zeros(4, np.int64), 2))
 
 
-def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path) -> None:
+@pytest.mark.parametrize("method", MINIROCKET_METHODS)
+def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path, method) -> None:
+    """Every method that trains minirocket: FedPara and pFedPara trained on features of zero biases
+    (their state had no spec to find the layer in) and lost 8 points on PLAID, unnoticed."""
     from simulation.config import SimulationConfig, sim_federation
     from simulation.simulate import run_simulation
 
@@ -76,8 +80,9 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series",
              classes=np.array(["slow", "fast"]))
     checkpoints = tmp_path / "ckpt"
-    config = SimulationConfig(method="fedavg", clients=3, dataset=f"npz:{data}", model="minirocket", plots=False,
-                              out=str(tmp_path / "out"), options={}, holdout=0.0,
+    config = SimulationConfig(method=method, clients=3, dataset=f"npz:{data}", model="minirocket", plots=False,
+                              out=str(tmp_path / "out"), options={"gamma": "0.1"} if "fedpara" in method else {},
+                              holdout=0.0,
                               federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
                                                         train=TrainConfig(epochs=5, batch_size=8)))
     report = run_simulation(config)
@@ -86,8 +91,11 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path)
     checkpoint = load_checkpoint(checkpoints)
     assert checkpoint is not None
     biases = checkpoint.tensors[key]
-    assert biases.shape == (MiniRocketPlan(1, 64).features,) and np.isfinite(biases).all() and np.any(biases)
-    assert report.rounds[-1].accuracy["global"] >= 0.95  # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
+    assert biases.shape == (MiniRocketPlan(1, 64).features,) and np.isfinite(biases).all()
+    assert np.count_nonzero(biases) > 0.9 * biases.size  # fitted (a zero bias is a tie with a flat stretch)
+    if method != "pfedpara":  # its devices' models hold their own W2: the coordinator has no global model
+        # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
+        assert max(report.rounds[-1].accuracy.values()) >= 0.95, report.rounds[-1].accuracy  # heterofl: by width
 
 
 @pytest.mark.parametrize("method", ["fedpara", "pfedpara"])
@@ -102,7 +110,10 @@ def test_fedpara_trains_minirockets_head_folded_by_kernel_and_sends_its_factors(
     runs = {}
     for name in ("fedavg", method):
         config = SimulationConfig(method=name, clients=3, dataset=f"npz:{data}", plots=False, holdout=0.0,
-                                  out=str(tmp_path / name), options={"gamma": "0"} if name != "fedavg" else {},
+                                  out=str(tmp_path / name),
+                                  # no server momentum: this toy is learned in one round, and FedAvgM's
+                                  # η = 1, β = 0.9 then carries the model 0.9 of that round's step further
+                                  options={"server_opt": "none", **({"gamma": "0"} if name != "fedavg" else {})},
                                   federation=sim_federation(rounds=3, seed=0,
                                                             train=TrainConfig(epochs=5, batch_size=8)))
         runs[name] = run_simulation(config).to_dict()
@@ -117,7 +128,9 @@ def test_fedpara_trains_minirockets_head_folded_by_kernel_and_sends_its_factors(
     expected = (dense + features) / (factors + features + 2 * 2 + 2)  # shared: x1, y1, tail, bias
     assert sent["fedavg"] / sent[method] == pytest.approx(expected, rel=0.05)
     losses = [r["metrics"]["train_loss"] for r in runs[method]["rounds"]]
-    assert losses[-1] < 0.97 * losses[0], losses  # it trains (its accuracy on this toy swings: BENCHMARKS.md)
+    assert losses[-1] < 0.5 * losses[0], losses  # it trains
+    if method == "fedpara":  # pFedPara's global model is half of each device's: the coordinator holds no whole one
+        assert runs[method]["rounds"][-1]["accuracy"]["global"] >= 0.95
 
 
 @pytest.mark.parametrize("nested", ["false", "true", "too many"])

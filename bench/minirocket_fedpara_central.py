@@ -31,8 +31,9 @@ from edge_sdk.train_config import TrainConfig  # noqa: E402
 from edge_sdk.training import train_local  # noqa: E402
 
 
-def run(dataset, head: str, gamma: float, optimizer: str, lr: float, epochs: int, seed: int = 0) -> float:
-    """The test accuracy of one head trained centrally."""
+def run(dataset, head: str, gamma: float, optimizer: str, lr: float, epochs: int, seed: int = 0,
+        restarts: int = 1) -> float:
+    """The test accuracy of one head trained centrally, its optimizer new ``restarts`` times (as each round's)."""
     with seeded_init(seed):
         spec = model_for_dataset("minirocket", dataset.input_shape, dataset.num_classes) if head == "dense" else \
             fedpara_spec("minirocket", dataset.input_shape, dataset.num_classes, gamma)
@@ -41,9 +42,10 @@ def run(dataset, head: str, gamma: float, optimizer: str, lr: float, epochs: int
     stats = series_statistics(layer.plan, dataset.x_train)
     layer.biases.copy_(torch.as_tensor(fleet_biases(layer.plan, stats["shares"], stats["scales"],
                                                     np.ones(layer.plan.channels), seed)))
-    train_local(model, dataset.x_train, dataset.y_train,
-                TrainConfig(epochs=epochs, batch_size=32, lr=lr, momentum=0.9, threads=1, loss="squared",
-                            optimizer=optimizer), seed=seed)
+    for part in range(restarts):
+        train_local(model, dataset.x_train, dataset.y_train,
+                    TrainConfig(epochs=epochs // restarts, batch_size=32, lr=lr, momentum=0.9, threads=1,
+                                loss="squared", optimizer=optimizer), seed=seed * 1000 + part)
     model.eval()
     with torch.no_grad():
         predicted = model(torch.from_numpy(np.ascontiguousarray(dataset.x_test))).argmax(1).numpy()
@@ -55,6 +57,8 @@ def main() -> int:
     p.add_argument("runs", nargs="+", metavar="HEAD:GAMMA:OPTIMIZER:LR", help="e.g. fedpara:0.1:adam:0.005")
     p.add_argument("--dataset", default="plaid")
     p.add_argument("--epochs", type=int, default=150)
+    p.add_argument("--restarts", type=int, default=1,
+                   help="train in this many equal parts, each with a new optimizer (as a round's local training)")
     args = p.parse_args()
     runs = []
     for text in args.runs:
@@ -66,8 +70,9 @@ def main() -> int:
     dataset = load_dataset(args.dataset)
     for head, gamma, optimizer, lr in runs:
         started = time.monotonic()
-        accuracy = run(dataset, head, gamma, optimizer, lr, args.epochs)
-        print(f"{head} γ {gamma:g} {optimizer} lr {lr:g}, {args.epochs} epochs: accuracy {accuracy:.3f} "
+        accuracy = run(dataset, head, gamma, optimizer, lr, args.epochs, restarts=args.restarts)
+        print(f"{head} γ {gamma:g} {optimizer} lr {lr:g}, {args.epochs} epochs, optimizer new {args.restarts}x: "
+              f"accuracy {accuracy:.3f} "
               f"({time.monotonic() - started:.0f} s)", flush=True)
     return 0
 

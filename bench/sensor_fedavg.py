@@ -109,7 +109,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH, LOCAL_EPOCHS, LOSS, LR
+    global BATCH, CLIENTS, LOCAL_EPOCHS, LOSS, LR
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -122,6 +122,7 @@ def main() -> None:
                         "METHOD:KEY=VALUE for one method's runs only")
     p.add_argument("--methods", default="fedavg", help="the federated runs' methods, comma-separated")
     p.add_argument("--no-central", action="store_true", help="federated runs only")
+    p.add_argument("--clients", type=int, default=CLIENTS, help="the fleet's devices, all in every round")
     p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
     p.add_argument("--json", type=Path, help="also write every run here")
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
@@ -135,10 +136,10 @@ def main() -> None:
     options = {key: value for key, value in pairs if ":" not in key}
     per_method = {m: {**options, **{key.split(":", 1)[1]: value for key, value in pairs
                                    if key.startswith(f"{m}:")}} for m in methods}
-    BATCH, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.local_epochs, args.loss, args.lr
+    BATCH, CLIENTS, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.clients, args.local_epochs, args.loss, args.lr
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
-          f"{args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
+          f"{CLIENTS} devices, {args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
           f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}, lr {LR}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -56,6 +56,8 @@ CLIENTS = 10
 BATCH = 32
 #: local epochs a round (--local-epochs); the central run trains rounds x this many epochs
 LOCAL_EPOCHS = 1
+#: evaluate the federated model every this many rounds (--eval-every; None: the last round only)
+EVAL_EVERY: int | None = None
 
 
 #: the training loss of every run (--loss), and its learning rate (--lr)
@@ -96,10 +98,13 @@ def federated(name: str, partition: str, rounds: int, seed: int, work: Path, dec
                               # the training and options are this bench's flags, none the family's recipe
                               chosen=tuple(TrainConfig.__dataclass_fields__) + tuple(options or {}),
                               federation=sim_federation(rounds=rounds, devices_per_round=CLIENTS, seed=seed,
-                                                        eval_every=rounds, lr_decay=decay,
+                                                        eval_every=EVAL_EVERY or rounds, lr_decay=decay,
                                                         train=train_config(LOCAL_EPOCHS)))
     report = run_simulation(config).to_dict()
     last = report["rounds"][-1]
+    if EVAL_EVERY:
+        print("    " + " ".join(f"{r['round']}:{r['accuracy']['global']:.3f}" for r in report["rounds"]
+                                if r["accuracy"]), flush=True)
     return {"accuracy": last["accuracy"]["global"],
             "bytes_per_round": sum(r["bytes_down"] + r["bytes_up"] for r in report["rounds"]) / len(report["rounds"])}
 
@@ -109,7 +114,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH, CLIENTS, LOCAL_EPOCHS, LOSS, LR
+    global BATCH, CLIENTS, EVAL_EVERY, LOCAL_EPOCHS, LOSS, LR
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -123,6 +128,7 @@ def main() -> None:
     p.add_argument("--methods", default="fedavg", help="the federated runs' methods, comma-separated")
     p.add_argument("--no-central", action="store_true", help="federated runs only")
     p.add_argument("--clients", type=int, default=CLIENTS, help="the fleet's devices, all in every round")
+    p.add_argument("--eval-every", type=int, help="also print the federated accuracy every this many rounds")
     p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
     p.add_argument("--json", type=Path, help="also write every run here")
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
@@ -137,6 +143,7 @@ def main() -> None:
     per_method = {m: {**options, **{key.split(":", 1)[1]: value for key, value in pairs
                                    if key.startswith(f"{m}:")}} for m in methods}
     BATCH, CLIENTS, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.clients, args.local_epochs, args.loss, args.lr
+    EVAL_EVERY = args.eval_every
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
           f"{CLIENTS} devices, {args.rounds} rounds of {LOCAL_EPOCHS} epochs, "

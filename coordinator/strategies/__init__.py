@@ -64,4 +64,8 @@ def create_strategy(name: str, ctx: StrategyContext) -> Strategy:
         raise ValueError(f"{name} cannot train minirocket (its head, the only part that trains, is one linear layer of "
                          f"about 10,000 inputs and one output per class: no layer to compose, prune or factorise "
                          f"usefully); use {', '.join(MINIROCKET_METHODS)}, or --model cnn1d")
+    if ctx.model_family == "minirocket" and cls.state_spec is Strategy.state_spec:
+        # the round loop finds the layer whose biases it fits through state_spec: without one they stay zero
+        raise ValueError(f"{name} cannot train minirocket: it names no network for the round loop to fit the "
+                         "transform's biases in (Strategy.state_spec)")
     return cls.create(ctx)

@@ -290,6 +290,18 @@ def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> 
     assert "\n" not in str(error.value)
 
 
+def test_a_minirocket_method_without_a_state_spec_is_refused_rather_than_trained_on_zero_biases(monkeypatch) -> None:
+    from coordinator.core.federation import FederationConfig
+    from coordinator.strategies import create_strategy, strategy_class
+    from coordinator.strategies.base import Strategy, StrategyContext
+
+    ctx = StrategyContext(FederationConfig(), "minirocket", (1, 64), 2, options={"gamma": "0.1"})
+    assert create_strategy("fedpara", ctx).state_spec() is not None
+    monkeypatch.setattr(strategy_class("fedpara"), "state_spec", Strategy.state_spec)  # as FedPara's was
+    with pytest.raises(ValueError, match="^fedpara cannot train minirocket: it names no network"):
+        create_strategy("fedpara", ctx)
+
+
 def test_nested_asks_each_device_for_the_classifiers_of_the_smaller_widths_and_only_of_minirocket() -> None:
     import torch
 

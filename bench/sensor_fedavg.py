@@ -60,12 +60,13 @@ LOCAL_EPOCHS = 1
 EVAL_EVERY: int | None = None
 
 
-#: the training loss of every run (--loss), and its learning rate (--lr)
-LOSS, LR = "cross_entropy", 0.05
+#: the training loss of every run (--loss), its learning rate (--lr) and optimizer (--optimizer)
+LOSS, LR, OPTIMIZER = "cross_entropy", 0.05, "sgd"
 
 
 def train_config(epochs: int, factor: float = 1.0) -> TrainConfig:
-    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=LR * factor, momentum=0.9, threads=1, loss=LOSS)
+    return TrainConfig(epochs=epochs, batch_size=BATCH, lr=LR * factor, momentum=0.9, threads=1, loss=LOSS,
+                       optimizer=OPTIMIZER)
 
 
 def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str = "cnn1d",
@@ -114,7 +115,7 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    global BATCH, CLIENTS, EVAL_EVERY, LOCAL_EPOCHS, LOSS, LR
+    global BATCH, CLIENTS, EVAL_EVERY, LOCAL_EPOCHS, LOSS, LR, OPTIMIZER
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default="plaid,acsf1,basicmotions")
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
@@ -134,6 +135,8 @@ def main() -> None:
     p.add_argument("--model", default="cnn1d", choices=("cnn1d", "minirocket"), help="the model family")
     p.add_argument("--local-epochs", type=int, default=1, help="a round's; central: rounds x this many epochs")
     p.add_argument("--lr", type=float, default=0.05, help="SGD's (momentum 0.9), central and on the devices")
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"),
+                   help="central and on the devices (FedPara's runs take their own unless told: --option optimizer=)")
     p.add_argument("--loss", default="cross_entropy", choices=("cross_entropy", "squared"),
                    help="the training loss (squared: a ridge classifier's, on ±1 targets)")
     args = p.parse_args()
@@ -143,11 +146,12 @@ def main() -> None:
     per_method = {m: {**options, **{key.split(":", 1)[1]: value for key, value in pairs
                                    if key.startswith(f"{m}:")}} for m in methods}
     BATCH, CLIENTS, LOCAL_EPOCHS, LOSS, LR = args.batch_size, args.clients, args.local_epochs, args.loss, args.lr
-    EVAL_EVERY = args.eval_every
+    EVAL_EVERY, OPTIMIZER = args.eval_every, args.optimizer
     torch.set_num_threads(1)
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch {torch.__version__}, {args.model}, "
           f"{CLIENTS} devices, {args.rounds} rounds of {LOCAL_EPOCHS} epochs, "
-          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}, lr {LR}")
+          f"lr decay {args.lr_decay or 'none'}, options {options or 'none'}, batch {BATCH}, loss {LOSS}, lr {LR}, "
+          f"{OPTIMIZER}")
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):

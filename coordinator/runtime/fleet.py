@@ -39,6 +39,7 @@ from coordinator.aggregate.validation import MAX_SAMPLES, UpdateRejected
 from coordinator.core.device_record import MISS_MASK, MISS_WINDOW, DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.device_budgets import FleetLimits, grown_sample_limit
+from coordinator.runtime.fixed_tensors import FixedTensors
 from coordinator.runtime.plan_pacer import PlanPacer
 from coordinator.runtime.task import Task
 from coordinator.runtime.update_spool import UpdateSpool
@@ -217,8 +218,10 @@ class Fleet:
         #: an asynchronous job's, open beside an evaluation's (`open_collection`): updates go to it
         self._open_col: _Collection | None = None
         self._declined_stats: set[str] | None = None  # while gather_stats waits: who answered no_data
-        #: the last plan (answered by an update) and evaluation request (by an evaluation) sent to
-        #: each device, by (device, the answer's kind): (its round tag, the message)
+        #: the job's fixed tensors: named by digest in its plans, left out for a device that holds them
+        self.fixed = FixedTensors()
+        #: the last plan (answered by an update; whole, fixed tensors declared) and evaluation request
+        #: (by an evaluation) sent to each device, by (device, the answer's kind): (its round tag, the message)
         self._plans: dict[tuple[str, str], tuple[int, Plan | Evaluate]] = {}
         #: per device, the (device connection, coordinator connection) its plan was last sent
         #: over: a plan is sent again only when one side has reconnected since
@@ -262,6 +265,9 @@ class Fleet:
         """`send` an envelope made by the caller, who then knows its ``msg_id`` (the ``reply_to``
         of the device's answer: `DeviceRecord.acknowledged`); returns the payload bytes."""
         body, rnd = env.body, env.round
+        if isinstance(body, Plan) and self.fixed.names:
+            body = self.fixed.declare(body)
+            env = replace(env, body=self.fixed.for_device(device_id, body))
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
         if isinstance(body, (Plan, Evaluate)):  # what the device must answer, sent again if it is lost
             key = (device_id, Update.KIND if isinstance(body, Plan) else Evaluation.KIND)
@@ -420,6 +426,7 @@ class Fleet:
         """Take ``device`` out of the job (its credentials were revoked): offline from now on, never
         sampled again, and refused if it registers again."""
         self.removed.add(device)
+        self.fixed.forget(device)
         if (record := self.devices.get(device)) is not None:
             record.state, record.reason = "removed", "removed from the job"
             if record.online:
@@ -665,6 +672,9 @@ class Fleet:
                     col.failed[device] = env.body.message
             elif env.body.code == ErrorCode.INCOMPLETE:  # a message to it lost a chunk: its plan again
                 self._resend_plan(device, lost=True)
+            elif env.body.code == ErrorCode.UNKNOWN_FIXED:  # it no longer holds a fixed tensor: the whole plan
+                self.fixed.forget(device)
+                self._resend_plan(device, lost=True)
         elif isinstance(env.body, Ack):  # e.g. a published model installed: matched by its reply_to
             log.info("device %s: %s", device, env.body.note[:200])
             if device in self.devices:
@@ -704,6 +714,7 @@ class Fleet:
         if why is not None:
             self._reject(device, ErrorCode.TASK_MISMATCH, why, env.msg_id)
             return
+        self.fixed.forget(device)  # a device registers as it starts: what it held may be gone
         record = self.devices.get(device)
         if record is None:
             record = DeviceRecord(device, profile, body.num_samples, samples_since=self.rounds_collected,
@@ -919,6 +930,14 @@ class Fleet:
                          env.msg_id)
             return
         body, checked = env.body, record
+        if isinstance(body, Update) and body.fixed:  # fixed tensors it holds, sent back as digests
+            sent = self._plans.get((device, Update.KIND))
+            try:
+                body = self.fixed.restore(body, sent[1] if sent is not None and sent[0] == env.round else None)
+            except UpdateRejected as exc:
+                self._reject(device, exc.code, exc.message, env.msg_id)
+                return
+        complete = body
         if isinstance(body, Update) and body.num_samples > record.num_samples:
             # its data grew: the update is checked against what it claims, and weighs what is believed
             believed = self._grow_samples(record, body.num_samples)
@@ -926,7 +945,7 @@ class Fleet:
             if believed < body.num_samples:
                 body = replace(body, num_samples=believed)
         try:
-            col.check(checked, env.body)
+            col.check(checked, complete)
         except UpdateRejected as exc:
             self._reject(device, exc.code, exc.message, env.msg_id)
             return
@@ -936,6 +955,7 @@ class Fleet:
                 record.last_evaluation = (env.round, body.num_samples, body.correct, body.label)
             return  # nothing to acknowledge: the device does not wait for it
         col.accepted[device] = self.spool.keep(ReceivedUpdate(device, env.round, body, nbytes))
+        self.fixed.holds(device, env.body.fixed)
         self._reply(device, Ack(f"update for round {env.round + 1} accepted"), rnd=env.round, reply_to=env.msg_id)
 
     def _grow_samples(self, record: DeviceRecord, claimed: int) -> int:

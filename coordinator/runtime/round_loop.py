@@ -578,6 +578,8 @@ class RoundLoop:
                                                self.config.register_timeout_s)
                 self.strategy.load_state_tensors(state)
             self._rocket_biases[key] = np.array(state[key], copy=True)
+        # fixed from here on: a device that holds them is no longer sent them (`Fleet.fixed`)
+        self.fleet.fixed.names = frozenset(self._rocket_biases)
 
     def _hold_rocket_biases(self, rnd: int) -> None:
         """The fitted biases back where an aggregate moved them: they travel in every update (the

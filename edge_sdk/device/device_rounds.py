@@ -18,6 +18,7 @@ import numpy as np
 from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.device.data_watch import DataWatch
 from edge_sdk.device.device_data import DeviceData
+from edge_sdk.device.fixed_cache import PROCESS_FIXED_CACHE, MissingFixed
 from edge_sdk.device.fleet_statistics import fleet_statistics
 from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
@@ -84,6 +85,8 @@ class DeviceRounds:
         self._last_update: tuple[int, str, Update] | None = None
         self._memory: dict[str, object] = {}  # what device parts keep between rounds (DeviceContext.memory)
         self.data_watch = DataWatch(config, local, uplink)  # its source re-read between rounds
+        #: the fixed tensors it received (`Plan.fixed`), shared by the devices of this process
+        self.fixed_cache = PROCESS_FIXED_CACHE
 
     @property
     def holds_update(self) -> bool:
@@ -182,9 +185,17 @@ class DeviceRounds:
         """Train round ``rnd`` on ``plan`` and upload the update; ``on_round`` hears how it went.
         A failure is answered `train_failed` (`no_data` when the data source has none)."""
         status, throttle, run_compute = self.uplink.status, self.throttle, self.sim.run_compute
+        received = sum(t.nbytes for t in plan.tensors.values())  # what came over the link
+        self.fixed_cache.remember(plan)
+        try:
+            plan = self.fixed_cache.resolve(plan)
+        except MissingFixed as exc:  # it restarted since: the coordinator sends the whole plan again
+            log.info("%s: round %d: %s; asking for the whole plan", self.config.device_id, rnd + 1, exc)
+            self.uplink.send(Error(ErrorCode.UNKNOWN_FIXED, str(exc)[:1000]), rnd)
+            return None
         status("training")
         if throttle is not None:
-            throttle.apply_transfer(sum(t.nbytes for t in plan.tensors.values()), "down")
+            throttle.apply_transfer(received, "down")
         # on a shared compute thread the throttle only counts: this device sleeps its share afterwards
         deferred = run_compute is not None and throttle is not None and throttle.mode == "sleep"
         ctx = self._context(rnd, replace(throttle, mode="virtual") if deferred else throttle)
@@ -209,6 +220,7 @@ class DeviceRounds:
             assert throttle is not None
             throttle.settle(float(update.metrics.get("compute_s", 0.0)),
                             float(update.metrics.get("train_seconds", 0.0)))
+        update = self.fixed_cache.strip(plan, update)  # what it holds goes back as a digest
         if throttle is not None:
             throttle.apply_transfer(sum(t.nbytes for t in update.tensors.values()), "up")
         self.trained.append(rnd)  # before sending: whoever sees the update sees it counted
@@ -218,7 +230,7 @@ class DeviceRounds:
         if on_round is not None:
             on_round(RoundTrained(
                 rnd, plan.method, plan.label, update.num_samples, float(update.metrics.get("loss", float("nan"))),
-                time.monotonic() - started, sum(t.nbytes for t in plan.tensors.values()),
+                time.monotonic() - started, received,
                 sum(t.nbytes for t in update.tensors.values())))
         return update
 

@@ -54,6 +54,7 @@ class ErrorCode(str, Enum):
     TRAIN_FAILED = "train_failed"
     BAD_MODEL = "bad_model"
     NO_DATA = "no_data"  # its data source is missing or empty: it stays in the fleet, training nothing
+    UNKNOWN_FIXED = "unknown_fixed"  # the plan left out a fixed tensor it does not hold: the full plan again
     # the coordinator, refusing a device's evaluation report
     BAD_EVALUATION = "bad_evaluation"
 

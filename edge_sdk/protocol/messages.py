@@ -23,7 +23,7 @@ from .ids import new_id
 from .topics import is_valid_id
 
 __all__ = [
-    "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN",
+    "SCHEMA_VERSION", "MAX_ID_LEN", "MAX_PLAIN_DEPTH", "MAX_SIGNATURE_LEN", "MAX_FIXED",
     "Register", "Plan", "RoundStart", "Update", "Ack", "Error", "Status", "Stop", "Chunk",
     "Model", "ProfileUpdate", "Evaluate", "Evaluation", "DataCount", "StatsRequest", "FleetStats", "STATS_KINDS",
     "SERIES_PARAMS",
@@ -39,6 +39,8 @@ MAX_ID_LEN = 64  # msg_id, reply_to, transfer_id
 MAX_CAPABILITIES = 64  # names in a register's capabilities, each at most MAX_ID_LEN characters
 MAX_PLAIN_DEPTH = 16  # nesting of model_spec / train
 MAX_SIGNATURE_LEN = 1024  # a model's signature (Ed25519: 64 bytes)
+MAX_FIXED = 64  # names in a plan's or an update's ``fixed`` map (fixed tensors, by their SHA-256)
+MAX_FIXED_NAME = 256  # characters of a fixed tensor's name
 _MISSING = object()
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -120,6 +122,16 @@ def _map(body: dict, name: str, default: Any, types: tuple[type, ...]) -> dict:
     v = _get(body, name, default)
     if not isinstance(v, dict) or not all(isinstance(k, str) and type(x) in types for k, x in v.items()):
         raise _bad(f"field {name!r} must be a map of string -> {'/'.join(t.__name__ for t in types)}")
+    return dict(v)
+
+
+def _digests(body: dict, name: str) -> dict[str, str]:
+    """An optional map of at most MAX_FIXED tensor names to SHA-256 hex digests (default empty)."""
+    v = _get(body, name, {})
+    if not isinstance(v, dict) or len(v) > MAX_FIXED or not all(
+            isinstance(k, str) and 0 < len(k) <= MAX_FIXED_NAME and isinstance(d, str) and len(d) == 64
+            and all(c in "0123456789abcdef" for c in d) for k, d in v.items()):
+        raise _bad(f"field {name!r} must map at most {MAX_FIXED} tensor names to SHA-256 hex digests")
     return dict(v)
 
 
@@ -209,12 +221,18 @@ class Plan(Message):
     #: the job's input normalisation (edge_sdk/data/preprocessing.py `Preprocessing.to_dict`): the device
     #: normalises its raw data with it; None: the device keeps its own (a coordinator before it)
     preprocessing: dict[str, Any] | None = None
+    #: the plan's fixed tensors (a MiniRocket layer's biases: the same in every round of a job), by name:
+    #: their SHA-256 (`edge_sdk.protocol.fixed_tensors`). One absent from ``tensors`` is one the device
+    #: said it holds: it takes it from its cache (edge_sdk/device/fixed_cache.py)
+    fixed: dict[str, str] = field(default_factory=dict)
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
         body = {"method": self.method, "label": self.label, "model_spec": self.model_spec,
                 "tensors": pack_tensors(self.tensors, transfer_dtype), "train": self.train}
         if self.preprocessing is not None:
             body["preprocessing"] = self.preprocessing
+        if self.fixed:
+            body["fixed"] = dict(self.fixed)
         return body
 
     @classmethod
@@ -227,7 +245,7 @@ class Plan(Message):
                 raise _bad(str(exc)[:200]) from None
         return cls(_str(body, "method"), _str(body, "label"), _plain_map(body, "model_spec"),
                    unpack_tensors(_get(body, "tensors", _MISSING), data, limits), _plain_map(body, "train"),
-                   prep)
+                   prep, _digests(body, "fixed"))
 
 
 @dataclass(frozen=True)
@@ -258,15 +276,21 @@ class Update(Message):
     tensors: dict[str, np.ndarray]
     num_samples: int
     metrics: dict[str, float]
+    #: the plan's fixed tensors it sent back unchanged and left out, by name: the plan's digest of each
+    #: (the coordinator restores them from the plan; the device holds them for the next plan)
+    fixed: dict[str, str] = field(default_factory=dict)
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
-        return {"label": self.label, "tensors": pack_tensors(self.tensors, transfer_dtype),
+        body = {"label": self.label, "tensors": pack_tensors(self.tensors, transfer_dtype),
                 "num_samples": self.num_samples, "metrics": dict(self.metrics)}
+        if self.fixed:
+            body["fixed"] = dict(self.fixed)
+        return body
 
     @classmethod
     def from_body(cls, body: dict, limits: CodecLimits, data: DataRegion) -> Update:
         return cls(_str(body, "label"), unpack_tensors(_get(body, "tensors", _MISSING), data, limits),
-                   _int(body, "num_samples", lo=0), _metrics(body, "metrics"))
+                   _int(body, "num_samples", lo=0), _metrics(body, "metrics"), _digests(body, "fixed"))
 
 
 @dataclass(frozen=True)

@@ -121,11 +121,13 @@ def test_fedpara_trains_minirockets_head_folded_by_kernel_and_sends_its_factors(
     head = runs[method]["config"]["method_config"]["ranks"]["global"]
     assert head == [rank_from_gamma(84 * 2, MiniRocketPlan(1, 64).per_kernel, 0.0)]  # one folded head
     sent = {name: sum(r["bytes_down"] + r["bytes_up"] for r in run["rounds"]) for name, run in runs.items()}
-    features = MiniRocketPlan(1, 64).features  # the fixed biases travel with either model
+    # the fixed biases travel once, in each device's first plan (`Plan.fixed`), with either model
+    features = MiniRocketPlan(1, 64).features
     dense, factors = (runs[name]["models"]["global"]["params"] for name in ("fedavg", method))
     if method == "pfedpara":  # W2 (x2, y2) stays on the device
         factors //= 2
-    expected = (dense + features) / (factors + features + 2 * 2 + 2)  # shared: x1, y1, tail, bias
+    shared = factors + 2 * 2 + 2  # x1, y1, tail, bias
+    expected = (2 * 3 * dense + features) / (2 * 3 * shared + features)  # 3 rounds, down and up
     assert sent["fedavg"] / sent[method] == pytest.approx(expected, rel=0.05)
     losses = [r["metrics"]["train_loss"] for r in runs[method]["rounds"]]
     assert losses[-1] < 0.5 * losses[0], losses  # it trains
@@ -225,7 +227,8 @@ def test_statistics_of_another_shape_are_left_out_and_none_usable_is_one_line(ca
 
 
 def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features(broker, caplog) -> None:
-    """The biases travel in every update (the model's state); a device that sends others back — a
+    """A device that keeps no fixed tensors (an SDK before `Plan.fixed`: here a cache of no entries)
+    sends the biases back in every update (the model's state); one that sends others back — a
     hostile one here, with clipping off — is undone after the aggregate, and logged."""
     import logging
 
@@ -236,6 +239,7 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
     from coordinator.strategies.base import StrategyContext
     from coordinator.strategies.fedavg import FedAvg
     from edge_sdk.client import ClientConfig, DeviceClient
+    from edge_sdk.device.fixed_cache import FixedCache
     from edge_sdk.networking.link import MessageLink
     from edge_sdk.networking.transport import MqttTransport, TransportConfig
     from edge_sdk.profiling import load_profile
@@ -244,6 +248,10 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
     from tests.support.fleet_job import clients_beside
 
     class BiasShifter(DeviceClient):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.rounds.fixed_cache = FixedCache(max_entries=0)
+
         def _send_update(self, update: Update, rnd: int) -> None:
             tensors = {k: (v + 5.0 if k == "layers.0.biases" else v) for k, v in update.tensors.items()}
             super()._send_update(Update(update.label, tensors, update.num_samples, update.metrics), rnd)

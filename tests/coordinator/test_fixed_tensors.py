@@ -1,0 +1,137 @@
+"""A job's fixed tensors (a MiniRocket layer's biases) travel once: each device's first plan carries
+them, its update names them by digest, and its later plans leave them out — over a real broker,
+with a device that forgets them (it is sent its plan whole) and one that names a digest its plan
+did not (refused)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from coordinator.aggregate.validation import UpdateRejected
+from coordinator.runtime.fixed_tensors import FixedTensors
+from edge_sdk.protocol.fixed_tensors import tensor_digest
+from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.train_config import TrainConfig
+from tests.coordinator.test_series_features import _waves
+
+BIASES = np.linspace(-1, 1, 12, dtype=np.float32)
+HEAD = np.ones((2, 12), np.float32)
+
+
+def test_a_plan_declares_its_fixed_tensors_and_leaves_out_those_a_device_holds() -> None:
+    fixed = FixedTensors()
+    whole = Plan("fedavg", "global", {}, {"head": HEAD, "biases": BIASES}, {})
+    assert fixed.declare(whole) is whole  # nothing is fixed yet
+    fixed.names = frozenset({"biases"})
+    declared = fixed.declare(whole)
+    assert declared.fixed == {"biases": tensor_digest(BIASES)} and declared.tensors == whole.tensors
+    assert fixed.for_device("d0", declared) is declared  # it holds nothing yet
+    update = Update("global", {"head": HEAD * 2}, 4, {}, dict(declared.fixed))
+    restored = fixed.restore(update, declared)
+    assert restored.fixed == {} and restored.tensors["biases"] is BIASES
+    fixed.holds("d0", update.fixed)
+    assert set(fixed.for_device("d0", declared).tensors) == {"head"}
+    assert set(fixed.for_device("d1", declared).tensors) == {"head", "biases"}
+    other = fixed.declare(replace(whole, tensors={"head": HEAD, "biases": BIASES + 1}))  # refitted: a new digest
+    assert set(fixed.for_device("d0", other).tensors) == {"head", "biases"}
+    fixed.forget("d0")
+    assert set(fixed.for_device("d0", declared).tensors) == {"head", "biases"}
+
+
+@pytest.mark.parametrize("why", ["no plan", "wrong digest", "not fixed", "sent as well"])
+def test_an_update_naming_a_fixed_tensor_its_plan_did_not_is_refused(why) -> None:
+    fixed = FixedTensors()
+    fixed.names = frozenset({"biases"})
+    declared = fixed.declare(Plan("fedavg", "global", {}, {"head": HEAD, "biases": BIASES}, {}))
+    claim = {"wrong digest": {"biases": "0" * 64}, "not fixed": {"head": tensor_digest(HEAD)}}.get(
+        why, dict(declared.fixed))
+    tensors = {"head": HEAD, **({"biases": BIASES} if why == "sent as well" else {})}
+    with pytest.raises(UpdateRejected) as refused:
+        fixed.restore(Update("global", tensors, 4, {}, claim), None if why == "no plan" else declared)
+    assert refused.value.code == "bad_tensors"
+
+
+def test_over_a_broker_the_biases_travel_once_a_device_that_forgets_them_is_sent_them(broker) -> None:
+    from coordinator.core.federation import EvalData, FederationConfig
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.runtime.report import RunReport
+    from coordinator.runtime.round_loop import RoundLoop
+    from coordinator.strategies.base import StrategyContext
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.client import ClientConfig, DeviceClient
+    from edge_sdk.data.preprocessing import Preprocessing
+    from edge_sdk.device.fixed_cache import FixedCache
+    from edge_sdk.methods.base import LocalData
+    from edge_sdk.networking.link import MessageLink
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.protocol.topics import Topics
+    from tests.support.fleet_job import clients_beside
+
+    key = "layers.0.biases"
+
+    class Device(DeviceClient):
+        """Its own cache (not the process's, which the test's three devices would share); records
+        whether each plan it was handed carried the biases."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.rounds.fixed_cache = FixedCache()
+            self.plans: list[tuple[int, bool]] = []
+
+        def _train(self, rnd: int, plan: Plan) -> Update | None:
+            self.plans.append((rnd, key in plan.tensors))
+            return super()._train(rnd, plan)
+
+    class Forgetful(Device):
+        """Restarts between rounds, as far as its cache goes."""
+
+        def _send_update(self, update: Update, rnd: int) -> None:
+            super()._send_update(update, rnd)
+            self.rounds.fixed_cache.clear()
+
+    class WrongDigest(Device):
+        """Names, in round 2, a digest its plan did not."""
+
+        def _send_update(self, update: Update, rnd: int) -> None:
+            if rnd == 1:
+                update = replace(update, fixed={name: "0" * 64 for name in update.fixed})
+            super()._send_update(update, rnd)
+
+    x_train, y_train = _waves(90, 8)
+    x_test, y_test = _waves(60, 9)
+    job = "rocket-fixed"
+    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=3, min_devices=3, round_deadline_s=60, seed=0,
+                                                              quorum=0.5,
+                                                              train=TrainConfig(epochs=3, batch_size=8, lr=0.004,
+                                                                                loss="squared", momentum=0.9)),
+                                             "minirocket", (1, 64), 2))
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    transport.connect()
+    fleet = Fleet(MessageLink(transport), Topics(job=job))
+    fleet.start()
+    clients = [kind(ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}"),
+                                 job=job, seed=i),
+                    LocalData(x_train[i::3], y_train[i::3], 2), load_profile("raspberry-pi-4b"))
+               for i, kind in enumerate((Device, WrongDigest, Forgetful))]
+    loop = RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}), eval_data=EvalData(x_test, y_test),
+                     preprocessing=Preprocessing((0.0,), (1.0,), ("slow", "fast"), (1, 64)))
+    try:
+        with clients_beside(clients)(fleet):
+            report = loop.run()
+    finally:
+        transport.close()
+    steady, wrong, forgetful = clients
+    assert steady.plans == [(0, True), (1, False), (2, False)]  # once, then never again
+    assert wrong.plans == [(0, True), (1, False), (2, False)]  # its refused update proved nothing new
+    # each later round: the plan without them, answered unknown_fixed, then the plan whole
+    assert forgetful.plans == [(0, True), (1, False), (1, True), (2, False), (2, True)]
+    assert [r.participants for r in report.rounds] == [["d0", "d1", "d2"], ["d0", "d2"], ["d0", "d1", "d2"]]
+    assert [(d, code) for d, code, _ in fleet.rejections] == [("d1", "bad_tensors")]
+    assert np.array_equal(strategy.state_tensors()[key], loop._rocket_biases[key]) and np.any(loop._rocket_biases[key])
+    head, biases = strategy.model_params()["global"] * 4, loop._rocket_biases[key].nbytes
+    assert 3 * head < report.rounds[0].bytes_up < 3 * (head + biases // 2)  # no update carried them
+    assert report.rounds[-1].accuracy["global"] >= 0.9

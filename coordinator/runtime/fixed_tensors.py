@@ -12,16 +12,20 @@ sends the tensors back, and so is always sent them.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
 from edge_sdk.protocol.errors import ErrorCode
 from edge_sdk.protocol.fixed_tensors import tensor_digest
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Evaluate, Plan, Update
 
 from coordinator.aggregate.validation import UpdateRejected
 
 __all__ = ["FixedTensors"]
+
+#: what carries a model to a device: a plan, or an evaluation request (`Evaluate`)
+Sent = TypeVar("Sent", Plan, Evaluate)
 
 
 class FixedTensors:
@@ -43,12 +47,12 @@ class FixedTensors:
         self._digests[key] = (np.array(tensor, copy=True), digest)
         return digest
 
-    def declare(self, plan: Plan) -> Plan:
-        """``plan`` naming the digest of each fixed tensor it carries."""
+    def declare(self, plan: Sent) -> Sent:
+        """``plan`` (or an evaluation request) naming the digest of each fixed tensor it carries."""
         fixed = {name: self._digest(name, plan.tensors[name]) for name in sorted(self.names & set(plan.tensors))}
         return replace(plan, fixed=fixed) if fixed else plan
 
-    def for_device(self, device: str, plan: Plan) -> Plan:
+    def for_device(self, device: str, plan: Sent) -> Sent:
         """The declared ``plan`` as sent to ``device``: without the fixed tensors it holds."""
         held = self._held.get(device)
         if not held or not plan.fixed:

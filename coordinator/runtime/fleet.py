@@ -265,7 +265,7 @@ class Fleet:
         """`send` an envelope made by the caller, who then knows its ``msg_id`` (the ``reply_to``
         of the device's answer: `DeviceRecord.acknowledged`); returns the payload bytes."""
         body, rnd = env.body, env.round
-        if isinstance(body, Plan) and self.fixed.names:
+        if isinstance(body, (Plan, Evaluate)) and self.fixed.names:
             body = self.fixed.declare(body)
             env = replace(env, body=self.fixed.for_device(device_id, body))
         nbytes = self.link.send(self.topics.downlink(device_id), env, retain=retain)
@@ -672,9 +672,10 @@ class Fleet:
                     col.failed[device] = env.body.message
             elif env.body.code == ErrorCode.INCOMPLETE:  # a message to it lost a chunk: its plan again
                 self._resend_plan(device, lost=True)
-            elif env.body.code == ErrorCode.UNKNOWN_FIXED:  # it no longer holds a fixed tensor: the whole plan
-                self.fixed.forget(device)
-                self._resend_plan(device, lost=True)
+            elif env.body.code == ErrorCode.UNKNOWN_FIXED:  # it no longer holds a fixed tensor: that plan (or
+                self.fixed.forget(device)  # evaluation request) whole, not the other one it may hold
+                if col is not None:
+                    self._resend(col, device, lost=True)
         elif isinstance(env.body, Ack):  # e.g. a published model installed: matched by its reply_to
             log.info("device %s: %s", device, env.body.note[:200])
             if device in self.devices:

@@ -253,6 +253,13 @@ class DeviceRounds:
         """Evaluate the model the coordinator names on the held-out data, and answer with the
         counts (never a sample); with none held out, an evaluation of no samples saying why."""
         request: Evaluate = env.body
+        self.fixed_cache.remember(request)
+        try:
+            request = self.fixed_cache.resolve(request)
+        except MissingFixed as exc:  # it restarted since: the coordinator sends the request whole again
+            log.info("%s: evaluation of round %d: %s", self.config.device_id, env.round + 1, exc)
+            self.uplink.reply(Error(ErrorCode.UNKNOWN_FIXED, str(exc)[:1000]), env)
+            return
         ctx = self._context(env.round)
         run_compute, note = self.sim.run_compute, self.local.holdout_note
         try:

@@ -13,12 +13,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.protocol.messages import Evaluate, Plan, Update
 
 __all__ = ["FixedCache", "MissingFixed", "PROCESS_FIXED_CACHE"]
+
+#: what brings a model: a plan, or an evaluation request (`Evaluate`, which names its fixed tensors alike)
+Received = TypeVar("Received", Plan, Evaluate)
 
 
 class MissingFixed(KeyError):
@@ -50,7 +54,7 @@ class FixedCache:
             self._tensors.clear()
             self._bytes = 0
 
-    def remember(self, plan: Plan) -> None:
+    def remember(self, plan: Plan | Evaluate) -> None:
         """Keep the fixed tensors ``plan`` carries (a read-only copy of each)."""
         for name, digest in plan.fixed.items():
             tensor = plan.tensors.get(name)
@@ -67,7 +71,7 @@ class FixedCache:
                 while len(self._tensors) > self.max_entries or self._bytes > self.max_bytes:
                     self._bytes -= self._tensors.popitem(last=False)[1].nbytes
 
-    def resolve(self, plan: Plan) -> Plan:
+    def resolve(self, plan: Received) -> Received:
         """``plan`` with the fixed tensors it left out filled in; MissingFixed names those not held."""
         left_out = {name: digest for name, digest in plan.fixed.items() if name not in plan.tensors}
         if not left_out:

@@ -501,16 +501,20 @@ class Evaluate(Message):
     preprocessing: dict[str, Any] | None = None
     per_class: bool = False
     baseline: dict[str, np.ndarray] | None = None
+    #: as a plan's (`Plan.fixed`): a fixed tensor named here but absent from ``tensors`` is one the
+    #: device holds (``baseline`` carries all of its own)
+    fixed: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, plan: Plan, per_class: bool = False, baseline: dict[str, np.ndarray] | None = None) -> Evaluate:
         """The evaluation of the model ``plan`` carries (against ``baseline``'s tensors when given)."""
         return cls(plan.method, plan.label, plan.model_spec, plan.tensors, plan.train, plan.preprocessing, per_class,
-                   baseline)
+                   baseline, dict(plan.fixed))
 
     def as_plan(self) -> Plan:
         """The model to evaluate as a plan (what the device's method parts build models from)."""
-        return Plan(self.method, self.label, self.model_spec, self.tensors, self.settings, self.preprocessing)
+        return Plan(self.method, self.label, self.model_spec, self.tensors, self.settings, self.preprocessing,
+                    dict(self.fixed))
 
     def to_body(self, transfer_dtype: str | None = None) -> dict:
         body = self.as_plan().to_body(transfer_dtype)

@@ -1,7 +1,7 @@
 """A job's fixed tensors (a MiniRocket layer's biases) travel once: each device's first plan carries
-them, its update names them by digest, and its later plans leave them out — over a real broker,
-with a device that forgets them (it is sent its plan whole) and one that names a digest its plan
-did not (refused)."""
+them, its update names them by digest, and its later plans and evaluation requests leave them out —
+over a real broker, with a device that forgets them (it is sent the plan or the request whole) and
+one that names a digest its plan did not (refused)."""
 
 from __future__ import annotations
 
@@ -75,23 +75,40 @@ def test_over_a_broker_the_biases_travel_once_a_device_that_forgets_them_is_sent
 
     class Device(DeviceClient):
         """Its own cache (not the process's, which the test's three devices would share); records
-        whether each plan it was handed carried the biases."""
+        whether each plan and each evaluation request (every round: federated evaluation) it was
+        handed carried the biases."""
 
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self.rounds.fixed_cache = FixedCache()
             self.plans: list[tuple[int, bool]] = []
+            self.requests: list[tuple[int, bool]] = []
+            evaluate = self.rounds.evaluate
+
+            def recorded(env) -> None:
+                self.requests.append((env.round, key in env.body.tensors))
+                evaluate(env)
+                self.evaluated(env.round)
+            self.rounds.evaluate = recorded
 
         def _train(self, rnd: int, plan: Plan) -> Update | None:
             self.plans.append((rnd, key in plan.tensors))
             return super()._train(rnd, plan)
 
+        def evaluated(self, rnd: int) -> None:
+            pass
+
     class Forgetful(Device):
-        """Restarts between rounds, as far as its cache goes."""
+        """Restarts, as far as its cache goes, after its update of round 1 and after its evaluation of round 2."""
 
         def _send_update(self, update: Update, rnd: int) -> None:
             super()._send_update(update, rnd)
-            self.rounds.fixed_cache.clear()
+            if rnd == 0:
+                self.rounds.fixed_cache.clear()
+
+        def evaluated(self, rnd: int) -> None:
+            if rnd == 1:
+                self.rounds.fixed_cache.clear()
 
     class WrongDigest(Device):
         """Names, in round 2, a digest its plan did not."""
@@ -126,9 +143,13 @@ def test_over_a_broker_the_biases_travel_once_a_device_that_forgets_them_is_sent
         transport.close()
     steady, wrong, forgetful = clients
     assert steady.plans == [(0, True), (1, False), (2, False)]  # once, then never again
+    assert steady.requests == [(0, False), (1, False), (2, False)]  # its first update proved it holds them
     assert wrong.plans == [(0, True), (1, False), (2, False)]  # its refused update proved nothing new
-    # each later round: the plan without them, answered unknown_fixed, then the plan whole
-    assert forgetful.plans == [(0, True), (1, False), (1, True), (2, False), (2, True)]
+    assert wrong.requests == steady.requests
+    # a request or a plan without them that it cannot fill is answered unknown_fixed and sent again whole;
+    # the coordinator then sends them until an update proves it holds them again
+    assert forgetful.requests == [(0, False), (0, True), (1, False), (2, False)]
+    assert forgetful.plans == [(0, True), (1, True), (2, False), (2, True)]
     assert [r.participants for r in report.rounds] == [["d0", "d1", "d2"], ["d0", "d2"], ["d0", "d1", "d2"]]
     assert [(d, code) for d, code, _ in fleet.rejections] == [("d1", "bad_tensors")]
     assert np.array_equal(strategy.state_tensors()[key], loop._rocket_biases[key]) and np.any(loop._rocket_biases[key])

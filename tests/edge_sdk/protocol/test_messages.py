@@ -38,6 +38,7 @@ SAMPLES = [
     Evaluate("flanc", "0.5", {"layers": [{"type": "linear", "out": 2}]}, {"w": W}, {"static_bn": True},
              {"mean": [0.5], "std": [0.25]}, True),
     Evaluate("fedavg", "global", {"layers": []}, {"w": W}, {}, None, False, {"w": W * 2}),
+    Evaluate("fedavg", "global", {"layers": []}, {"w": W}, {}, None, False, None, {"biases": "cd" * 32}),
     Evaluation("0.5", 40, 31, 12.5, (20, 20), (15, 16), "", 0.02),
     Evaluation("global", 40, 31, 12.5, baseline_correct=29),
     Evaluation("0.5", 0, 0, 0.0, reason="too little data"),

@@ -26,7 +26,6 @@ import torch
 from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.methods.settings.options import as_report
 from edge_sdk.models.fedpara import FEDPARA_TYPES, folded_shape, personal_names, precompose
-from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset
@@ -67,13 +66,12 @@ def _personal_params(layers: list[dict]) -> int:
 
 
 def _buffers(layers: list[dict]) -> int:
-    """Entries of the float buffers that travel (BatchNorm running statistics, MiniRocket's biases)."""
+    """Entries of the float buffers that travel every round: BatchNorm's running statistics (not a
+    MiniRocket layer's biases, which travel once: `Plan.fixed`)."""
     total = 0
     for layer in layers:
         if layer["type"] in ("batchnorm1d", "batchnorm2d") and layer.get("track_running_stats", True):
             total += 2 * layer["channels"]
-        if layer["type"] == "minirocket":
-            total += layer_plan(layer).features
         total += sum(_buffers(sub) for sub in _nested(layer))
     return total
 
@@ -129,7 +127,8 @@ class FedPara(WidthStrategy):
         return [k for k in model.state_dict() if k not in own and not k.endswith(SKIPPED_SUFFIXES)]
 
     def sent_bytes(self, label: str, gamma: float) -> int:
-        """float32 bytes of the tensors one plan of width ``label`` carries at ``γ`` (from the spec)."""
+        """float32 bytes of the tensors a round's plan of width ``label`` carries at ``γ`` (from the spec;
+        a MiniRocket layer's biases travel in a device's first plan only)."""
         spec = self.spec_for(gamma, self.widths[label])
         return 4 * (count_params(spec) - _personal_params(spec["layers"]) + _buffers(spec["layers"]))
 

@@ -284,6 +284,20 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
     assert report.rounds[-1].accuracy["global"] >= 0.9
 
 
+def test_fedparas_link_budget_counts_the_biases_once_not_every_round() -> None:
+    """γ = auto fits a round's plan and update into ``comm_s``: a MiniRocket layer's biases travel in a
+    device's first plan only (`Plan.fixed`), so a round's bytes are the factors' alone."""
+    from coordinator.core.federation import FederationConfig
+    from coordinator.strategies.base import StrategyContext
+    from coordinator.strategies.fedpara import FedPara
+    from edge_sdk.models.spec import count_params
+
+    strategy = FedPara.create(StrategyContext(FederationConfig(), "minirocket", (1, 64), 2, options={"gamma": "0.1"}))
+    spec = strategy.spec_for(0.1, 1.0)
+    assert strategy.sent_bytes("global", 0.1) == 4 * count_params(spec)
+    assert count_params(spec) < MiniRocketPlan(1, 64).features  # the biases would have been most of it
+
+
 @pytest.mark.parametrize("method", ["flanc", "lowrank", "fdnnc", "reft", "static-prune"])
 def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> None:
     """minirocket's one trainable layer has a row per class: FLANC, REFT and static pruning find nothing to

@@ -14,8 +14,7 @@ from coordinator.aggregate.validation import UpdateRejected
 from coordinator.runtime.fixed_tensors import FixedTensors
 from edge_sdk.protocol.fixed_tensors import tensor_digest
 from edge_sdk.protocol.messages import Plan, Update
-from edge_sdk.train_config import TrainConfig
-from tests.coordinator.test_series_features import _waves
+from tests.coordinator.test_series_features import run_waves_job
 
 BIASES = np.linspace(-1, 1, 12, dtype=np.float32)
 HEAD = np.ones((2, 12), np.float32)
@@ -55,21 +54,8 @@ def test_an_update_naming_a_fixed_tensor_its_plan_did_not_is_refused(why) -> Non
 
 
 def test_over_a_broker_the_biases_travel_once_a_device_that_forgets_them_is_sent_them(broker) -> None:
-    from coordinator.core.federation import EvalData, FederationConfig
-    from coordinator.runtime.fleet import Fleet
-    from coordinator.runtime.report import RunReport
-    from coordinator.runtime.round_loop import RoundLoop
-    from coordinator.strategies.base import StrategyContext
-    from coordinator.strategies.fedavg import FedAvg
-    from edge_sdk.client import ClientConfig, DeviceClient
-    from edge_sdk.data.preprocessing import Preprocessing
+    from edge_sdk.client import DeviceClient
     from edge_sdk.device.fixed_cache import FixedCache
-    from edge_sdk.methods.base import LocalData
-    from edge_sdk.networking.link import MessageLink
-    from edge_sdk.networking.transport import MqttTransport, TransportConfig
-    from edge_sdk.profiling import load_profile
-    from edge_sdk.protocol.topics import Topics
-    from tests.support.fleet_job import clients_beside
 
     key = "layers.0.biases"
 
@@ -118,28 +104,8 @@ def test_over_a_broker_the_biases_travel_once_a_device_that_forgets_them_is_sent
                 super()._send_update(replace(update, fixed={name: "0" * 64 for name in update.fixed}), rnd)
             super()._send_update(update, rnd)
 
-    x_train, y_train = _waves(90, 8)
-    x_test, y_test = _waves(60, 9)
-    job = "rocket-fixed"
-    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=3, min_devices=3, round_deadline_s=60, seed=0,
-                                                              train=TrainConfig(epochs=3, batch_size=8, lr=0.004,
-                                                                                loss="squared", momentum=0.9)),
-                                             "minirocket", (1, 64), 2))
-    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
-    transport.connect()
-    fleet = Fleet(MessageLink(transport), Topics(job=job))
-    fleet.start()
-    clients = [kind(ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}"),
-                                 job=job, seed=i),
-                    LocalData(x_train[i::3], y_train[i::3], 2), load_profile("raspberry-pi-4b"))
-               for i, kind in enumerate((Device, WrongDigest, Forgetful))]
-    loop = RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}), eval_data=EvalData(x_test, y_test),
-                     preprocessing=Preprocessing((0.0,), (1.0,), ("slow", "fast"), (1, 64)))
-    try:
-        with clients_beside(clients)(fleet):
-            report = loop.run()
-    finally:
-        transport.close()
+    report, loop, fleet, clients = run_waves_job(broker, "rocket-fixed", (Device, WrongDigest, Forgetful), rounds=3)
+    strategy = loop.strategy
     steady, wrong, forgetful = clients
     assert steady.plans == [(0, True), (1, False), (2, False)]  # once, then never again
     assert steady.requests == [(0, False), (1, False), (2, False)]  # its first update proved it holds them

@@ -3,6 +3,9 @@ device computes, and a job whose devices' statistics fit them before its first r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -31,6 +34,49 @@ def _waves(n: int, seed: int, length: int = 64) -> tuple[np.ndarray, np.ndarray]
     freq = np.where(y == 0, 0.03, 0.2)[:, None]
     x = rng.uniform(1, 20, (n, 1)) * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6, (n, 1)))
     return (x + rng.normal(0, 0.2, x.shape))[:, None, :].astype(np.float32), y
+
+
+def run_waves_job(broker, job: str, kinds: Sequence[type], rounds: int,
+                  options: dict[str, str] | None = None) -> tuple[Any, Any, Any, list]:
+    """A FedAvg minirocket job over ``broker`` on the waves: one device of each of ``kinds`` (`DeviceClient`
+    or a subclass), a share of the data each, federated evaluation every round; returns its report, the
+    round loop, the fleet and the devices."""
+    from coordinator.core.federation import EvalData, FederationConfig
+    from coordinator.runtime.fleet import Fleet
+    from coordinator.runtime.report import RunReport
+    from coordinator.runtime.round_loop import RoundLoop
+    from coordinator.strategies.base import StrategyContext
+    from coordinator.strategies.fedavg import FedAvg
+    from edge_sdk.client import ClientConfig
+    from edge_sdk.networking.link import MessageLink
+    from edge_sdk.networking.transport import MqttTransport, TransportConfig
+    from edge_sdk.profiling import load_profile
+    from edge_sdk.protocol.topics import Topics
+    from tests.support.fleet_job import clients_beside
+
+    x_train, y_train = _waves(90, 8)
+    x_test, y_test = _waves(60, 9)
+    n = len(kinds)
+    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=rounds, min_devices=n, round_deadline_s=60, seed=0,
+                                                              train=TrainConfig(epochs=3, batch_size=8, lr=0.004,
+                                                                                loss="squared", momentum=0.9)),
+                                             "minirocket", (1, 64), 2, options=dict(options or {})))
+    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
+    transport.connect()
+    fleet = Fleet(MessageLink(transport), Topics(job=job))
+    fleet.start()
+    clients = [kind(ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}"),
+                                 job=job, seed=i),
+                    LocalData(x_train[i::n], y_train[i::n], 2), load_profile("raspberry-pi-4b"))
+               for i, kind in enumerate(kinds)]
+    loop = RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}), eval_data=EvalData(x_test, y_test),
+                     preprocessing=Preprocessing((0.0,), (1.0,), ("slow", "fast"), (1, 64)))
+    try:
+        with clients_beside(clients)(fleet):
+            report = loop.run()
+    finally:
+        transport.close()
+    return report, loop, fleet, clients
 
 
 def test_the_request_and_the_answer_travel_and_bad_ones_are_refused() -> None:
@@ -232,20 +278,9 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
     hostile one here, with clipping off — is undone after the aggregate, and logged."""
     import logging
 
-    from coordinator.core.federation import EvalData, FederationConfig
-    from coordinator.runtime.fleet import Fleet
-    from coordinator.runtime.report import RunReport
-    from coordinator.runtime.round_loop import RoundLoop
-    from coordinator.strategies.base import StrategyContext
-    from coordinator.strategies.fedavg import FedAvg
-    from edge_sdk.client import ClientConfig, DeviceClient
+    from edge_sdk.client import DeviceClient
     from edge_sdk.device.fixed_cache import FixedCache
-    from edge_sdk.networking.link import MessageLink
-    from edge_sdk.networking.transport import MqttTransport, TransportConfig
-    from edge_sdk.profiling import load_profile
     from edge_sdk.protocol.messages import Update
-    from edge_sdk.protocol.topics import Topics
-    from tests.support.fleet_job import clients_beside
 
     class BiasShifter(DeviceClient):
         def __init__(self, *args, **kwargs) -> None:
@@ -256,30 +291,11 @@ def test_an_update_that_moves_the_fixed_biases_does_not_move_the_fleets_features
             tensors = {k: (v + 5.0 if k == "layers.0.biases" else v) for k, v in update.tensors.items()}
             super()._send_update(Update(update.label, tensors, update.num_samples, update.metrics), rnd)
 
-    x_train, y_train = _waves(90, 8)
-    x_test, y_test = _waves(60, 9)
-    job = "rocket-hold"
-    strategy = FedAvg.create(StrategyContext(FederationConfig(rounds=2, min_devices=3, round_deadline_s=60, seed=0,
-                                                              train=TrainConfig(epochs=3, batch_size=8, lr=0.004,
-                                                                                loss="squared", momentum=0.9)),
-                                             "minirocket", (1, 64), 2, options={"clip": "none", "max_share": "1"}))
-    transport = MqttTransport(TransportConfig(url=broker.url, client_id=f"{job}-coordinator"))
-    transport.connect()
-    fleet = Fleet(MessageLink(transport), Topics(job=job))
-    fleet.start()
-    clients = [(BiasShifter if i == 2 else DeviceClient)(
-        ClientConfig(device_id=f"d{i}", transport=TransportConfig(url=broker.url, client_id=f"{job}-d{i}"), job=job,
-                     seed=i),
-        LocalData(x_train[i::3], y_train[i::3], 2), load_profile("raspberry-pi-4b")) for i in range(3)]
-    loop = RoundLoop(strategy, fleet, RunReport(method="fedavg", config={}), eval_data=EvalData(x_test, y_test),
-                     preprocessing=Preprocessing((0.0,), (1.0,), ("slow", "fast"), (1, 64)))
-    try:
-        with clients_beside(clients)(fleet), caplog.at_level(logging.WARNING, "coordinator.runtime.round_loop"):
-            report = loop.run()
-    finally:
-        transport.close()
+    with caplog.at_level(logging.WARNING, "coordinator.runtime.round_loop"):
+        report, loop, _, _ = run_waves_job(broker, "rocket-hold", (DeviceClient, DeviceClient, BiasShifter), rounds=2,
+                                           options={"clip": "none", "max_share": "1"})
     fitted = loop._rocket_biases["layers.0.biases"]
-    assert np.any(fitted) and np.array_equal(strategy.state_tensors()["layers.0.biases"], fitted)
+    assert np.any(fitted) and np.array_equal(loop.strategy.state_tensors()["layers.0.biases"], fitted)
     assert sum("moved the fixed minirocket biases" in r.getMessage() for r in caplog.records) == 2  # each round
     assert report.rounds[-1].accuracy["global"] >= 0.9
 

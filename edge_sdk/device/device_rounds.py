@@ -13,17 +13,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
-
 from edge_sdk.device.client_config import ClientConfig
 from edge_sdk.device.data_watch import DataWatch
 from edge_sdk.device.device_data import DeviceData
-from edge_sdk.device.fixed_cache import PROCESS_FIXED_CACHE, MissingFixed
+from edge_sdk.device.fixed_cache import PROCESS_FIXED_CACHE, MissingFixed, Received
 from edge_sdk.device.fleet_statistics import fleet_statistics
 from edge_sdk.evaluation import evaluate_holdout
 from edge_sdk.methods import DeviceContext, device_method
 from edge_sdk.protocol.codec import packb
 from edge_sdk.protocol.errors import ErrorCode
+from edge_sdk.protocol.fixed_tensors import tensor_digest
 from edge_sdk.protocol.messages import Envelope, Error, Evaluate, Evaluation, Plan, Update
 from edge_sdk.schedule import Decision, SystemMonitor, apply_caps
 from edge_sdk.device.sim_hooks import SimHooks
@@ -57,9 +56,7 @@ def plan_digest(plan: Plan) -> str:
     """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan)."""
     h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train, plan.preprocessing]))
     for name in sorted(plan.tensors):
-        tensor = np.ascontiguousarray(plan.tensors[name])
-        h.update(packb([name, tensor.dtype.str, list(tensor.shape)]))
-        h.update(tensor.reshape(-1).view(np.uint8))
+        h.update(packb([name, tensor_digest(plan.tensors[name])]))
     return h.hexdigest()
 
 
@@ -180,19 +177,28 @@ class DeviceRounds:
         state = "idle" if decision.allowed else ("waiting" if self.pending else "paused")
         self.uplink.status(state, decision.reason, decision)
 
+    # -- fixed tensors ----------------------------------------------------------
+    def _filled(self, message: Received, what: str, tell: Callable[[Error], None]) -> Received | None:
+        """``message`` (a plan or an evaluation request) with the fixed tensors it left out filled in
+        from the cache (`FixedCache.resolve`); None when the cache no longer holds one (the device
+        restarted since): the coordinator is told ``unknown_fixed`` and sends it whole again."""
+        try:
+            return self.fixed_cache.resolve(message)
+        except MissingFixed as exc:
+            log.info("%s: %s: %s; asking for it whole", self.config.device_id, what, exc)
+            tell(Error(ErrorCode.UNKNOWN_FIXED, str(exc)[:1000]))
+            return None
+
     # -- training -------------------------------------------------------------
     def train(self, rnd: int, plan: Plan, on_round: Callable[[RoundTrained], None] | None) -> Update | None:
         """Train round ``rnd`` on ``plan`` and upload the update; ``on_round`` hears how it went.
         A failure is answered `train_failed` (`no_data` when the data source has none)."""
         status, throttle, run_compute = self.uplink.status, self.throttle, self.sim.run_compute
         received = sum(t.nbytes for t in plan.tensors.values())  # what came over the link
-        self.fixed_cache.remember(plan)
-        try:
-            plan = self.fixed_cache.resolve(plan)
-        except MissingFixed as exc:  # it restarted since: the coordinator sends the whole plan again
-            log.info("%s: round %d: %s; asking for the whole plan", self.config.device_id, rnd + 1, exc)
-            self.uplink.send(Error(ErrorCode.UNKNOWN_FIXED, str(exc)[:1000]), rnd)
+        filled = self._filled(plan, f"round {rnd + 1}", lambda error: self.uplink.send(error, rnd))
+        if filled is None:
             return None
+        plan = filled
         status("training")
         if throttle is not None:
             throttle.apply_transfer(received, "down")
@@ -252,13 +258,9 @@ class DeviceRounds:
     def evaluate(self, env: Envelope) -> None:
         """Evaluate the model the coordinator names on the held-out data, and answer with the
         counts (never a sample); with none held out, an evaluation of no samples saying why."""
-        request: Evaluate = env.body
-        self.fixed_cache.remember(request)
-        try:
-            request = self.fixed_cache.resolve(request)
-        except MissingFixed as exc:  # it restarted since: the coordinator sends the request whole again
-            log.info("%s: evaluation of round %d: %s", self.config.device_id, env.round + 1, exc)
-            self.uplink.reply(Error(ErrorCode.UNKNOWN_FIXED, str(exc)[:1000]), env)
+        request = self._filled(env.body, f"evaluation of round {env.round + 1}",
+                               lambda error: self.uplink.reply(error, env))
+        if request is None:
             return
         ctx = self._context(env.round)
         run_compute, note = self.sim.run_compute, self.local.holdout_note

@@ -19,7 +19,7 @@ import numpy as np
 
 from edge_sdk.protocol.messages import Evaluate, Plan, Update
 
-__all__ = ["FixedCache", "MissingFixed", "PROCESS_FIXED_CACHE"]
+__all__ = ["FixedCache", "MissingFixed", "PROCESS_FIXED_CACHE", "Received"]
 
 #: what brings a model: a plan, or an evaluation request (`Evaluate`, which names its fixed tensors alike)
 Received = TypeVar("Received", Plan, Evaluate)
@@ -72,7 +72,9 @@ class FixedCache:
                     self._bytes -= self._tensors.popitem(last=False)[1].nbytes
 
     def resolve(self, plan: Received) -> Received:
-        """``plan`` with the fixed tensors it left out filled in; MissingFixed names those not held."""
+        """``plan`` with the fixed tensors it left out filled in, the ones it carries kept first
+        (`remember`); MissingFixed names those not held."""
+        self.remember(plan)
         left_out = {name: digest for name, digest in plan.fixed.items() if name not in plan.tensors}
         if not left_out:
             return plan

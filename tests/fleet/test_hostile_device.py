@@ -172,15 +172,16 @@ def test_spoofed_and_padded_transfers_blame_only_their_topic(job):
     assert reassembler.buffered_bytes == 0
 
 
+@pytest.mark.parametrize("asking", ["incomplete", "unknown_fixed"])  # a lost chunk; a fixed tensor it lacks
 @pytest.mark.parametrize("job", [FleetLimits(plan_resend_interval_s=0.0)], indirect=True)
-def test_asking_for_the_plan_again_is_budgeted_per_round(job):
+def test_asking_for_the_plan_again_is_budgeted_per_round(job, asking):
     strategy, fleet, peers = job
     evil = peers["pi-evil"]
     plan = strategy.configure_train(0, fleet.devices["pi-evil"])
     fleet.send("pi-evil", plan, 0)
     collector, _ = _collect_in_background(fleet, strategy, ["pi-evil"], deadline_s=4.0)
     for i in range(200):
-        evil.send(Error("incomplete", "lost a chunk"), rnd=0)
+        evil.send(Error(asking, "send it again"), rnd=0)
         evil.send(Status("online", connection=10**12 + i), rnd=-1)  # a "newer connection" every time
     collector.join(timeout=10)
     plans = [r for r in evil.replies(1.0) if isinstance(r.body, Plan)]

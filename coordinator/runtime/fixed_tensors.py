@@ -6,7 +6,9 @@ travelled in every plan and every update (9,996 float32 on PLAID). A device prov
 fixed tensor by sending it back as its digest in an accepted update; from then on its plans leave
 it out. It answers ``unknown_fixed`` when it no longer holds one (it restarted): the fleet forgets
 what it held and sends the plan whole. An SDK that does not know ``fixed`` ignores the field,
-sends the tensors back, and so is always sent them.
+sends the tensors back, and so is always sent them. An evaluation request's ``baseline`` (the
+served version's tensors) leaves out each fixed tensor that equals the request's own: the device
+takes it from the request.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ __all__ = ["FixedTensors"]
 
 #: what carries a model to a device: a plan, or an evaluation request (`Evaluate`)
 Sent = TypeVar("Sent", Plan, Evaluate)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b))
 
 
 class FixedTensors:
@@ -48,9 +54,17 @@ class FixedTensors:
         return digest
 
     def declare(self, plan: Sent) -> Sent:
-        """``plan`` (or an evaluation request) naming the digest of each fixed tensor it carries."""
+        """``plan`` (or an evaluation request) naming the digest of each fixed tensor it carries; an
+        evaluation request's ``baseline`` leaves out each one equal to the request's own."""
         fixed = {name: self._digest(name, plan.tensors[name]) for name in sorted(self.names & set(plan.tensors))}
-        return replace(plan, fixed=fixed) if fixed else plan
+        if not fixed:
+            return plan
+        if isinstance(plan, Evaluate) and plan.baseline:  # the served version's: the same biases, mostly
+            same = {name for name in fixed if name in plan.baseline and _same(plan.baseline[name], plan.tensors[name])}
+            if same:
+                return replace(plan, fixed=fixed,
+                               baseline={k: v for k, v in plan.baseline.items() if k not in same})
+        return replace(plan, fixed=fixed)
 
     def for_device(self, device: str, plan: Sent) -> Sent:
         """The declared ``plan`` as sent to ``device``: without the fixed tensors it holds."""

@@ -73,11 +73,12 @@ class FixedCache:
 
     def resolve(self, plan: Received) -> Received:
         """``plan`` with the fixed tensors it left out filled in, the ones it carries kept first
-        (`remember`); MissingFixed names those not held."""
+        (`remember`); MissingFixed names those not held. An evaluation request's ``baseline`` gets
+        the fixed tensors it left out from the request's own."""
         self.remember(plan)
         left_out = {name: digest for name, digest in plan.fixed.items() if name not in plan.tensors}
         if not left_out:
-            return plan
+            return _with_baseline(plan)
         with self._lock:
             found = {name: self._tensors[d] for name, d in left_out.items() if d in self._tensors}
             for digest in left_out.values():
@@ -86,7 +87,7 @@ class FixedCache:
         if len(found) < len(left_out):
             missing = sorted(set(left_out) - set(found))
             raise MissingFixed(f"the plan left out fixed tensors this device does not hold: {', '.join(missing)}")
-        return replace(plan, tensors={**plan.tensors, **found})
+        return _with_baseline(replace(plan, tensors={**plan.tensors, **found}))
 
     def strip(self, plan: Plan, update: Update) -> Update:
         """``update`` without the fixed tensors of ``plan`` (resolved) it sends back unchanged and
@@ -99,6 +100,15 @@ class FixedCache:
             return update
         return replace(update, tensors={k: v for k, v in update.tensors.items() if k not in same},
                        fixed={**update.fixed, **same})
+
+
+def _with_baseline(plan: Received) -> Received:
+    """An evaluation request whose ``baseline`` leaves out fixed tensors, with them taken from its own
+    (the served version has the job's fixed tensors); anything else as it is."""
+    if not isinstance(plan, Evaluate) or plan.baseline is None:
+        return plan
+    left_out = {name: plan.tensors[name] for name in plan.fixed if name not in plan.baseline and name in plan.tensors}
+    return replace(plan, baseline={**plan.baseline, **left_out}) if left_out else plan
 
 
 #: The cache of this process's devices.

@@ -13,7 +13,8 @@ import pytest
 from coordinator.aggregate.validation import UpdateRejected
 from coordinator.runtime.fixed_tensors import FixedTensors
 from edge_sdk.protocol.fixed_tensors import tensor_digest
-from edge_sdk.protocol.messages import Plan, Update
+from edge_sdk.device.fixed_cache import FixedCache
+from edge_sdk.protocol.messages import Evaluate, Plan, Update
 from tests.coordinator.test_series_features import run_waves_job
 
 BIASES = np.linspace(-1, 1, 12, dtype=np.float32)
@@ -38,6 +39,27 @@ def test_a_plan_declares_its_fixed_tensors_and_leaves_out_those_a_device_holds()
     assert set(fixed.for_device("d0", other).tensors) == {"head", "biases"}
     fixed.forget("d0")
     assert set(fixed.for_device("d0", declared).tensors) == {"head", "biases"}
+
+
+def test_an_evaluations_baseline_leaves_out_the_fixed_tensors_it_shares_and_the_device_fills_them() -> None:
+    fixed = FixedTensors()
+    fixed.names = frozenset({"biases"})
+    plan = Plan("fedavg", "global", {}, {"head": HEAD, "biases": BIASES}, {})
+    served = {"head": HEAD * 3, "biases": BIASES.copy()}  # the published version: other weights, the same biases
+    request = fixed.declare(Evaluate.of(plan, baseline=served))
+    assert request.fixed == {"biases": tensor_digest(BIASES)} and set(request.baseline) == {"head"}
+    fixed.holds("d0", dict(request.fixed))
+    sent = fixed.for_device("d0", request)
+    assert set(sent.tensors) == {"head"} and set(sent.baseline) == {"head"}  # the biases travel in neither
+    cache = FixedCache()
+    cache.remember(Plan("fedavg", "global", {}, {"biases": BIASES}, {}, None, dict(request.fixed)))
+    filled = cache.resolve(sent)
+    for tensors in (filled.tensors, filled.baseline):
+        np.testing.assert_array_equal(tensors["biases"], BIASES)
+    np.testing.assert_array_equal(filled.baseline["head"], HEAD * 3)
+    refitted = fixed.declare(Evaluate.of(plan, baseline={"head": HEAD, "biases": BIASES + 1}))
+    np.testing.assert_array_equal(refitted.baseline["biases"], BIASES + 1)  # not the request's: it travels
+    assert cache.resolve(fixed.for_device("d0", refitted)).baseline["biases"][0] == BIASES[0] + 1
 
 
 @pytest.mark.parametrize("why", ["no plan", "wrong digest", "not fixed", "sent as well"])

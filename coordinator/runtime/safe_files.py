@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Iterator, TextIO
 
-__all__ = ["write_atomically", "appending", "rewriting"]
+__all__ = ["write_atomically", "write_bytes_atomically", "appending", "rewriting"]
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -16,6 +16,20 @@ def write_atomically(path: Path, text: str) -> None:
     disk never leaves half a file (the earlier one stays whole)."""
     with rewriting(path, newline=None) as fh:
         fh.write(text)
+
+
+def write_bytes_atomically(path: Path, payload: bytes) -> None:
+    """``payload`` into ``path`` through a synced temporary file and a rename (a checkpoint: the
+    earlier file stays whole whatever happens while it is written)."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:  # a full disk: no half-written temporary file left
+        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ moment resumes from its last completed round.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,13 @@ import numpy as np
 from edge_sdk.protocol.codec import CodecLimits, decode_frame, encode_frame, pack_tensors, unpack_tensors
 from edge_sdk.protocol.errors import ProtocolError
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "CHECKPOINT_FILE"]
+from coordinator.runtime.safe_files import write_bytes_atomically
+
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "CHECKPOINT_FILE", "CHECKPOINT_LIMITS"]
 
 CHECKPOINT_FILE = "checkpoint.msgpack"
 _FORMAT = 2  # 1: tensors inline as msgpack bin (no longer read); 2: header + data region
-_LIMITS = CodecLimits(max_message_bytes=4 << 30, max_tensor_bytes=2 << 30, max_header_bytes=256 << 20)
+CHECKPOINT_LIMITS = CodecLimits(max_message_bytes=4 << 30, max_tensor_bytes=2 << 30, max_header_bytes=256 << 20)
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,9 @@ def save_checkpoint(directory: Path, method: str, rnd: int, rounds: list[dict[st
               "job": job or {}}
     if rounds_total is not None:
         header.update(rounds_total=rounds_total, totals=dict(totals or {}))
-    payload = encode_frame(header, _LIMITS.max_header_bytes)
+    payload = encode_frame(header, CHECKPOINT_LIMITS.max_header_bytes)
     path = directory / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:  # a full disk: no half-written temporary file left, the earlier checkpoint whole
-        tmp.unlink(missing_ok=True)
+    write_bytes_atomically(path, payload)
     return path
 
 
@@ -70,11 +63,11 @@ def load_checkpoint(directory: Path) -> Checkpoint | None:
     path = directory / CHECKPOINT_FILE
     if not path.exists():
         return None
-    obj, data = decode_frame(path.read_bytes(), _LIMITS)
+    obj, data = decode_frame(path.read_bytes(), CHECKPOINT_LIMITS)
     if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
         raise ProtocolError("version", f"{path}: not an edgefl checkpoint of format {_FORMAT}")
     try:
-        tensors = unpack_tensors(obj["tensors"], data, _LIMITS)
+        tensors = unpack_tensors(obj["tensors"], data, CHECKPOINT_LIMITS)
         data.finish()
         job = obj.get("job", {})
         if not isinstance(job, dict):

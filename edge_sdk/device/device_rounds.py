@@ -53,10 +53,12 @@ class RoundTrained:
 
 
 def plan_digest(plan: Plan) -> str:
-    """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan)."""
+    """SHA-256 over a plan's method, label, spec, settings and tensor bytes (identifies a re-sent plan);
+    a fixed tensor counts by its digest (`Plan.fixed`), so the plan is the same whether it carries it or
+    leaves it out (sent again whole to a device the coordinator no longer knows to hold it)."""
     h = hashlib.sha256(packb([plan.method, plan.label, plan.model_spec, plan.train, plan.preprocessing]))
-    for name in sorted(plan.tensors):
-        h.update(packb([name, tensor_digest(plan.tensors[name])]))
+    for name in sorted(set(plan.tensors) | set(plan.fixed)):
+        h.update(packb([name, plan.fixed.get(name) or tensor_digest(plan.tensors[name])]))
     return h.hexdigest()
 
 

@@ -130,3 +130,16 @@ def test_an_update_the_coordinator_never_answered_is_sent_again_until_answered(b
             got = link.poll(0.2)
             assert not (isinstance(got, Received) and isinstance(got.envelope.body, Update)), "sent after round 2 began"
         assert client.unanswered_resends == [0, 0]
+
+
+def test_a_plan_is_the_same_whether_it_carries_its_fixed_tensors_or_leaves_them_out() -> None:
+    from edge_sdk.protocol.fixed_tensors import tensor_digest
+    biases = np.linspace(-1, 1, 12, dtype=np.float32)
+    head = np.ones((2, 12), np.float32)
+    fixed = {"biases": tensor_digest(biases)}
+    whole = Plan("fedavg", "global", {}, {"head": head, "biases": biases}, {}, None, fixed)
+    left_out = Plan("fedavg", "global", {}, {"head": head}, {}, None, fixed)
+    assert plan_digest(whole) == plan_digest(left_out)  # sent again whole after a coordinator's restart
+    other = Plan("fedavg", "global", {}, {"head": head}, {}, None, {"biases": tensor_digest(biases + 1)})
+    assert plan_digest(other) != plan_digest(left_out)
+    assert plan_digest(Plan("fedavg", "global", {}, {"head": head, "biases": biases}, {})) == plan_digest(whole)

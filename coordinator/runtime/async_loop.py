@@ -19,7 +19,8 @@ report (``round`` counts versions; ``seconds``: simulated time since the last ve
 devices would hold) and one copy of each version still being trained on.
 
 A checkpoint holds the versions; a resumed job continues from the last one (updates in flight
-when it stopped are lost: their devices are sent the current version).
+when it stopped are lost: their devices are sent the current version; a real fleet's coordinator
+keeps them across a stop: `coordinator.runtime.fleet_async_loop`).
 """
 
 from __future__ import annotations

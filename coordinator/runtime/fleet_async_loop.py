@@ -16,10 +16,13 @@ declined or reported a failed training is not asked again for `RETRY_AFTER_S`, t
 second decline in a row, and so on up to `MAX_REST_S` (a device outside its training window all night
 is asked, and says why not, a few times an hour, not every minute).
 
-A resumed job continues the versions of its checkpoint; the plans and held updates open when it
-stopped are lost (their devices are sent the current version), and its plans' tags start
-`RESUME_TAG_GAP` past the last recorded, so an update of a plan sent before the stop never passes
-for one sent after.
+A resumed job continues the versions of its checkpoint. What was open when it stopped (Ctrl-C,
+SIGTERM, an error) is written beside the checkpoint (`coordinator.runtime.in_flight`) and taken up
+again: the updates taken but not yet in a version fill the resumed version's buffer first, and each
+plan that was out is sent again to its device, once it is back, under the same tag and with the same
+tensors — a device that trained it answers with the update it kept, without training again — its
+deadline counting on from its age at the stop. The new plans' tags start `RESUME_TAG_GAP` past the
+last recorded, so an update of a plan sent before the stop never passes for one sent after.
 
 An evaluated version with ``federated_eval`` asks the online devices to evaluate it on their held-out
 data (each under a tag of its own, beside a training plan it may hold: a device answers once its
@@ -38,14 +41,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from coordinator.core.federation import TrainingFailed
+from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.async_loop import RETRY_AFTER_S, AsyncLoop, InFlight
+from coordinator.runtime.in_flight import (IN_FLIGHT_FILE, InFlightState, OpenPlanState, TakenUpdate, load_in_flight,
+                                           save_in_flight)
 from coordinator.runtime.report import RoundRecord
-from edge_sdk.protocol.messages import RoundStart
+from edge_sdk.protocol.errors import ProtocolError
+from edge_sdk.protocol.messages import Plan, RoundStart
 
 __all__ = ["FleetAsyncLoop", "RESUME_TAG_GAP"]
 
@@ -65,6 +73,8 @@ class _OpenPlan:
     base: tuple[int, str]  # the (version, label) of its tensors (`AsyncLoop._bases`)
     sent_at: float  # time.monotonic()
     new_samples: int  # the new samples its device held when it was sent (given back if it fails)
+    tag: int  # the round tag it went out under
+    plan: Plan  # as sent, without its tensors (those of ``base``): to send it again after a stop
 
 
 class FleetAsyncLoop(AsyncLoop):
@@ -78,10 +88,22 @@ class FleetAsyncLoop(AsyncLoop):
         self._resting: dict[str, float] = {}  # device -> time.monotonic() it may be asked again
         self._declines: dict[str, int] = {}  # device -> plans it declined or failed in a row
         self._collection_open = False
+        #: plans open at a stop, taken up on resume: sent again once their device is back
+        self._restored: dict[str, _OpenPlan] = {}
+        #: the buffer being filled (restated updates and their staleness), kept for a stop
+        self._filling: tuple[dict[str, ReceivedUpdate], list[int]] | None = None
+        self._carried: list[tuple[ReceivedUpdate, int]] = []  # folded before a stop: the resumed buffer's
+        self._filling_round: int | None = None
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().run(*args, **kwargs)
+        except BaseException:  # Ctrl-C, SIGTERM or an error: what is open is kept for the resumed job
+            try:
+                self._keep_in_flight()
+            except Exception:  # never in the way of the stop itself, nor of its reason
+                log.exception("the plans and updates open at the stop could not be kept")
+            raise
         finally:
             if self._collection_open:
                 self.fleet.close_collection()
@@ -90,7 +112,85 @@ class FleetAsyncLoop(AsyncLoop):
         start = super()._resume()
         if self.report.rounds:
             self._dispatches += RESUME_TAG_GAP
+        self._take_up_in_flight(start)
+        self._filling_round = start
         return start
+
+    # -- across a stop ------------------------------------------------------
+    def _keep_in_flight(self) -> None:
+        """Write the plans out and the updates taken but not in a version beside the checkpoint."""
+        if self.config.checkpoint_dir is None or self._filling_round is None:
+            return
+        buffer, staleness = self._filling or ({}, [])
+        folded = [*self._carried, *zip(buffer.values(), staleness, strict=True)]
+        taken = [TakenUpdate(received, (self.version, received.update.label), stale) for received, stale in folded]
+        taken += [TakenUpdate(item.received, item.base, None) for item in self._held]
+        plans = {**self._restored, **self._open_plans}
+        if not plans and not taken:
+            return
+        now = time.monotonic()
+        bases = {p.base for p in plans.values()} | {t.base for t in taken if t.stale is None}
+        state = InFlightState(self.version, self._filling_round, {b: self._bases[b] for b in bases},
+                              [OpenPlanState(d, p.tag, p.base, p.plan, now - p.sent_at, p.new_samples)
+                               for d, p in plans.items()], taken)
+        try:
+            path = save_in_flight(Path(self.config.checkpoint_dir), state)
+        except OSError as exc:
+            log.error("the plans and updates open at the stop could not be kept: %s", exc)
+            return
+        log.info("kept %d open plans and %d updates taken for the resumed job (%s)", len(state.plans),
+                 len(taken), path)
+
+    def _take_up_in_flight(self, start: int) -> None:
+        """Take up what a stop kept, if it is this checkpoint's (then the file is removed)."""
+        if self.config.checkpoint_dir is None:
+            return
+        directory = Path(self.config.checkpoint_dir)
+        try:
+            state = load_in_flight(directory)
+        except ProtocolError as exc:  # what it held is lost, as before it was kept: the job itself goes on
+            log.warning("the plans and updates kept at a stop are not taken up: %s", exc)
+            state = None
+        (directory / IN_FLIGHT_FILE).unlink(missing_ok=True)
+        if state is None:
+            return
+        version = self.report.rounds[-1].version if self.report.rounds else 0  # the checkpoint's
+        if (state.version, state.round) != (version, start):
+            log.info("the plans and updates kept at a stop were for version %d, not this checkpoint's: "
+                     "not taken up", state.version)
+            return
+        now = time.monotonic()
+        for base, tensors in state.bases.items():
+            self._bases[base] = tensors
+            self._base_users[base] = 0
+        for kept in state.plans:
+            self._restored[kept.device] = _OpenPlan(kept.base[0], kept.base, now - kept.age_s, kept.new_samples,
+                                                    kept.tag, replace(kept.plan, tensors={}))
+            self._base_users[kept.base] += 1
+        for taken in state.taken:
+            if taken.stale is not None:
+                self._carried.append((taken.received, taken.stale))
+                continue
+            self._seq += 1
+            self._held.append(InFlight(now, self._seq, taken.received.device_id, taken.base[0], taken.received,
+                                       taken.base))
+            self._base_users[taken.base] += 1
+            self._busy.add(taken.received.device_id)
+        log.info("taken up from the stop: %d plans to send again, %d updates", len(self._restored),
+                 len(state.taken))
+
+    def _send_again(self) -> int:
+        """Send the plans open at a stop to their devices that are back; returns the bytes sent."""
+        down = 0
+        for device in [d for d in self._restored if (r := self.fleet.devices.get(d)) is not None and r.online]:
+            kept = self._restored.pop(device)
+            plan = replace(kept.plan, tensors=self._bases[kept.base])
+            down += self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), kept.tag)
+            down += self.fleet.ask(device, kept.tag, plan)
+            self._open_plans[device] = kept
+            self._busy.add(device)
+            log.info("plan of %s (version %d, tag %d) open at the stop: sent again", device, kept.version, kept.tag)
+        return down
 
     # -- one version --------------------------------------------------------
     def _round(self, rnd: int) -> RoundRecord:
@@ -102,8 +202,10 @@ class FleetAsyncLoop(AsyncLoop):
             self._collection_open = True
         fleet.rounds_collected = self.version  # a claimed sample count may grow per version
         self._counts = {}
-        buffer: dict[str, Any] = {}
-        staleness: list[int] = []
+        buffer: dict[str, Any] = {received.device_id: received for received, _ in self._carried}
+        staleness: list[int] = [stale for _, stale in self._carried]
+        self._carried = []
+        self._filling, self._filling_round = (buffer, staleness), rnd
         counts = dict.fromkeys(("dispatched", "stale_refused", "plans_expired", "declined"), 0)
         down = 0
         held, self._held = self._held, []
@@ -111,6 +213,7 @@ class FleetAsyncLoop(AsyncLoop):
             counts["stale_refused"] += not self._take(item, buffer, staleness)
         idle_since = time.monotonic()
         while len(buffer) < config.buffer_size:
+            down += self._send_again()
             sent, asked = self._fill_slots()
             down, counts["dispatched"] = down + sent, counts["dispatched"] + asked
             if not self._open_plans and buffer and self.serving is not None:
@@ -139,9 +242,11 @@ class FleetAsyncLoop(AsyncLoop):
             counts["plans_expired"] += self._expire()
             fleet.progress(rnd, len(buffer), config.buffer_size, sum(u.nbytes for u in buffer.values()), started)
         # an evaluated version's federated evaluation: the plans out keep running, their updates wait
-        return self._step(rnd, buffer, staleness, {"dispatches": float(self._dispatches),
-                                                   "in_flight": float(len(self._open_plans)),
-                                                   **{k: float(v) for k, v in counts.items()}}, down, started)
+        record = self._step(rnd, buffer, staleness, {"dispatches": float(self._dispatches),
+                                                     "in_flight": float(len(self._open_plans)),
+                                                     **{k: float(v) for k, v in counts.items()}}, down, started)
+        self._filling, self._filling_round = None, rnd + 1  # stepped: its updates are in this version
+        return record
 
     def _fill_slots(self) -> tuple[int, int]:
         """Send a plan to idle online devices (seeded draws) until ``concurrency`` plans are open;
@@ -149,7 +254,8 @@ class FleetAsyncLoop(AsyncLoop):
         online = self.fleet.online()
         wanted = len(online) if self.config.concurrency is None else min(self.config.concurrency, len(online))
         now = time.monotonic()
-        idle = [d for d in online if d not in self._busy and self._resting.get(d, 0.0) <= now
+        idle = [d for d in online if d not in self._busy and d not in self._restored
+                and self._resting.get(d, 0.0) <= now
                 and (self.serving is None or self.fleet.devices[d].new_samples > 0)]
         down = asked = 0
         while len(self._open_plans) < wanted and idle:
@@ -170,7 +276,8 @@ class FleetAsyncLoop(AsyncLoop):
         self.payload_bytes.setdefault(plan.label, sent)
         base = (self.version, plan.label)
         self._keep_base(base, plan)
-        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic(), record.new_samples)
+        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic(), record.new_samples, tag,
+                                             replace(plan, tensors={}))
         if self.serving is not None:
             record.new_samples = 0  # it trains on them now
         self._busy.add(device)
@@ -188,7 +295,12 @@ class FleetAsyncLoop(AsyncLoop):
                      device, self._open_plans[device].version, why)
             self.fleet.close_plan(device)
             self._drop(device, rest=self.fleet.devices[device].online)
-        return len(gone)
+        late = [d for d, plan in self._restored.items() if now - plan.sent_at > deadline]
+        for device in late:  # open at a stop, and its device not back in time
+            log.info("plan of %s (version %d) open at the stop closed: its device did not come back in %g s",
+                     device, self._restored[device].version, deadline)
+            self._release(self._restored.pop(device).base)
+        return len(gone) + len(late)
 
     def _drop(self, device: str, rest: bool) -> None:
         """Forget ``device``'s open plan (its base released); ``rest``: not asked for `RETRY_AFTER_S`

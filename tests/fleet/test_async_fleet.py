@@ -229,3 +229,41 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
     assert len(versions) >= 2 and versions[1] > versions[0], asked  # the current version, not its old one
     assert sum(r.metrics["plans_expired"] for r in report.rounds) >= 1
     assert all("phone" not in r.participants for r in report.rounds)
+
+
+def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_them_up(
+        broker, mnist, shards, tmp_path, cleanup):
+    """``systemctl stop`` (SIGTERM) while version 2 fills: the update already taken and the plans out
+    are kept beside the checkpoint; resumed, the update fills version 2 first and each plan is sent
+    again under its tag, its device answering with the update it kept — trained once, folded once."""
+    from coordinator.runtime.in_flight import IN_FLIGHT_FILE, load_in_flight
+    from edge_sdk.stop_request import StopRequested
+
+    job = f"async-stop{uuid.uuid4().hex[:6]}"
+    devices = _devices(broker.url, job, mnist, shards, cleanup)
+    config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3))
+
+    def stop_once_version_2_holds_updates(progress) -> None:
+        if progress.round == 1 and progress.collecting == "update" and progress.done >= 1:
+            raise StopRequested()  # what SIGTERM raises in the main thread
+    with pytest.raises(StopRequested):
+        run_coordinator(config, on_progress=stop_once_version_2_holds_updates)
+    kept = load_in_flight(tmp_path / "checkpoint")
+    assert kept is not None and (kept.version, kept.round) == (1, 1)
+    taken_by = {t.received.device_id for t in kept.taken if t.stale is not None}  # in version 2's buffer
+    assert taken_by and all(t.stale in (0, 1) for t in kept.taken if t.stale is not None), kept.taken
+    assert kept.plans and all(p.base[0] <= 1 and p.plan.tensors for p in kept.plans)
+
+    run_coordinator(config)  # resumed with the devices never restarted
+    assert not (tmp_path / "checkpoint" / IN_FLIGHT_FILE).exists()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "finished" and [r["version"] for r in report["rounds"]] == [1, 2, 3]
+    assert taken_by <= set(report["rounds"][1]["participants"])  # version 2 stepped with the updates taken before
+    by_name = {d.client.config.device_id: d for d in devices}
+    for plan in kept.plans:
+        client = by_name[plan.device].client
+        assert client.rounds_trained.count(plan.tag) == 1, (plan.device, plan.tag, client.rounds_trained)
+        assert plan.tag in client.resent_updates  # answered with the update it kept: not trained again
+    assert not [e for d in devices for e in d.client.errors if e.code == ErrorCode.WRONG_ROUND]
+    for device in devices:
+        assert device.join() == "training finished"

@@ -189,6 +189,8 @@ class FleetAsyncLoop(AsyncLoop):
             down += self.fleet.ask(device, kept.tag, plan)
             self._open_plans[device] = kept
             self._busy.add(device)
+            if self.serving is not None:  # as `_ask`: what it holds is what that plan trains on
+                self.fleet.devices[device].new_samples = 0
             log.info("plan of %s (version %d, tag %d) open at the stop: sent again", device, kept.version, kept.tag)
         return down
 

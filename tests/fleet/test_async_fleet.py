@@ -105,6 +105,18 @@ def _ack_models_until_done(peer, topics: Topics, device: str, coordinator: threa
                                                                               reply_to=env.msg_id)))
 
 
+def _kept_at_a_stop_of_another_version(directory: Path) -> Path:
+    """What a stop at version 99 would have kept (a plan of d0's under tag 7): no job resuming from
+    another version takes it up."""
+    import numpy as np
+
+    from coordinator.runtime.in_flight import InFlightState, OpenPlanState, save_in_flight
+    tensors = {"w": np.zeros(3, np.float32)}
+    plan = Plan("fedavg", "0.25", {}, tensors, {})
+    return save_in_flight(directory, InFlightState(99, 98, {(99, "0.25"): tensors},
+                                                   [OpenPlanState("d0", 7, (99, "0.25"), plan, 1.0, 0)], []))
+
+
 def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_versions(
         broker, mnist, shards, tmp_path, cleanup):
     job = f"async{uuid.uuid4().hex[:6]}"
@@ -133,7 +145,9 @@ def test_an_asynchronous_coordinator_folds_as_updates_arrive_and_resumes_its_ver
         assert device.join() == "training finished"
 
     devices = _devices(broker.url, job, mnist, shards, cleanup)  # the job goes on to version 5
+    stray = _kept_at_a_stop_of_another_version(tmp_path / "checkpoint")
     run_coordinator(coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=5)))
+    assert not stray.exists() and not any(7 in d.client.rounds_trained for d in devices)  # not this version's
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert [r["version"] for r in report["rounds"]] == [1, 2, 3, 4, 5]
     assert report["rounds"][:3] == rounds  # resumed, not redone

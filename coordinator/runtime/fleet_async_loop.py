@@ -22,12 +22,15 @@ again: the updates taken but not yet in a version fill the resumed version's buf
 plan that was out is sent again to its device, once it is back, under the same tag and with the same
 tensors — a device that trained it answers with the update it kept, without training again — its
 deadline counting on from its age at the stop. The new plans' tags start `RESUME_TAG_GAP` past the
-last recorded, so an update of a plan sent before the stop never passes for one sent after.
+last recorded (or past 0 when the stop came before the first version), so an update of a plan sent
+before the stop never passes for one sent after.
 
 An evaluated version with ``federated_eval`` asks the online devices to evaluate it on their held-out
 data (each under a tag of its own, beside a training plan it may hold: a device answers once its
-training is done) and waits for them as a synchronous round does (``eval_deadline_s``); the updates
-that arrive meanwhile wait for the next version, and no new plan goes out until it is done.
+training is done) and waits for them as a synchronous round does (``eval_deadline_s``); the fleet
+keeps training meanwhile: an update that arrives waits for the next version (its device is sent a
+new plan at once, while the updates waiting fill less than a buffer), plans past their deadline
+close and free slots are filled, counted in the next version's record.
 
 A job paced by new data (``min_new_samples``, docs/continuous.md) waits before each version as a
 synchronous one waits before each round (enough new samples online, ``min_interval_s``,
@@ -41,8 +44,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,6 +55,7 @@ from coordinator.core.received_update import ReceivedUpdate
 from coordinator.runtime.async_loop import RETRY_AFTER_S, AsyncLoop, InFlight
 from coordinator.runtime.in_flight import (IN_FLIGHT_FILE, InFlightState, OpenPlanState, TakenUpdate, load_in_flight,
                                            save_in_flight)
+from coordinator.runtime.fleet import Arrivals
 from coordinator.runtime.report import RoundRecord
 from edge_sdk.protocol.errors import ProtocolError
 from edge_sdk.protocol.messages import Plan, RoundStart
@@ -65,6 +70,8 @@ RESUME_TAG_GAP = 1 << 20
 MAX_REST_S = 3600.0
 #: the longest single wait for arrivals (the loop then checks deadlines and fills slots)
 WAIT_S = 1.0
+#: what a version's record counts of its plans (and ``down``: the bytes sent)
+_COUNTS = ("dispatched", "stale_refused", "plans_expired", "declined", "down")
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,9 @@ class FleetAsyncLoop(AsyncLoop):
         self._filling: tuple[dict[str, ReceivedUpdate], list[int]] | None = None
         self._carried: list[tuple[ReceivedUpdate, int]] = []  # folded before a stop: the resumed buffer's
         self._filling_round: int | None = None
+        #: the next version's counts (and bytes sent, ``down``) of what happened during an evaluation
+        self._between: dict[str, int] = dict.fromkeys(_COUNTS, 0)
+        self._stepped = 0  # 1 while a version is evaluated: the model is that version, ``version`` one behind
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -110,9 +120,8 @@ class FleetAsyncLoop(AsyncLoop):
 
     def _resume(self) -> int:
         start = super()._resume()
-        if self.report.rounds:
+        if self._take_up_in_flight(start) or self.report.rounds:  # past every tag sent before the stop
             self._dispatches += RESUME_TAG_GAP
-        self._take_up_in_flight(start)
         self._filling_round = start
         return start
 
@@ -141,10 +150,10 @@ class FleetAsyncLoop(AsyncLoop):
         log.info("kept %d open plans and %d updates taken for the resumed job (%s)", len(state.plans),
                  len(taken), path)
 
-    def _take_up_in_flight(self, start: int) -> None:
-        """Take up what a stop kept, if it is this checkpoint's (then the file is removed)."""
+    def _take_up_in_flight(self, start: int) -> bool:
+        """Take up what a stop kept, if it is this checkpoint's (then the file is removed); whether it did."""
         if self.config.checkpoint_dir is None:
-            return
+            return False
         directory = Path(self.config.checkpoint_dir)
         try:
             state = load_in_flight(directory)
@@ -153,12 +162,12 @@ class FleetAsyncLoop(AsyncLoop):
             state = None
         (directory / IN_FLIGHT_FILE).unlink(missing_ok=True)
         if state is None:
-            return
+            return False
         version = self.report.rounds[-1].version if self.report.rounds else 0  # the checkpoint's
         if (state.version, state.round) != (version, start):
             log.info("the plans and updates kept at a stop were for version %d, not this checkpoint's: "
                      "not taken up", state.version)
-            return
+            return False
         now = time.monotonic()
         for base, tensors in state.bases.items():
             self._bases[base] = tensors
@@ -178,6 +187,7 @@ class FleetAsyncLoop(AsyncLoop):
             self._busy.add(taken.received.device_id)
         log.info("taken up from the stop: %d plans to send again, %d updates", len(self._restored),
                  len(state.taken))
+        return True
 
     def _send_again(self) -> int:
         """Send the plans open at a stop to their devices that are back; returns the bytes sent."""
@@ -208,11 +218,12 @@ class FleetAsyncLoop(AsyncLoop):
         staleness: list[int] = [stale for _, stale in self._carried]
         self._carried = []
         self._filling, self._filling_round = (buffer, staleness), rnd
-        counts = dict.fromkeys(("dispatched", "stale_refused", "plans_expired", "declined"), 0)
-        down = 0
+        counts, self._between = self._between, dict.fromkeys(_COUNTS, 0)  # what happened since the last step
+        down = counts.pop("down")
         held, self._held = self._held, []
         for item in held:  # held from the last buffer: a place each, in arrival order
             counts["stale_refused"] += not self._take(item, buffer, staleness)
+        fleet.progress(rnd, len(buffer), config.buffer_size, sum(u.nbytes for u in buffer.values()), started)
         idle_since = time.monotonic()
         while len(buffer) < config.buffer_size:
             down += self._send_again()
@@ -227,28 +238,74 @@ class FleetAsyncLoop(AsyncLoop):
                 fleet.pump(WAIT_S)
                 continue
             idle_since = time.monotonic()
-            arrived = fleet.arrivals(WAIT_S)
-            for device, received in arrived.updates.items():
-                plan = self._open_plans.pop(device)
-                self._seq += 1
-                item = InFlight(time.monotonic(), self._seq, device, plan.version, received, plan.base)
-                counts["stale_refused"] += not self._take(item, buffer, staleness)
-                self._failed_in_a_row = 0
-                self._declines.pop(device, None)
-            for device in [*arrived.declined, *arrived.failed]:
-                counts["declined"] += 1
-                self._declines[device] = self._declines.get(device, 0) + 1
-                self._drop(device, rest=True)
-            for why in arrived.failed.values():
-                self._training_failed(why)
+            self._take_arrivals(fleet.arrivals(WAIT_S), counts, lambda item: self._take(item, buffer, staleness))
             counts["plans_expired"] += self._expire()
             fleet.progress(rnd, len(buffer), config.buffer_size, sum(u.nbytes for u in buffer.values()), started)
-        # an evaluated version's federated evaluation: the plans out keep running, their updates wait
+        # an evaluated version's federated evaluation: the devices keep training meanwhile
+        # (`_train_while_evaluating`), their updates wait for the next version
         record = self._step(rnd, buffer, staleness, {"dispatches": float(self._dispatches),
                                                      "in_flight": float(len(self._open_plans)),
                                                      **{k: float(v) for k, v in counts.items()}}, down, started)
         self._filling, self._filling_round = None, rnd + 1  # stepped: its updates are in this version
         return record
+
+    def _take_arrivals(self, arrived: Arrivals, counts: dict[str, int], take: Callable[[InFlight], bool]) -> None:
+        """Hand each update that arrived to ``take`` (False: refused), and rest the devices that
+        declined or failed; counted in ``counts``."""
+        for device, received in arrived.updates.items():
+            plan = self._open_plans.pop(device)
+            self._seq += 1
+            counts["stale_refused"] += not take(InFlight(time.monotonic(), self._seq, device, plan.version, received,
+                                                         plan.base))
+            self._failed_in_a_row = 0
+            self._declines.pop(device, None)
+        for device in [*arrived.declined, *arrived.failed]:
+            counts["declined"] += 1
+            self._declines[device] = self._declines.get(device, 0) + 1
+            self._drop(device, rest=True)
+        for why in arrived.failed.values():
+            self._training_failed(why)
+
+    def _take(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
+        """As `AsyncLoop._take`; a device that holds a newer plan (sent while its update waited)
+        stays busy with it."""
+        folded = self._fold(item, buffer, staleness)
+        if item not in self._held and item.device_id not in self._open_plans:
+            self._busy.discard(item.device_id)
+        return folded
+
+    def _federated_evaluation(self, rnd: int, record: RoundRecord) -> RoundRecord:
+        """As the round loop's, with the devices training meanwhile (`_train_while_evaluating`)."""
+        previous = self.fleet.while_waiting
+        last = record.round + 1 >= self.config.rounds  # no plan for a version that will not come
+        self.fleet.while_waiting = partial(self._train_while_evaluating, previous, not last)
+        self._stepped = 1  # the strategy holds the version evaluated; `self.version` counts it once it is recorded
+        try:
+            return super()._federated_evaluation(rnd, record)
+        finally:
+            self.fleet.while_waiting, self._stepped = previous, 0
+
+    def _train_while_evaluating(self, previous: Callable[[float], bool] | None, plans: bool, timeout: float) -> bool:
+        """While a version is evaluated: each update that arrives waits for the next version (its
+        device free for a new plan at once), plans past their deadline close, and (``plans``: unless
+        it is the job's last version) free slots are filled; counted in the next version's record.
+        New plans go out only while the updates waiting fill less than a buffer (what waits stays
+        bounded: a buffer and the plans out). True when an update arrived."""
+        if previous is not None:
+            previous(timeout)
+        arrived = self.fleet.arrivals(0.0 if previous is not None else timeout)
+        self._take_arrivals(arrived, self._between, self._hold_for_next_version)
+        self._between["plans_expired"] += self._expire()
+        if plans and len(self._held) < self.config.buffer_size:  # the next buffer has places left
+            sent, asked = self._fill_slots()
+            self._between["down"] += self._send_again() + sent
+            self._between["dispatched"] += asked
+        return bool(arrived.updates)
+
+    def _hold_for_next_version(self, item: InFlight) -> bool:
+        self._held.append(item)  # folded first into the next buffer, in arrival order
+        self._busy.discard(item.device_id)  # free for a new plan now (one place a buffer all the same)
+        return True
 
     def _fill_slots(self) -> tuple[int, int]:
         """Send a plan to idle online devices (seeded draws) until ``concurrency`` plans are open;
@@ -267,18 +324,20 @@ class FleetAsyncLoop(AsyncLoop):
         return down, asked
 
     def _ask(self, device: str) -> int:
-        """Send ``device`` the current version under a tag of its own; returns the bytes sent."""
+        """Send ``device`` the current version under a tag of its own; returns the bytes sent. While
+        a version is evaluated the model has already stepped to it (`_step`): that is the one sent."""
         tag = self._next_tag()
         record = self.fleet.devices[device]
-        plan = self.strategy.configure_train(self.version, record)
+        version = self.version + self._stepped
+        plan = self.strategy.configure_train(version, record)
         if self.preprocessing is not None:
             plan = replace(plan, preprocessing=self.preprocessing.normalisation())
         down = self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), tag)
         sent = self.fleet.ask(device, tag, plan)
         self.payload_bytes.setdefault(plan.label, sent)
-        base = (self.version, plan.label)
+        base = (version, plan.label)
         self._keep_base(base, plan)
-        self._open_plans[device] = _OpenPlan(self.version, base, time.monotonic(), record.new_samples, tag,
+        self._open_plans[device] = _OpenPlan(version, base, time.monotonic(), record.new_samples, tag,
                                              replace(plan, tensors={}))
         if self.serving is not None:
             record.new_samples = 0  # it trains on them now

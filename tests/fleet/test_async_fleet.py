@@ -246,38 +246,90 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
 
 
 def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_them_up(
-        broker, mnist, shards, tmp_path, cleanup):
-    """``systemctl stop`` (SIGTERM) while version 2 fills: the update already taken and the plans out
-    are kept beside the checkpoint; resumed, the update fills version 2 first and each plan is sent
-    again under its tag, its device answering with the update it kept — trained once, folded once."""
+        broker, mnist, shards, tmp_path, cleanup, monkeypatch):
+    """``systemctl stop`` (SIGTERM) as a plan goes out while a version fills (or is evaluated, the
+    fleet training on): the updates already taken
+    and the plans out are kept beside the checkpoint; resumed, the updates fill that version first
+    and each plan is sent again under its tag, its device answering with the update it kept —
+    trained once, folded once."""
     from coordinator.runtime.in_flight import IN_FLIGHT_FILE, load_in_flight
     from edge_sdk.stop_request import StopRequested
 
     job = f"async-stop{uuid.uuid4().hex[:6]}"
     devices = _devices(broker.url, job, mnist, shards, cleanup)
     config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3))
+    ask = FleetAsyncLoop._ask
 
-    def stop_once_version_2_holds_updates(progress) -> None:
-        if progress.round == 1 and progress.collecting == "update" and progress.done >= 1:
+    def stop_after_a_plan_beside_a_taken_update(loop, device):
+        sent = ask(loop, device)
+        if loop._filling and loop._filling[0]:  # filling, or evaluating, a version
             raise StopRequested()  # what SIGTERM raises in the main thread
+        return sent
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", stop_after_a_plan_beside_a_taken_update)
     with pytest.raises(StopRequested):
-        run_coordinator(config, on_progress=stop_once_version_2_holds_updates)
+        run_coordinator(config)
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", ask)
     kept = load_in_flight(tmp_path / "checkpoint")
-    assert kept is not None and (kept.version, kept.round) == (1, 1)
-    taken_by = {t.received.device_id for t in kept.taken if t.stale is not None}  # in version 2's buffer
+    assert kept is not None and kept.version == kept.round
+    taken_by = {t.received.device_id for t in kept.taken if t.stale is not None}  # in that version's buffer
     assert taken_by and all(t.stale in (0, 1) for t in kept.taken if t.stale is not None), kept.taken
-    assert kept.plans and all(p.base[0] <= 1 and p.plan.tensors for p in kept.plans)
+    assert kept.plans and all(p.base[0] <= kept.version + 1 and p.plan.tensors for p in kept.plans)
 
     run_coordinator(config)  # resumed with the devices never restarted
     assert not (tmp_path / "checkpoint" / IN_FLIGHT_FILE).exists()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "finished" and [r["version"] for r in report["rounds"]] == [1, 2, 3]
-    assert taken_by <= set(report["rounds"][1]["participants"])  # version 2 stepped with the updates taken before
-    by_name = {d.client.config.device_id: d for d in devices}
-    for plan in kept.plans:
-        client = by_name[plan.device].client
-        assert client.rounds_trained.count(plan.tag) == 1, (plan.device, plan.tag, client.rounds_trained)
-        assert plan.tag in client.resent_updates  # answered with the update it kept: not trained again
+    assert taken_by <= set(report["rounds"][kept.round]["participants"])  # it stepped with the updates taken
+    by_name = {d.client.config.device_id: d.client for d in devices}
+    for plan in kept.plans:  # each trained once: before the stop, or (the plan just sent) after it
+        trained = by_name[plan.device].rounds_trained
+        assert trained.count(plan.tag) == 1, (plan.device, plan.tag, trained)
+    # a plan trained before the stop was answered with the update its device kept, not trained again
+    assert any(plan.tag in by_name[plan.device].resent_updates for plan in kept.plans), kept.plans
     assert not [e for d in devices for e in d.client.errors if e.code == ErrorCode.WRONG_ROUND]
     for device in devices:
         assert device.join() == "training finished"
+
+
+def test_the_fleet_keeps_training_while_a_version_is_evaluated(broker, mnist, shards, tmp_path, cleanup,
+                                                                monkeypatch):
+    """A device that never answers makes every federated evaluation wait out ``eval_deadline_s``
+    (2 s); meanwhile the two real devices' updates arrive, wait for the next version, and their
+    devices are sent new plans at once — the next version counts them."""
+    from edge_sdk.protocol.capabilities import EVALUATE
+
+    job, topics, mute, _ = _two_devices_and_a_raw_one(broker, mnist, shards, cleanup, monkeypatch, "mute")
+    asks: list[tuple[str, float]] = []
+    evaluations: list[tuple[float, float]] = []
+    ask, evaluate = FleetAsyncLoop._ask, FleetAsyncLoop._federated_evaluation
+
+    def timed_ask(loop, device):
+        asks.append((device, time.monotonic()))
+        return ask(loop, device)
+
+    def timed_evaluation(loop, rnd, record):
+        started = time.monotonic()
+        try:
+            return evaluate(loop, rnd, record)
+        finally:
+            evaluations.append((started, time.monotonic()))
+    monkeypatch.setattr(FleetAsyncLoop, "_ask", timed_ask)
+    monkeypatch.setattr(FleetAsyncLoop, "_federated_evaluation", timed_evaluation)
+    toml = _toml(tmp_path, broker.url, job, rounds=3, deadline_s=60.0)
+    toml.write_text(toml.read_text().replace("buffer_size = 2", "buffer_size = 2\neval_deadline_s = 2.0"))
+    coordinator, result = _coordinator(coordinator_config_from_toml(toml))
+    register = Register(profile=load_profile("raspberry-pi-4b").to_dict(), num_samples=50,
+                        capabilities=("fedavg", EVALUATE))
+    while not any(isinstance(decode_envelope(m.payload).body, Ack)
+                  for m in [mute.receive(1.0)] if m is not None):  # until the coordinator has it
+        send_as(mute, topics, "mute", register, -1)
+    _ack_models_until_done(mute, topics, "mute", coordinator)  # it answers no plan and no evaluation
+    assert "report" in result, "the job failed"
+    report = result["report"]
+    assert len(evaluations) == 3 and all(end - start >= 1.9 for start, end in evaluations)  # waited for mute
+    during = [[d for d, at in asks if start < at < end] for start, end in evaluations]
+    assert all({"d0", "d1"} <= set(sent) for sent in during[:2]), (asks, evaluations)  # new plans meanwhile
+    assert not during[2]  # none while the last version is evaluated: no version would take their updates
+    for evaluated, after in zip(during[:2], report.rounds[1:], strict=True):  # the next version counts them
+        assert after.metrics["dispatched"] >= len(evaluated)
+    assert all(r.evaluation["devices"] == 2 and r.evaluation["asked"] == 3 for r in report.rounds)

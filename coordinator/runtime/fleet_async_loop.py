@@ -268,7 +268,11 @@ class FleetAsyncLoop(AsyncLoop):
 
     def _take(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
         """As `AsyncLoop._take`; a device that holds a newer plan (sent while its update waited)
-        stays busy with it."""
+        stays busy with it. An update kept at a stop whose device has not registered again since
+        waits for it (its model is the device's label's), unless too stale by now."""
+        if item.device_id not in self.fleet.devices and self.version - item.version <= self.config.max_staleness:
+            self._held.append(item)
+            return True
         folded = self._fold(item, buffer, staleness)
         if item not in self._held and item.device_id not in self._open_plans:
             self._busy.discard(item.device_id)

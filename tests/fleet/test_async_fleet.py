@@ -252,7 +252,10 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
     and the plans out are kept beside the checkpoint; resumed, the updates fill that version first
     and each plan is sent again under its tag, its device answering with the update it kept —
     trained once, folded once."""
-    from coordinator.runtime.in_flight import IN_FLIGHT_FILE, load_in_flight
+    from dataclasses import replace
+
+    from coordinator.core.received_update import ReceivedUpdate
+    from coordinator.runtime.in_flight import IN_FLIGHT_FILE, TakenUpdate, load_in_flight, save_in_flight
     from edge_sdk.stop_request import StopRequested
 
     job = f"async-stop{uuid.uuid4().hex[:6]}"
@@ -274,12 +277,17 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
     taken_by = {t.received.device_id for t in kept.taken if t.stale is not None}  # in that version's buffer
     assert taken_by and all(t.stale in (0, 1) for t in kept.taken if t.stale is not None), kept.taken
     assert kept.plans and all(p.base[0] <= kept.version + 1 and p.plan.tensors for p in kept.plans)
+    # and an update waiting for a buffer from a device that never comes back: it waits, the job goes on
+    base = next(iter(kept.bases))
+    ghost = TakenUpdate(ReceivedUpdate("ghost", 0, kept.taken[0].received.update, 1), base, None)
+    save_in_flight(tmp_path / "checkpoint", replace(kept, taken=[*kept.taken, ghost]))
 
     run_coordinator(config)  # resumed with the devices never restarted
     assert not (tmp_path / "checkpoint" / IN_FLIGHT_FILE).exists()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["status"] == "finished" and [r["version"] for r in report["rounds"]] == [1, 2, 3]
     assert taken_by <= set(report["rounds"][kept.round]["participants"])  # it stepped with the updates taken
+    assert all("ghost" not in r["participants"] for r in report["rounds"])
     by_name = {d.client.config.device_id: d.client for d in devices}
     for plan in kept.plans:  # each trained once: before the stop, or (the plan just sent) after it
         trained = by_name[plan.device].rounds_trained

@@ -21,9 +21,10 @@ SIGTERM, an error) is written beside the checkpoint (`coordinator.runtime.in_fli
 again: the updates taken but not yet in a version fill the resumed version's buffer first, and each
 plan that was out is sent again to its device, once it is back, under the same tag and with the same
 tensors — a device that trained it answers with the update it kept, without training again — its
-deadline counting on from its age at the stop. The new plans' tags start `RESUME_TAG_GAP` past the
-last recorded (or past 0 when the stop came before the first version), so an update of a plan sent
-before the stop never passes for one sent after.
+deadline counting on from its age at the stop. The new plans' tags start `RESUME_TAG_GAP` past
+every tag sent before (the last version's count, or the stopped session's when it kept its plans),
+so an update of a plan sent before the stop never passes for one sent after. What was sent or taken
+while a version was evaluated (the model already stepped) waits until that version is stepped again.
 
 An evaluated version with ``federated_eval`` asks the online devices to evaluate it on their held-out
 data (each under a tag of its own, beside a training plan it may hold: a device answers once its
@@ -120,8 +121,9 @@ class FleetAsyncLoop(AsyncLoop):
 
     def _resume(self) -> int:
         start = super()._resume()
-        if self._take_up_in_flight(start) or self.report.rounds:  # past every tag sent before the stop
-            self._dispatches += RESUME_TAG_GAP
+        sent_before = self._take_up_in_flight(start)  # the stopped session's tags, when it kept any
+        if sent_before is not None or self.report.rounds:  # past every tag sent before the stop
+            self._dispatches = max(self._dispatches, sent_before or 0) + RESUME_TAG_GAP
         self._filling_round = start
         return start
 
@@ -141,7 +143,7 @@ class FleetAsyncLoop(AsyncLoop):
         bases = {p.base for p in plans.values()} | {t.base for t in taken if t.stale is None}
         state = InFlightState(self.version, self._filling_round, {b: self._bases[b] for b in bases},
                               [OpenPlanState(d, p.tag, p.base, p.plan, now - p.sent_at, p.new_samples)
-                               for d, p in plans.items()], taken)
+                               for d, p in plans.items()], taken, self._dispatches)
         try:
             path = save_in_flight(Path(self.config.checkpoint_dir), state)
         except OSError as exc:
@@ -150,10 +152,11 @@ class FleetAsyncLoop(AsyncLoop):
         log.info("kept %d open plans and %d updates taken for the resumed job (%s)", len(state.plans),
                  len(taken), path)
 
-    def _take_up_in_flight(self, start: int) -> bool:
-        """Take up what a stop kept, if it is this checkpoint's (then the file is removed); whether it did."""
+    def _take_up_in_flight(self, start: int) -> int | None:
+        """Take up what a stop kept, if it is this checkpoint's (then the file is removed); the plans
+        the stopped session had sent (None: nothing taken up)."""
         if self.config.checkpoint_dir is None:
-            return False
+            return None
         directory = Path(self.config.checkpoint_dir)
         try:
             state = load_in_flight(directory)
@@ -162,12 +165,12 @@ class FleetAsyncLoop(AsyncLoop):
             state = None
         (directory / IN_FLIGHT_FILE).unlink(missing_ok=True)
         if state is None:
-            return False
+            return None
         version = self.report.rounds[-1].version if self.report.rounds else 0  # the checkpoint's
         if (state.version, state.round) != (version, start):
             log.info("the plans and updates kept at a stop were for version %d, not this checkpoint's: "
                      "not taken up", state.version)
-            return False
+            return None
         now = time.monotonic()
         for base, tensors in state.bases.items():
             self._bases[base] = tensors
@@ -187,12 +190,14 @@ class FleetAsyncLoop(AsyncLoop):
             self._busy.add(taken.received.device_id)
         log.info("taken up from the stop: %d plans to send again, %d updates", len(self._restored),
                  len(state.taken))
-        return True
+        return state.dispatches
 
     def _send_again(self) -> int:
         """Send the plans open at a stop to their devices that are back; returns the bytes sent."""
         down = 0
-        for device in [d for d in self._restored if (r := self.fleet.devices.get(d)) is not None and r.online]:
+        ahead = self.version + self._stepped  # a plan of the version evaluated at the stop waits for it
+        for device in [d for d, kept in self._restored.items() if kept.version <= ahead
+                       and (r := self.fleet.devices.get(d)) is not None and r.online]:
             kept = self._restored.pop(device)
             plan = replace(kept.plan, tensors=self._bases[kept.base])
             down += self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), kept.tag)
@@ -236,6 +241,7 @@ class FleetAsyncLoop(AsyncLoop):
                     raise TrainingFailed(f"asynchronous aggregation: no device to train for "
                                          f"{config.register_timeout_s:g} s")
                 fleet.pump(WAIT_S)
+                counts["plans_expired"] += self._expire()  # plans kept at a stop whose devices stay away
                 continue
             idle_since = time.monotonic()
             self._take_arrivals(fleet.arrivals(WAIT_S), counts, lambda item: self._take(item, buffer, staleness))
@@ -269,9 +275,11 @@ class FleetAsyncLoop(AsyncLoop):
     def _take(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
         """As `AsyncLoop._take`; a device that holds a newer plan (sent while its update waited)
         stays busy with it. An update kept at a stop whose device has not registered again since
-        waits for it (its model is the device's label's), unless too stale by now."""
-        if item.device_id not in self.fleet.devices and self.version - item.version <= self.config.max_staleness:
-            self._held.append(item)
+        waits for it (its model is the device's label's), unless too stale by now; one trained on
+        the version that was being evaluated at the stop waits until it is stepped again."""
+        if item.version > self.version or (item.device_id not in self.fleet.devices
+                                           and self.version - item.version <= self.config.max_staleness):
+            self._held.append(item)  # of the version evaluated at a stop, not stepped again yet; or see above
             return True
         folded = self._fold(item, buffer, staleness)
         if item not in self._held and item.device_id not in self._open_plans:

@@ -69,6 +69,8 @@ class InFlightState:
     bases: dict[Base, dict[str, np.ndarray]]
     plans: list[OpenPlanState]
     taken: list[TakenUpdate]
+    #: plans the stopped session had sent in all (its next tag): the resumed one's tags start past it
+    dispatches: int = 0
 
     def __post_init__(self) -> None:
         missing = {p.base for p in self.plans} | {t.base for t in self.taken if t.stale is None}
@@ -83,8 +85,8 @@ def save_in_flight(directory: Path, state: InFlightState) -> Path:
               "new_samples": p.new_samples, "plan": replace(p.plan, tensors={}).to_body()} for p in state.plans]
     taken = [{"device": t.received.device_id, "round": t.received.round, "nbytes": t.received.nbytes,
               "base": list(t.base), "stale": t.stale, "update": t.received.update.to_body()} for t in state.taken]
-    header = {"format": _FORMAT, "version": state.version, "round": state.round, "bases": bases, "plans": plans,
-              "taken": taken}
+    header = {"format": _FORMAT, "version": state.version, "round": state.round, "dispatches": state.dispatches,
+              "bases": bases, "plans": plans, "taken": taken}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / IN_FLIGHT_FILE
     write_bytes_atomically(path, encode_frame(header, CHECKPOINT_LIMITS.max_header_bytes))
@@ -111,7 +113,7 @@ def load_in_flight(directory: Path) -> InFlightState | None:
                              _base(t["base"]), None if t["stale"] is None else int(t["stale"]))
                  for t in obj["taken"]]
         data.finish()
-        return InFlightState(int(obj["version"]), int(obj["round"]), bases, plans, taken)
+        return InFlightState(int(obj["version"]), int(obj["round"]), bases, plans, taken, int(obj["dispatches"]))
     except ProtocolError as exc:
         raise ProtocolError(exc.code, f"{path}: {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:

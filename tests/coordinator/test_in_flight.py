@@ -21,7 +21,7 @@ def _state() -> InFlightState:
     folded = ReceivedUpdate("d1", 7, Update("0.5", {"w": BASE["w"] + 1}, 30, {"loss": 0.5}), 1234)
     held = ReceivedUpdate("d2", 9, Update("0.5", {"w": BASE["w"] * 2, "b": BASE["b"] + 3}, 12, {}), 99)
     return InFlightState(4, 3, {(3, "0.5"): BASE}, [OpenPlanState("d0", 11, (3, "0.5"), plan, 2.5, 40)],
-                         [TakenUpdate(folded, (4, "0.5"), 1), TakenUpdate(held, (3, "0.5"), None)])
+                         [TakenUpdate(folded, (4, "0.5"), 1), TakenUpdate(held, (3, "0.5"), None)], dispatches=1234)
 
 
 def test_what_a_stop_keeps_reads_back_whole(tmp_path) -> None:
@@ -29,7 +29,7 @@ def test_what_a_stop_keeps_reads_back_whole(tmp_path) -> None:
     path = save_in_flight(tmp_path, state)
     assert path == tmp_path / IN_FLIGHT_FILE and not list(tmp_path.glob("*.tmp"))
     back = load_in_flight(tmp_path)
-    assert back is not None and (back.version, back.round) == (4, 3)
+    assert back is not None and (back.version, back.round, back.dispatches) == (4, 3, 1234)
     (plan,) = back.plans
     assert (plan.device, plan.tag, plan.base, plan.age_s, plan.new_samples) == ("d0", 11, (3, "0.5"), 2.5, 40)
     sent = state.plans[0].plan

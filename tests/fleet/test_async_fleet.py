@@ -245,10 +245,11 @@ def test_a_device_that_leaves_mid_plan_is_sent_the_current_version_when_it_comes
     assert all("phone" not in r.participants for r in report.rounds)
 
 
+@pytest.mark.parametrize("when", ["filling or evaluating", "evaluating"])
 def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_them_up(
-        broker, mnist, shards, tmp_path, cleanup, monkeypatch):
-    """``systemctl stop`` (SIGTERM) as a plan goes out while a version fills (or is evaluated, the
-    fleet training on): the updates already taken
+        broker, mnist, shards, tmp_path, cleanup, monkeypatch, when):
+    """``systemctl stop`` (SIGTERM) as a plan goes out while a version fills or is evaluated (the
+    fleet training on, the model already stepped): the updates already taken
     and the plans out are kept beside the checkpoint; resumed, the updates fill that version first
     and each plan is sent again under its tag, its device answering with the update it kept —
     trained once, folded once."""
@@ -265,7 +266,7 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
 
     def stop_after_a_plan_beside_a_taken_update(loop, device):
         sent = ask(loop, device)
-        if loop._filling and loop._filling[0]:  # filling, or evaluating, a version
+        if loop._filling and loop._filling[0] and (loop._stepped or when != "evaluating"):
             raise StopRequested()  # what SIGTERM raises in the main thread
         return sent
     monkeypatch.setattr(FleetAsyncLoop, "_ask", stop_after_a_plan_beside_a_taken_update)
@@ -294,7 +295,11 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
         assert trained.count(plan.tag) == 1, (plan.device, plan.tag, trained)
     # a plan trained before the stop was answered with the update its device kept, not trained again
     assert any(plan.tag in by_name[plan.device].resent_updates for plan in kept.plans), kept.plans
+    # new plans' tags start past every tag the stopped session sent (a second stop reuses none)
+    new_tags = {t for c in by_name.values() for t in c.rounds_trained if t >= fleet_async_loop.RESUME_TAG_GAP}
+    assert new_tags and min(new_tags) >= kept.dispatches + fleet_async_loop.RESUME_TAG_GAP > kept.dispatches > 0
     assert not [e for d in devices for e in d.client.errors if e.code == ErrorCode.WRONG_ROUND]
+    assert not sum(r["metrics"]["stale_refused"] for r in report["rounds"])  # those of the version evaluated too
     for device in devices:
         assert device.join() == "training finished"
 

@@ -307,8 +307,9 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
 def test_the_fleet_keeps_training_while_a_version_is_evaluated(broker, mnist, shards, tmp_path, cleanup,
                                                                 monkeypatch):
     """A device that never answers makes every federated evaluation wait out ``eval_deadline_s``
-    (2 s); meanwhile the two real devices' updates arrive, wait for the next version, and their
-    devices are sent new plans at once — the next version counts them."""
+    (2 s); meanwhile the two real devices' updates arrive and wait for the next version, and their
+    devices are sent new plans at once (while less than a buffer waits) — the next version counts
+    them; none while the last version is evaluated."""
     from edge_sdk.protocol.capabilities import EVALUATE
 
     job, topics, mute, _ = _two_devices_and_a_raw_one(broker, mnist, shards, cleanup, monkeypatch, "mute")
@@ -341,7 +342,7 @@ def test_the_fleet_keeps_training_while_a_version_is_evaluated(broker, mnist, sh
     report = result["report"]
     assert len(evaluations) == 3 and all(end - start >= 1.9 for start, end in evaluations)  # waited for mute
     during = [[d for d, at in asks if start < at < end] for start, end in evaluations]
-    assert all({"d0", "d1"} <= set(sent) for sent in during[:2]), (asks, evaluations)  # new plans meanwhile
+    assert all(set(sent) <= {"d0", "d1"} and sent for sent in during[:2]), (asks, evaluations)  # plans meanwhile
     assert not during[2]  # none while the last version is evaluated: no version would take their updates
     for evaluated, after in zip(during[:2], report.rounds[1:], strict=True):  # the next version counts them
         assert after.metrics["dispatched"] >= len(evaluated)

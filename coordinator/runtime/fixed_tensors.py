@@ -46,8 +46,7 @@ class FixedTensors:
     def _digest(self, name: str, tensor: np.ndarray) -> str:
         key = (name, tuple(tensor.shape))
         known = self._digests.get(key)
-        if known is not None and (known[0] is tensor or (known[0].dtype == tensor.dtype
-                                                         and np.array_equal(known[0], tensor))):
+        if known is not None and _same(known[0], tensor):
             return known[1]
         digest = tensor_digest(tensor)
         self._digests[key] = (np.array(tensor, copy=True), digest)

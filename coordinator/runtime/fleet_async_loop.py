@@ -199,15 +199,21 @@ class FleetAsyncLoop(AsyncLoop):
         for device in [d for d, kept in self._restored.items() if kept.version <= ahead
                        and (r := self.fleet.devices.get(d)) is not None and r.online]:
             kept = self._restored.pop(device)
-            plan = replace(kept.plan, tensors=self._bases[kept.base])
-            down += self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), kept.tag)
-            down += self.fleet.ask(device, kept.tag, plan)
-            self._open_plans[device] = kept
-            self._busy.add(device)
-            if self.serving is not None:  # as `_ask`: what it holds is what that plan trains on
-                self.fleet.devices[device].new_samples = 0
+            down += self._open(device, kept, replace(kept.plan, tensors=self._bases[kept.base]))
             log.info("plan of %s (version %d, tag %d) open at the stop: sent again", device, kept.version, kept.tag)
         return down
+
+    def _open(self, device: str, opened: _OpenPlan, plan: Plan) -> int:
+        """Announce and send ``plan`` to ``device`` under ``opened.tag`` and hold it open as ``opened``
+        (the device busy with it, its new samples trained on now); returns the bytes sent."""
+        down = self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), opened.tag)
+        sent = self.fleet.ask(device, opened.tag, plan)
+        self.payload_bytes.setdefault(plan.label, sent)
+        self._open_plans[device] = opened
+        self._busy.add(device)
+        if self.serving is not None:
+            self.fleet.devices[device].new_samples = 0  # it trains on them now
+        return down + sent
 
     # -- one version --------------------------------------------------------
     def _round(self, rnd: int) -> RoundRecord:
@@ -281,9 +287,9 @@ class FleetAsyncLoop(AsyncLoop):
                                            and self.version - item.version <= self.config.max_staleness):
             self._held.append(item)  # of the version evaluated at a stop, not stepped again yet; or see above
             return True
-        folded = self._fold(item, buffer, staleness)
-        if item not in self._held and item.device_id not in self._open_plans:
-            self._busy.discard(item.device_id)
+        folded = super()._take(item, buffer, staleness)
+        if item.device_id in self._open_plans:  # busy with its newer plan
+            self._busy.add(item.device_id)
         return folded
 
     def _federated_evaluation(self, rnd: int, record: RoundRecord) -> RoundRecord:
@@ -344,18 +350,11 @@ class FleetAsyncLoop(AsyncLoop):
         plan = self.strategy.configure_train(version, record)
         if self.preprocessing is not None:
             plan = replace(plan, preprocessing=self.preprocessing.normalisation())
-        down = self.fleet.send(device, RoundStart(self.config.round_deadline_s, (device,)), tag)
-        sent = self.fleet.ask(device, tag, plan)
-        self.payload_bytes.setdefault(plan.label, sent)
         base = (version, plan.label)
         self._keep_base(base, plan)
-        self._open_plans[device] = _OpenPlan(version, base, time.monotonic(), record.new_samples, tag,
-                                             replace(plan, tensors={}))
-        if self.serving is not None:
-            record.new_samples = 0  # it trains on them now
-        self._busy.add(device)
         self._resting.pop(device, None)
-        return down + sent
+        return self._open(device, _OpenPlan(version, base, time.monotonic(), record.new_samples, tag,
+                                            replace(plan, tensors={})), plan)
 
     def _expire(self) -> int:
         """Close the plans past ``round_deadline_s`` or whose devices went away; returns how many."""

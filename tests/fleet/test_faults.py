@@ -472,6 +472,53 @@ def test_coordinator_sigterm_is_a_clean_stop_and_a_restart_resumes(broker, mnist
     assert report["status"] == "finished" and [r["round"] for r in report["rounds"]] == list(range(1, rounds + 1))
 
 
+def _uplink_chunk_of(rnd: int) -> Callable[[str, bytes], bool]:
+    """A `FaultPolicy.select` for a device's update chunks of round `rnd` (nothing else)."""
+    def select(topic: str, payload: bytes) -> bool:
+        if "/up/" not in topic:
+            return False
+        try:
+            env = decode_envelope(payload)
+        except ProtocolError:
+            return False
+        return isinstance(env.body, Chunk) and env.round == rnd
+    return select
+
+
+def test_a_stop_mid_round_costs_no_device_its_training(broker, mnist, shards, tmp_path, cleanup):
+    """``systemctl stop`` while a synchronous round has one device's update accepted and another's on
+    its way: the restarted coordinator sends the round's plan again, the same plan (the checkpoint's
+    model, the round's draw), and each device answers it with the update it kept — neither trains
+    that round twice, and the round is counted once with both."""
+    job, rounds = f"stop{uuid.uuid4().hex[:6]}", 3
+    config = coordinator_toml(tmp_path, broker.url, job, rounds)
+    sniffer = Sniffer(broker.url, f"edgefl/{job}/down/#")
+    cleanup.callback(sniffer.close)
+    held = cleanup.enter_context(FaultProxy(broker.port, FaultPolicy(select=_uplink_chunk_of(1))))
+    held.hold()  # d1's round-1 update stays on its way until the coordinator has stopped
+    devices = [Device(url, job, f"d{i}", mnist, shards[i]) for i, url in enumerate([broker.url, held.url])]
+    for device in devices:
+        cleanup.callback(device.close)
+    with open(tmp_path / "coordinator.log", "w") as log_file:
+        first = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
+                                 stdout=log_file, stderr=subprocess.STDOUT)
+    cleanup.callback(first.kill)
+    sniffer.wait_for("d0's round-1 update accepted", accepted("d0", 1))
+    wait_until("d1 trained round 1", lambda: 1 in devices[1].client.rounds_trained)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0, (tmp_path / "coordinator.log").read_text()
+    held.release()  # what it held reaches nobody: the coordinator is gone
+    run_coordinator(coordinator_config_from_toml(config))
+
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "finished" and [r["round"] for r in report["rounds"]] == list(range(1, rounds + 1))
+    assert all(r["participants"] == ["d0", "d1"] and r["aggregated"] for r in report["rounds"])
+    for device in devices:
+        assert device.join() == "training finished"
+        assert device.client.rounds_trained == [0, 1, 2], device.client.rounds_trained  # round 1 once
+        assert 1 in device.client.resent_updates  # answered from what it kept
+
+
 # -- 4. the broker restarted ------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["mosquitto", "amqtt"])
 def test_broker_restarted_mid_round(kind, mnist, shards, cleanup):

@@ -166,7 +166,7 @@ class AsyncLoop(RoundLoop):
         updates = list(buffer.values())
         for received in updates:
             self._count(rnd, received.device_id, received.update.label, trained=received.update.num_samples)
-        aggregated = self.strategy.aggregate(rnd, updates, {})
+        aggregated = self._aggregate(rnd, updates)
         self._hold_rocket_biases(rnd)
         self.fleet.apply_pending_profiles()  # re-measured devices: their labels from the next plan on
         metrics = {**aggregated, "staleness_mean": float(np.mean(staleness)),
@@ -181,6 +181,10 @@ class AsyncLoop(RoundLoop):
             record = self._federated_evaluation(self._next_tag(), record)
         self.device_counts = [self._counts[d] for d in sorted(self._counts)]
         return record
+
+    def _aggregate(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+        """The strategy steps the model with a full buffer's updates."""
+        return self.strategy.aggregate(rnd, updates, {})
 
     def _take(self, item: InFlight, buffer: dict[str, ReceivedUpdate], staleness: list[int]) -> bool:
         """`_fold` ``item``; its device is free again unless its update waits for the next buffer

@@ -261,6 +261,17 @@ class FleetAsyncLoop(AsyncLoop):
         self._filling, self._filling_round = None, rnd + 1  # stepped: its updates are in this version
         return record
 
+    def _aggregate(self, rnd: int, updates: list[ReceivedUpdate]) -> dict[str, float]:
+        """As `AsyncLoop._aggregate`; a buffer the strategy fails on is not kept for the resumed job
+        (which would fail on it again at every restart): its updates are lost, the plans out are kept."""
+        try:
+            return super()._aggregate(rnd, updates)
+        except Exception:
+            log.error("version %d's %d updates failed the aggregation: not kept for a restart", rnd + 1,
+                      len(updates))
+            self._filling = None
+            raise
+
     def _take_arrivals(self, arrived: Arrivals, counts: dict[str, int], take: Callable[[InFlight], bool]) -> None:
         """Hand each update that arrived to ``take`` (False: refused), and rest the devices that
         declined or failed; counted in ``counts``."""

@@ -304,6 +304,39 @@ def test_a_stop_mid_version_loses_no_plan_and_no_update_the_resumed_job_takes_th
         assert device.join() == "training finished"
 
 
+def test_a_buffer_the_aggregation_fails_on_is_not_kept_for_the_restart(broker, mnist, shards, tmp_path, cleanup,
+                                                                        monkeypatch):
+    """An error inside a version's aggregation stops the job; what is kept for the restart leaves out
+    that version's updates (the restarted job would fail on them again, at every restart), not the
+    plans out: resumed, the job finishes its versions."""
+    from coordinator.runtime.async_loop import AsyncLoop
+    from coordinator.runtime.in_flight import IN_FLIGHT_FILE, load_in_flight
+
+    job = f"async-fail{uuid.uuid4().hex[:6]}"
+    devices = _devices(broker.url, job, mnist, shards, cleanup)
+    config = coordinator_config_from_toml(_toml(tmp_path, broker.url, job, rounds=3))
+    aggregate = AsyncLoop._aggregate
+
+    def failing_on_version_2(loop, rnd, updates):
+        if rnd == 1:
+            raise RuntimeError("a buffer this strategy cannot take")
+        return aggregate(loop, rnd, updates)
+    monkeypatch.setattr(AsyncLoop, "_aggregate", failing_on_version_2)
+    with pytest.raises(RuntimeError, match="cannot take"):
+        run_coordinator(config)
+    monkeypatch.setattr(AsyncLoop, "_aggregate", aggregate)
+    kept = load_in_flight(tmp_path / "checkpoint")
+    if kept is not None:  # the plans out at the error, when there were any; never the failing buffer
+        assert kept.version == 1 and all(t.stale is None for t in kept.taken), kept.taken
+
+    run_coordinator(config)
+    assert not (tmp_path / "checkpoint" / IN_FLIGHT_FILE).exists()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["status"] == "finished" and [r["version"] for r in report["rounds"]] == [1, 2, 3]
+    for device in devices:
+        assert device.join() == "training finished"
+
+
 def test_the_fleet_keeps_training_while_a_version_is_evaluated(broker, mnist, shards, tmp_path, cleanup,
                                                                 monkeypatch):
     """A device that never answers makes every federated evaluation wait out ``eval_deadline_s``

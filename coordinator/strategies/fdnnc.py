@@ -30,14 +30,14 @@ import torch
 
 from edge_sdk.methods.settings.fdnnc import FdnncRound, FdnncSettings
 from edge_sdk.methods.settings.options import as_report
-from edge_sdk.models.lowrank import compose, decompose, lowrank_layers, lowrank_spec
+from edge_sdk.models.lowrank import compose_layer, decompose_layer, lowrank_layers, lowrank_spec
 from edge_sdk.models.spec import build_model, count_params, validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import load_numpy_state, state_keys, state_to_numpy
 
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.core.tensor_groups import flat_groups, restore_groups
+from coordinator.core.tensor_groups import restore_groups
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
 from coordinator.core.spooled_tensors import pick
@@ -48,6 +48,7 @@ from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expecte
 __all__ = ["Fdnnc", "fdnnc_dense_spec", "BIG", "SMALL"]
 
 BIG, SMALL = "big", "small"
+FACTORS = "factors/"  # the prefix of the small model's factors in the strategy's state
 
 
 def fdnnc_dense_spec(family: str, input_shape: tuple[int, ...], num_classes: int,
@@ -93,6 +94,8 @@ class Fdnnc(Strategy):
         self.shared = [k for k in state_keys(self.small_model) if k not in self.factors]
         self.a_names = [f"layers.{i}.A" for i in self.lowrank]
         self.b_names = [f"layers.{i}.B" for i in self.lowrank]
+        #: a folded layer's dense columns after its blocks (`edge_sdk.models.folding`): small devices' own
+        self.tail_names = [f"layers.{i}.tail" for i in self.lowrank if f"layers.{i}.tail" in self.factors]
         self._records: dict[str, DeviceRecord] = {}
         self._asked: dict[str, str] = {}  # device -> upload mode of the open stage
         self._active: tuple[str, ...] = (BIG, SMALL)
@@ -101,18 +104,27 @@ class Fdnnc(Strategy):
     @classmethod
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
         options = cls.parse_options(ctx.options)
-        spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
+        # MiniRocket's head is its classifier alone (factorised folded by kernel), unless a head is asked for
+        hidden = () if ctx.model_family == "minirocket" and "hidden" not in (ctx.options or {}) else options.hidden
+        spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, hidden)
         return cls(cls.method_federation(ctx, options), options, spec)
 
     # -- tensors ------------------------------------------------------------
     def _decompose(self) -> None:
         for i in self.lowrank:
-            a, b = decompose(self.dense[f"layers.{i}.weight"], self.settings.rank)
+            a, b, tail = decompose_layer(self.dense[f"layers.{i}.weight"], self.small_spec["layers"][i])
             self.factors[f"layers.{i}.A"], self.factors[f"layers.{i}.B"] = a, b
+            if tail is not None:
+                self.factors[f"layers.{i}.tail"] = tail
+
+    def _composed(self, i: int) -> np.ndarray:
+        """The dense weight of low-rank layer ``i`` from its factors (and tail)."""
+        return compose_layer(self.factors[f"layers.{i}.A"], self.factors[f"layers.{i}.B"],
+                             self.factors.get(f"layers.{i}.tail"), self.small_spec["layers"][i])
 
     def _compose(self) -> None:
         for i in self.lowrank:
-            self.dense[f"layers.{i}.weight"] = compose(self.factors[f"layers.{i}.A"], self.factors[f"layers.{i}.B"])
+            self.dense[f"layers.{i}.weight"] = self._composed(i)
 
     def small_tensors(self) -> dict[str, np.ndarray]:
         """What a small device loads: the factors and the shared tensors."""
@@ -228,7 +240,7 @@ class Fdnnc(Strategy):
         self.dense.update(fold("shared", {k: self.dense[k] for k in self.shared}, everyone))
         w_names = [f"layers.{i}.weight" for i in self.lowrank]
         new_w = fold(BIG, {k: self.dense[k] for k in w_names}, big) if big else {}
-        for name in self.a_names + self.b_names:  # each factor over the devices that sent it
+        for name in self.a_names + self.b_names + self.tail_names:  # each factor over the devices that sent it
             senders = [u for u in small if name in u.tensors]
             if senders:  # a group of its own: its trusted norm is its own, not another factor's
                 self.factors[name] = fold(f"factor {name}", {name: self.factors[name]}, senders)[name]
@@ -242,7 +254,7 @@ class Fdnnc(Strategy):
             for i, w in enumerate(w_names):
                 self.dense[w] = new_w[w]
                 if small:
-                    low = compose(self.factors[self.a_names[i]], self.factors[self.b_names[i]])
+                    low = self._composed(self.lowrank[i])
                     self.dense[w] = (share_big * new_w[w] + (1 - share_big) * low.astype(np.float64)
                                      ).astype(np.float32)
             self._decompose()
@@ -283,11 +295,19 @@ class Fdnnc(Strategy):
     def model_params(self) -> dict[str, int]:
         return {BIG: count_params(self.dense_spec), SMALL: count_params(self.small_spec)}
 
+    def state_spec(self) -> dict[str, Any]:
+        """The dense network: its tensors are the state's under their own names (a MiniRocket layer's
+        biases among them, which the round loop fits)."""
+        return self.dense_spec
+
     def state_tensors(self) -> dict[str, np.ndarray]:
-        return flat_groups({"dense": self.dense, "factors": self.factors})
+        return {**self.dense, **{f"{FACTORS}{k}": v for k, v in self.factors.items()}}
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        groups = restore_groups(tensors, {"dense": self.dense, "factors": self.factors}, "fdnnc model")
+        if any(k.startswith("dense/") for k in tensors):  # a checkpoint from before 2026-11-30: grouped
+            tensors = {k.removeprefix("dense/"): v for k, v in tensors.items()}
+        groups = restore_groups({k if k.startswith(FACTORS) else f"dense/{k}": v for k, v in tensors.items()},
+                                {"dense": self.dense, "factors": self.factors}, "fdnnc model")
         self.dense, self.factors = groups["dense"], groups["factors"]
 
     def method_config(self) -> dict[str, Any]:

@@ -25,7 +25,8 @@ import torch
 
 from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.methods.settings.options import as_report
-from edge_sdk.models.fedpara import FEDPARA_TYPES, folded_shape, personal_names, precompose
+from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
+from edge_sdk.models.folding import folded_shape
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
 from edge_sdk.models.zoo import model_for_dataset

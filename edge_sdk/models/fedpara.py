@@ -48,12 +48,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from edge_sdk.models.dense import dense_conv1d, dense_conv2d, dense_linear
+from edge_sdk.models.folding import folded_shape, unfold_weight
 
 from edge_sdk.models.layers import (LAYER_TYPES, MAX_CHANNELS, Shape, SpecError, bool_field, int_field,
                                     register_layer)
 
 __all__ = ["DEFAULT_GAMMA", "MAX_RANK", "FedParaLinear", "FedParaConv1d", "FedParaConv2d", "rank_bounds",
-           "rank_from_gamma", "fedpara_weight_params", "folded_shape", "linear_params", "personal_names", "precompose",
+           "rank_from_gamma", "fedpara_weight_params", "linear_params", "personal_names", "precompose",
            "FEDPARA_TYPES"]
 
 DEFAULT_GAMMA = 0.1
@@ -69,18 +70,6 @@ def _positive_int(name: str, value: object) -> int:
     if type(value) is not int or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def folded_shape(out: int, inp: int, blocks: int = 1, block: int = 0) -> tuple[int, int, int]:
-    """``(rows, columns, tail)`` of a linear layer's product matrix and its dense tail: ``(out, in, 0)``
-    unfolded, ``(blocks·out, block, in − blocks·block)`` folded (``block = 0``: unfolded)."""
-    if block == 0:
-        if blocks != 1:
-            raise ValueError(f"blocks={blocks} needs the block's size (block > 0)")
-        return out, inp, 0
-    if blocks < 1 or block < 1 or blocks * block > inp:
-        raise ValueError(f"a fold of {blocks} blocks of {block} does not fit {inp} inputs")
-    return blocks * out, block, inp - blocks * block
 
 
 def fedpara_weight_params(out: int, inp: int, rank: int, kernel: int | None = None, dims: int = 2) -> int:
@@ -205,12 +194,7 @@ class FedParaLinear(_FedPara):
         return getattr(self, f"x{index}") @ getattr(self, f"y{index}").t()
 
     def composed_weight(self) -> torch.Tensor:
-        product = super().composed_weight()
-        if self.block == 0:
-            return product
-        out = self.out_features  # row k·out + c is class c on block k
-        weight = product.reshape(self.blocks, out, self.block).permute(1, 0, 2).reshape(out, -1)
-        return weight if self.tail is None else torch.cat([weight, self.tail], dim=1)
+        return unfold_weight(super().composed_weight(), self.out_features, self.blocks, self.block, self.tail)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.composed_weight(), self.bias)

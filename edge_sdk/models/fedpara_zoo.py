@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from edge_sdk.models.fedpara import DEFAULT_GAMMA, FEDPARA_TYPES, folded_shape, rank_from_gamma
+from edge_sdk.models.fedpara import DEFAULT_GAMMA, FEDPARA_TYPES, rank_from_gamma
+from edge_sdk.models.folding import folded_shape, head_fold
 from edge_sdk.models.lowrank_naive import NAIVE_TYPES, naive_rank_matching
-from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.spec import validate_spec
 from edge_sdk.models.zoo import model_for_dataset
 
@@ -98,15 +98,6 @@ def _finish(width_spec: dict, layers: list[dict], name: str, meta: dict) -> dict
                           "meta": {**width_spec.get("meta", {}), **meta}})
 
 
-def _fold(spec: dict) -> dict[str, int]:
-    """The fold of a ``minirocket`` network's head (one block per kept kernel); ``{}`` for other networks."""
-    rocket = next((layer for layer in spec["layers"] if layer["type"] == "minirocket"), None)
-    if rocket is None:
-        return {}
-    plan = layer_plan(rocket)
-    return {"blocks": plan.kernels, "block": plan.per_kernel}
-
-
 def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
                  gamma: float = DEFAULT_GAMMA, *, width: float = 1.0, tanh: bool = False,
                  personal: bool = False, layer_gammas: Mapping[int, float] | None = None,
@@ -115,7 +106,7 @@ def fedpara_spec(family: str, input_shape: Sequence[int], num_classes: int,
     full, spec = _base(family, input_shape, num_classes, width, zoo_kw)
     gammas = _gammas(gamma, layer_gammas, factorisable_count(family, input_shape, num_classes, **zoo_kw))
 
-    full_fold, fold = _fold(full), _fold(spec)
+    full_fold, fold = head_fold(full), head_fold(spec)
 
     def make(ref: dict, layer: dict, i: int) -> dict:
         folded = fold if layer["type"] == "linear" else {}  # minirocket's head, its one linear layer

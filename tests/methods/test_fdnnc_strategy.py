@@ -194,3 +194,51 @@ def test_evaluate_reports_both_models(digits) -> None:
     accuracy, loss = s.evaluate(0, EvalData(digits.x_test[:300], digits.y_test[:300]))
     assert set(accuracy) == {BIG, SMALL} and np.isfinite(loss)
     assert all(0.0 <= v <= 0.3 for v in accuracy.values())  # untrained: near chance
+
+
+def test_a_minirocket_head_small_devices_train_folded_by_kernel() -> None:
+    """On `minirocket` FDNNC factorises the classifier, the only layer that trains, folded by kernel
+    (a row per class leaves an unfolded one nothing to save): BOTH averages the composed head with the
+    big devices', the log scale's tail over the small devices that sent it; the state keeps the dense
+    tensors under their own names (the round loop fits the MiniRocket biases there)."""
+    from edge_sdk.models.folding import unfold_weight
+    from edge_sdk.models.lowrank import compose_layer, decompose_layer
+    from edge_sdk.models.zoo import model_for_dataset
+
+    ctx = StrategyContext(federation=FederationConfig(rounds=2), model_family="minirocket", input_shape=(1, 64),
+                          num_classes=3, options={"rank": "4"})
+    created = Fdnnc.create(ctx)
+    assert [layer["type"] for layer in created.small_spec["layers"]] == ["minirocket", "lowrank_linear"]
+    assert created.state_spec() is created.dense_spec and "layers.0.biases" in created.state_tensors()
+
+    s = Fdnnc(FederationConfig(rounds=2), Fdnnc.parse_options({"rank": "4"}),
+              model_for_dataset("minirocket", (1, 64), 3, series_norm=True))
+    head = s.small_spec["layers"][1]
+    assert s.lowrank == [1] and s.tail_names == ["layers.1.tail"] and head["blocks"] == 84
+    assert s.model_params()[SMALL] * 10 < s.model_params()[BIG]
+    rng = np.random.default_rng(0)
+    w_big = {k: rng.normal(size=v.shape) for k, v in s.dense.items()}
+    f1 = {k: rng.normal(size=v.shape) for k, v in s.factors.items()}
+    f2 = {k: rng.normal(size=v.shape) for k, v in s.factors.items()}
+    shared = {k: w_big[k] for k in s.shared}
+    small_a = _update(SMALL, {**shared, "layers.1.A": f1["layers.1.A"], "layers.1.tail": f1["layers.1.tail"]})
+    small_b = _update(SMALL, {**shared, "layers.1.B": f2["layers.1.B"], "layers.1.tail": f2["layers.1.tail"]})
+    s.aggregate(0, [_Received(_update(BIG, w_big)), _Received(small_a), _Received(small_b)])
+    tail = (small_a.tensors["layers.1.tail"] + small_b.tensors["layers.1.tail"]) / 2
+    low = compose_layer(small_a.tensors["layers.1.A"], small_b.tensors["layers.1.B"], tail, head)
+    expected = (low + np.float32(w_big["layers.1.weight"])) / 2
+    np.testing.assert_allclose(s.dense["layers.1.weight"], expected, atol=1e-4)
+    a, b, kept_tail = decompose_layer(s.dense["layers.1.weight"], head)
+    np.testing.assert_allclose(s.factors["layers.1.A"] @ s.factors["layers.1.B"].T, a @ b.T, atol=1e-4)
+    np.testing.assert_allclose(s.factors["layers.1.tail"], expected[:, -1:], atol=1e-5)
+    composed = unfold_weight(s.factors["layers.1.A"] @ s.factors["layers.1.B"].T, 3, 84, head["block"],
+                             s.factors["layers.1.tail"])
+    assert composed.shape == (3, head["in"])
+
+    state = s.state_tensors()
+    assert "layers.0.biases" in state and "factors/layers.1.tail" in state
+    again = Fdnnc(FederationConfig(rounds=2), Fdnnc.parse_options({"rank": "4"}),
+                  model_for_dataset("minirocket", (1, 64), 3, series_norm=True))
+    again.load_state_tensors({(k if k.startswith("factors/") else f"dense/{k}"): v for k, v in state.items()})
+    np.testing.assert_array_equal(again.dense["layers.1.weight"], s.dense["layers.1.weight"])  # a checkpoint
+    np.testing.assert_array_equal(again.factors["layers.1.tail"], s.factors["layers.1.tail"])  # of before

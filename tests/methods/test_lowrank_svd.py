@@ -114,3 +114,52 @@ def test_factors_of_a_rank_r_dense_layer_give_the_same_outputs() -> None:
     load_numpy_state(small, tensors)
     x = torch.randn(8, 64)
     torch.testing.assert_close(small(x), big(x), atol=1e-4, rtol=1e-4)
+
+
+def test_a_minirocket_head_is_factorised_folded_by_kernel_and_composes_back_exactly() -> None:
+    """A row per class: unfolded, no rank saves anything on a head of 3 outputs; folded by kernel
+    (`edge_sdk.models.folding`) rank 4 keeps a fraction of it, the log scale as a dense tail, and a
+    weight whose folded matrix has rank 4 is its factors exactly, outputs included."""
+    from edge_sdk.models.lowrank import compose_layer, decompose_layer
+    from edge_sdk.models.minirocket import MiniRocketPlan
+    from edge_sdk.models.zoo import model_for_dataset
+
+    per_kernel = MiniRocketPlan(1, 64).per_kernel
+    dense = model_for_dataset("minirocket", (1, 64), 3, series_norm=True)
+    assert not compressible(dense["layers"][-1]["in"], 3, 4)  # unfolded
+    small = lowrank_spec(dense, 4)
+    head = small["layers"][-1]
+    assert (head["type"], head["blocks"], head["block"], head["in"]) == \
+        ("lowrank_linear", 84, per_kernel, 84 * per_kernel + 1)
+    assert count_params(small) == 4 * (84 * 3 + per_kernel) + 3 * (1 + 1) and \
+        count_params(small) * 10 < count_params(dense)
+
+    rng = np.random.default_rng(1)
+    folded = rng.normal(size=(84 * 3, 4)) @ rng.normal(size=(4, per_kernel))  # rank 4
+    weight = np.concatenate([folded.reshape(84, 3, per_kernel).transpose(1, 0, 2).reshape(3, -1),
+                             rng.normal(size=(3, 1))], axis=1).astype(np.float32)
+    a, b, tail = decompose_layer(weight, head)
+    assert a.shape == (84 * 3, 4) and b.shape == (per_kernel, 4) and tail.shape == (3, 1)
+    np.testing.assert_allclose(compose_layer(a, b, tail, head), weight, atol=1e-4)
+    torch.manual_seed(0)
+    big, low = build_model(dense), build_model(small)
+    weights = state_to_numpy(big, copy=True)
+    weights["layers.1.weight"] = weight
+    load_numpy_state(big, weights)
+    load_numpy_state(low, {**{k: v for k, v in weights.items() if k != "layers.1.weight"},
+                           "layers.1.A": a, "layers.1.B": b, "layers.1.tail": tail})
+    layer = low.layers[-1]
+    product = (layer.A @ layer.B.t()).detach()
+    for c in range(3):  # class c on kernel k: row k·3 + c of the folded matrix
+        for k in (0, 41, 83):
+            assert torch.equal(layer.weight().detach()[c, k * per_kernel:(k + 1) * per_kernel], product[3 * k + c])
+    big.eval()
+    low.eval()
+    x = torch.randn(4, 1, 64)
+    torch.testing.assert_close(low(x), big(x), atol=1e-4, rtol=1e-4)
+    # a hostile fold is counted before anything is built
+    huge = {"type": "lowrank_linear", "in": 16384, "out": 4096, "rank": 4, "blocks": 4096, "block": 4}
+    with pytest.raises(SpecError, match="parameter count exceeds"):  # 67 million: 4 · (4096 · 4096 + 4)
+        validate_spec({"format": 1, "input_shape": [16384], "num_classes": 4096, "layers": [huge]})
+    with pytest.raises(SpecError, match="a fold of 3 blocks of 8 does not fit 20 inputs"):
+        validate_spec(_spec(blocks=3, block=8))

@@ -27,9 +27,11 @@ class FdnncSettings:
     upload: str = option("half", choice(*UPLOADS), "small devices upload both factors (full) or one, alternating",
                          doc="`half` (CEFO) or `full`")
     rank: int = option(32, integer(1), "rank of the low-rank FC layers", doc="rank `r` of every factorised FC layer")
-    #: FC head widths (for mlp: its hidden layers)
-    hidden: tuple[int, ...] = option((512, 256), int_list(1), "widths of the FC head (for mlp: its hidden layers)",
-                                     doc="FC head widths (for `mlp`: its hidden layers)")
+    #: FC head widths (for mlp: its hidden layers; minirocket: none unless given)
+    hidden: tuple[int, ...] = option((512, 256), int_list(1), "widths of the FC head (for mlp: its hidden layers; "
+                                     "minirocket: none unless given)",
+                                     doc="FC head widths (for `mlp`: its hidden layers; `minirocket`: none unless "
+                                         "given)")
     big_gflops: float = option(10.0, number(0.0, 1e6), "a device is big if its measured GFLOPS ...",
                                doc="a device is big if its measured GFLOPS ...")
     big_ram_mb: int = option(2048, integer(0), "... and its RAM (MB) reach both thresholds",

@@ -131,6 +131,7 @@ def main() -> None:
     p.add_argument("--partitions", default="iid,dirichlet:0.5")
     p.add_argument("--rounds", type=int, default=100, help="federated rounds = central epochs (default: %(default)s)")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds FIRST .. FIRST + seeds - 1 (default: %(default)s)")
     p.add_argument("--lr-decay", type=parse_lr_decay, default=(), metavar="ROUND:FACTOR[,...]",
                    help="the lr times FACTOR from ROUND (round and epoch) on, centrally and federated alike")
     p.add_argument("--option", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
@@ -168,7 +169,7 @@ def main() -> None:
             runs = [(m, part, f"{part}" if m == "fedavg" else f"{m} {part}")
                     for m in methods for part in args.partitions.split(",")]
             row = results[name] = {"central": [], **{key: [] for _, _, key in runs}}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 started = time.monotonic()
                 if not args.no_central:
                     row["central"].append(central(name, args.rounds * LOCAL_EPOCHS, seed, args.lr_decay,

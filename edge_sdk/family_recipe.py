@@ -48,7 +48,8 @@ FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
     "minirocket": FamilyRecipe(train={"loss": "squared", "lr": 0.004, "momentum": 0.9},
                                options={"fedavg": _SERVER_MOMENTUM, "fedprox": _SERVER_MOMENTUM,
                                         "heterofl": {**_SERVER_MOMENTUM, "nested": "true"},
-                                        "fedpara": _SERVER_MOMENTUM, "pfedpara": _SERVER_MOMENTUM},
+                                        "fedpara": _SERVER_MOMENTUM, "pfedpara": _SERVER_MOMENTUM,
+                                        "fdnnc": _SERVER_MOMENTUM},
                                own_optimizer=("fedpara", "pfedpara")),
 })
 

@@ -25,7 +25,7 @@ import torch
 
 from edge_sdk.methods.settings.fedpara import LowRankSettings
 from edge_sdk.methods.settings.options import as_report
-from edge_sdk.models.fedpara import FEDPARA_TYPES, personal_names, precompose
+from edge_sdk.models.fedpara import FEDPARA_TYPES, FedParaLinear, personal_names, precompose
 from edge_sdk.models.folding import folded_shape
 from edge_sdk.models.fedpara_zoo import fedpara_spec, layer_ranks
 from edge_sdk.models.spec import build_model, count_flops, count_params
@@ -35,8 +35,10 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.assignment import LevelAssigner
 from coordinator.aggregate.averaging import mean_train_loss
+from coordinator.aggregate.composed_server import ComposedLayer, composed_step
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.core.spooled_tensors import pick
 from coordinator.aggregate.width_slicing import leading_block
 from coordinator.strategies.width_base import WidthStrategy
 from coordinator.core.federation import FederationConfig
@@ -88,6 +90,12 @@ class FedPara(WidthStrategy):
                  input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__(config)
         self.settings = options
+        self.server_space = getattr(options, "server_space", "factors")  # the naive baseline's: its factors
+        if self.personal and self.server_space == "composed":
+            raise ValueError(f"{self.name}: server_space=composed needs each layer's whole product on the server; "
+                             "pFedPara's W2 stays on the devices")
+        #: the linear layers whose server step acts on their product (`_build`)
+        self.composed: list[ComposedLayer] = []
         self.family, self.input_shape, self.num_classes = family, tuple(input_shape), num_classes
         self.zoo_kw = options.width.zoo_kwargs()
         widths = options.width.widths
@@ -141,6 +149,9 @@ class FedPara(WidthStrategy):
             full = build_model(self.global_spec)
             state = state_to_numpy(full, copy=True)
             self.weights = {k: state[k] for k in self._sent_names(full)}
+            self.composed = [ComposedLayer(f"{name}.", module.use_tanh) for name, module in full.named_modules()
+                             if isinstance(module, FedParaLinear) and not module.personal and (
+                                 self.server_space == "composed" or (self.server_space == "auto" and module.block))]
             self.models = {label: build_model(spec) for label, spec in self.specs.items()}
         self.expected = {}
         for label, model in self.models.items():
@@ -211,6 +222,19 @@ class FedPara(WidthStrategy):
             metrics.update({f"devices_{label}": float(sum(u.update.label == label for u in updates))
                             for label in self.labels})
         return metrics
+
+    def fold_held_weights(self, updates: list[ReceivedUpdate]) -> dict[str, float]:
+        """As `WidthStrategy.fold_held_weights`; with a server optimizer, the `composed` layers' factors
+        are stepped through their product (`coordinator.aggregate.composed_server`)."""
+        server = self.settings.server
+        if not self.composed or not server.active:
+            return super().fold_held_weights(updates)
+        sets = [pick(u.update.tensors, self.weights) for u in updates]
+        aggregate, metrics = self.fold("weights", self.weights, sets, [u.update.num_samples for u in updates],
+                                       self.settings.robust)
+        self.weights, refit = composed_step(self.server_opt, server, "weights", self.composed, self.weights,
+                                            aggregate)
+        return {**metrics, **refit}
 
     # -- evaluation and export ----------------------------------------------
     def dense_model(self, label: str) -> torch.nn.Module:

@@ -79,6 +79,12 @@ class FedParaSettings(LowRankSettings):
 
     tanh: bool = option(False, boolean, "tanh on the factors before their Hadamard product",
                         doc="`tanh` inside each factor (not for `lowrank`)")
+    #: what the server optimizer steps (`coordinator.aggregate.composed_server`)
+    server_space: str = option("auto", choice("auto", "factors", "composed"),
+                               "what server_opt steps: the factors (the paper's), the weight they compose (the "
+                               "factors refitted to it), or auto: composed on a MiniRocket head, factors elsewhere",
+                               doc="`factors` (the paper's), `composed` (a linear layer's product, its factors "
+                                   "refitted; not pFedPara) or `auto`: composed on a head folded by kernel")
 
 
 @dataclass(frozen=True)

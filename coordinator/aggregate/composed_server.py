@@ -57,15 +57,23 @@ def _tensors(source: Mapping[str, np.ndarray], layer: ComposedLayer, grad: bool 
 
 
 def _refit(start: Mapping[str, np.ndarray], target: torch.Tensor, layer: ComposedLayer) -> dict[str, torch.Tensor]:
-    factors = _tensors(start, layer, grad=True)
-    rms = float(torch.cat([f.detach().flatten() for f in factors.values()]).pow(2).mean().sqrt())
-    optimizer = torch.optim.Adam(factors.values(), lr=REFIT_LR_SCALE * max(rms, 1e-3))
-    for _ in range(REFIT_STEPS):
-        optimizer.zero_grad()
-        loss = (layer.product(factors) - target).pow(2).sum()
-        loss.backward()
-        optimizer.step()
-    return {n: f.detach() for n, f in factors.items()}
+    """The factors from ``start`` refitted to ``target``; ``start``'s own when the fit ends no nearer
+    (e.g. factors all zero, where every gradient is zero)."""
+    with torch.enable_grad():  # whatever the caller's mode
+        factors = _tensors(start, layer, grad=True)
+        rms = float(torch.cat([f.detach().flatten() for f in factors.values()]).pow(2).mean().sqrt())
+        optimizer = torch.optim.Adam(factors.values(), lr=REFIT_LR_SCALE * max(rms, 1e-3))
+        for _ in range(REFIT_STEPS):
+            optimizer.zero_grad()
+            loss = (layer.product(factors) - target).pow(2).sum()
+            loss.backward()
+            optimizer.step()
+    fitted, initial = {n: f.detach() for n, f in factors.items()}, _tensors(start, layer)
+    with torch.no_grad():
+        if not torch.isfinite(layer.product(fitted)).all() or \
+                (layer.product(fitted) - target).norm() > (layer.product(initial) - target).norm():
+            return initial
+    return fitted
 
 
 def composed_step(server_opt: ServerOptimizer, config: ServerOptConfig, group: str, layers: Sequence[ComposedLayer],

@@ -2,10 +2,11 @@
 
 Big devices (measured GFLOPS and RAM at or above the thresholds) train the dense
 network; small devices train a copy whose big fully-connected layers are rank-r
-projections ``W ≈ A Bᵀ`` (:mod:`edge_sdk.models.lowrank`). Every other tensor
-(biases, convs, a small classifier) is shared by both models and averaged over
-everyone who trained it. After any aggregation the server holds a consistent
-pair: W for big devices, ``A, B`` for small ones:
+projections ``W ≈ A Bᵀ`` (:mod:`edge_sdk.models.lowrank`; a MiniRocket head folded by
+kernel, the inputs after its kernels' a dense ``tail`` of the small model's own, averaged
+over the small devices). Every other tensor (biases, convs, a small classifier) is shared
+by both models and averaged over everyone who trained it. After any aggregation the server
+holds a consistent pair: W for big devices, ``A, B`` (and a tail) for small ones:
 
 - big and small updates: ``W⁺ = (A Bᵀ + W) / 2``, then ``A, B = SVD_r(W⁺)``;
 - only big updates: ``W⁺ = W``, then ``A, B = SVD_r(W⁺)`` (decompose);
@@ -15,7 +16,7 @@ The training pattern decides who trains when: ``both`` (everyone, every round),
 ``bfirst`` (big devices for ``big_rounds`` rounds, then small devices fine-tune)
 and ``switch`` (each round two stages: big devices, then small devices from the
 decomposition). Under ``upload=half`` (CEFO) half of a round's small devices
-upload only their A factors and the other half only B (plus the shared tensors);
+upload only their A factors and the other half only B (plus the shared tensors and a tail);
 each factor is averaged over the devices that sent it. With ``half_split=rounds``
 every small device sends A in even rounds and B in odd ones instead.
 """
@@ -23,6 +24,7 @@ every small device sends A in even rounds and B in odd ones instead.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -105,8 +107,9 @@ class Fdnnc(Strategy):
     def create(cls, ctx: StrategyContext) -> "Fdnnc":
         options = cls.parse_options(ctx.options)
         # MiniRocket's head is its classifier alone (factorised folded by kernel), unless a head is asked for
-        hidden = () if ctx.model_family == "minirocket" and "hidden" not in (ctx.options or {}) else options.hidden
-        spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, hidden)
+        if ctx.model_family == "minirocket" and "hidden" not in (ctx.options or {}):
+            options = replace(options, hidden=())
+        spec = fdnnc_dense_spec(ctx.model_family, tuple(ctx.input_shape), ctx.num_classes, options.hidden)
         return cls(cls.method_federation(ctx, options), options, spec)
 
     # -- tensors ------------------------------------------------------------

@@ -210,6 +210,7 @@ def test_a_minirocket_head_small_devices_train_folded_by_kernel() -> None:
     created = Fdnnc.create(ctx)
     assert [layer["type"] for layer in created.small_spec["layers"]] == ["minirocket", "lowrank_linear"]
     assert created.state_spec() is created.dense_spec and "layers.0.biases" in created.state_tensors()
+    assert created.method_config()["hidden"] == []  # the report says the head it trains
 
     s = Fdnnc(FederationConfig(rounds=2), Fdnnc.parse_options({"rank": "4"}),
               model_for_dataset("minirocket", (1, 64), 3, series_norm=True))

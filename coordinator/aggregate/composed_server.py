@@ -56,9 +56,10 @@ def _tensors(source: Mapping[str, np.ndarray], layer: ComposedLayer, grad: bool 
     return {n: torch.tensor(np.asarray(source[n], dtype=np.float32), requires_grad=grad) for n in layer.names()}
 
 
-def _refit(start: Mapping[str, np.ndarray], target: torch.Tensor, layer: ComposedLayer) -> dict[str, torch.Tensor]:
-    """The factors from ``start`` refitted to ``target``; ``start``'s own when the fit ends no nearer
-    (e.g. factors all zero, where every gradient is zero)."""
+def _refit(start: Mapping[str, np.ndarray], target: torch.Tensor, layer: ComposedLayer
+           ) -> tuple[dict[str, torch.Tensor], float]:
+    """The factors from ``start`` refitted to ``target``, and their product's distance to it; ``start``'s
+    own when the fit ends no nearer (e.g. factors all zero, where every gradient is zero)."""
     with torch.enable_grad():  # whatever the caller's mode
         factors = _tensors(start, layer, grad=True)
         rms = float(torch.cat([f.detach().flatten() for f in factors.values()]).pow(2).mean().sqrt())
@@ -70,10 +71,11 @@ def _refit(start: Mapping[str, np.ndarray], target: torch.Tensor, layer: Compose
             optimizer.step()
     fitted, initial = {n: f.detach() for n, f in factors.items()}, _tensors(start, layer)
     with torch.no_grad():
-        if not torch.isfinite(layer.product(fitted)).all() or \
-                (layer.product(fitted) - target).norm() > (layer.product(initial) - target).norm():
-            return initial
-    return fitted
+        fitted_gap = float((layer.product(fitted) - target).norm())
+        initial_gap = float((layer.product(initial) - target).norm())
+    if not np.isfinite(fitted_gap) or fitted_gap > initial_gap:
+        return initial, initial_gap
+    return fitted, fitted_gap
 
 
 def composed_step(server_opt: ServerOptimizer, config: ServerOptConfig, group: str, layers: Sequence[ComposedLayer],
@@ -93,10 +95,9 @@ def composed_step(server_opt: ServerOptimizer, config: ServerOptConfig, group: s
         key = f"{layer.prefix}product"
         target = server_opt.step(config, f"{group}:composed", {key: before.numpy()}, {key: after.numpy()})[key]
         target_t = torch.from_numpy(np.asarray(target, dtype=np.float32))
-        fitted = _refit(aggregate, target_t, layer)
-        with torch.no_grad():
-            step = float((target_t - before).norm())
-            errors.append(float((layer.product(fitted) - target_t).norm()) / step if step > 0 else 0.0)
+        fitted, gap = _refit(aggregate, target_t, layer)
+        step = float((target_t - before).norm())
+        errors.append(gap / step if step > 0 else 0.0)
         for name, tensor in fitted.items():
             new[name] = tensor.numpy().astype(np.asarray(aggregate[name]).dtype)
     return new, ({"refit_error": float(np.mean(errors))} if errors else {})

@@ -307,10 +307,10 @@ class Fdnnc(Strategy):
         return {**self.dense, **{f"{FACTORS}{k}": v for k, v in self.factors.items()}}
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        if any(k.startswith("dense/") for k in tensors):  # a checkpoint from before 2026-11-30: grouped
-            tensors = {k.removeprefix("dense/"): v for k, v in tensors.items()}
-        groups = restore_groups({k if k.startswith(FACTORS) else f"dense/{k}": v for k, v in tensors.items()},
-                                {"dense": self.dense, "factors": self.factors}, "fdnnc model")
+        grouped = any(k.startswith("dense/") for k in tensors)  # a checkpoint from before 2026-11-30
+        if not grouped:
+            tensors = {k if k.startswith(FACTORS) else f"dense/{k}": v for k, v in tensors.items()}
+        groups = restore_groups(tensors, {"dense": self.dense, "factors": self.factors}, "fdnnc model")
         self.dense, self.factors = groups["dense"], groups["factors"]
 
     def method_config(self) -> dict[str, Any]:

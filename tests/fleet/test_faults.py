@@ -409,6 +409,15 @@ width = "{LABEL}"
     return path
 
 
+def _start_coordinator(config: Path, tmp_path: Path, cleanup) -> subprocess.Popen:
+    """An `edgefl coordinator` process of ``config``, its output in ``tmp_path/coordinator.log``."""
+    with open(tmp_path / "coordinator.log", "w") as log_file:
+        process = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
+                                   stdout=log_file, stderr=subprocess.STDOUT)
+    cleanup.callback(process.kill)
+    return process
+
+
 def _coordinator_in_round_2(broker, mnist, shards, tmp_path, cleanup, job: str, rounds: int):
     """An `edgefl coordinator` process and two devices, returned once round 1 is checkpointed and
     round 2 under way: (config, a sniffer of d0's downlink, the devices, the process)."""
@@ -418,10 +427,7 @@ def _coordinator_in_round_2(broker, mnist, shards, tmp_path, cleanup, job: str, 
     devices = [Device(broker.url, job, f"d{i}", mnist, shards[i]) for i in range(2)]
     for device in devices:
         cleanup.callback(device.close)
-    with open(tmp_path / "coordinator.log", "w") as log_file:
-        process = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
-                                   stdout=log_file, stderr=subprocess.STDOUT)
-    cleanup.callback(process.kill)
+    process = _start_coordinator(config, tmp_path, cleanup)
     sniffer.wait_for("round 1", round_start(1))  # round 0 is checkpointed
     return config, sniffer, devices, process
 
@@ -499,10 +505,7 @@ def test_a_stop_mid_round_costs_no_device_its_training(broker, mnist, shards, tm
     devices = [Device(url, job, f"d{i}", mnist, shards[i]) for i, url in enumerate([broker.url, held.url])]
     for device in devices:
         cleanup.callback(device.close)
-    with open(tmp_path / "coordinator.log", "w") as log_file:
-        first = subprocess.Popen(EDGEFL + ["coordinator", "--config", str(config)],
-                                 stdout=log_file, stderr=subprocess.STDOUT)
-    cleanup.callback(first.kill)
+    first = _start_coordinator(config, tmp_path, cleanup)
     sniffer.wait_for("d0's round-1 update accepted", accepted("d0", 1))
     wait_until("d1 trained round 1", lambda: 1 in devices[1].client.rounds_trained)
     first.send_signal(signal.SIGTERM)

@@ -91,10 +91,12 @@ def central(name: str, epochs: int, seed: int, decay: LrDecay = (), family: str 
 
 
 def federated(name: str, partition: str, rounds: int, seed: int, work: Path, decay: LrDecay = (),
-              options: dict[str, str] | None = None, family: str = "cnn1d", method: str = "fedavg") -> dict:
+              options: dict[str, str] | None = None, family: str = "cnn1d", method: str = "fedavg",
+              public_fraction: float = 0.1) -> dict:
     out = work / f"{name}-{method}-{partition.replace(':', '-')}-{seed}"
     config = SimulationConfig(method=method, clients=CLIENTS, dataset=name, model=family, partition=partition,
                               out=str(out), plots=False, throttle="off", threads=1, job=f"bench-sensor-{seed}",
+                              public_fraction=public_fraction,
                               options=dict(options or {}),
                               # the training and options are this bench's flags, none the family's recipe
                               chosen=tuple(TrainConfig.__dataclass_fields__) + tuple(options or {}),
@@ -139,6 +141,8 @@ def main() -> None:
                         "METHOD:KEY=VALUE for one method's runs only")
     p.add_argument("--methods", default="fedavg", help="the federated runs' methods, comma-separated")
     p.add_argument("--no-central", action="store_true", help="federated runs only")
+    p.add_argument("--public-fraction", type=float, default=0.1,
+                   help="of the training split held out as the public set of a method that distils (REFT)")
     p.add_argument("--clients", type=int, default=CLIENTS, help="the fleet's devices, all in every round")
     p.add_argument("--eval-every", type=int, help="also print the federated accuracy every this many rounds")
     p.add_argument("--batch-size", type=int, default=BATCH, help="of the central and the devices' training")
@@ -176,7 +180,7 @@ def main() -> None:
                                                   args.model, options.get("norm")))
                 for method, part, key in runs:
                     row[key].append(federated(name, part, args.rounds, seed, Path(tmp), args.lr_decay,
-                                              per_method[method], args.model, method))
+                                              per_method[method], args.model, method, args.public_fraction))
                 shown = ([f"central {row['central'][-1]:.3f}"] if row["central"] else []) + \
                     [f"{key} {row[key][-1]['accuracy']:.3f}{_labels(row[key][-1])}" for _, _, key in runs]
                 print(f"  {name} seed {seed}: {', '.join(shown)} ({time.monotonic() - started:.0f} s)", flush=True)

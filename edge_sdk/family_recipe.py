@@ -49,7 +49,10 @@ FAMILY_RECIPES: Mapping[str, FamilyRecipe] = MappingProxyType({
                                options={"fedavg": _SERVER_MOMENTUM, "fedprox": _SERVER_MOMENTUM,
                                         "heterofl": {**_SERVER_MOMENTUM, "nested": "true"},
                                         "fedpara": _SERVER_MOMENTUM, "pfedpara": _SERVER_MOMENTUM,
-                                        "fdnnc": _SERVER_MOMENTUM},
+                                        "fdnnc": _SERVER_MOMENTUM,
+                                        # REFT averages no weights (no server momentum); its devices train
+                                        # their kernel subsets with the recipe's SGD, not REFT's own Adam
+                                        "reft": {"local_optimizer": "sgd", "local_lr": "0.004"}},
                                own_optimizer=("fedpara", "pfedpara")),
 })
 

@@ -13,9 +13,10 @@ MODEL_FAMILY_NAMES = ("cnn4", "cnn1d", "flanc_cnn", "resnet_small", "mlp", "mini
 AUTO = "auto"
 
 #: the methods that train a `minirocket` model: its transform is fixed, HeteroFL's widths keep a
-#: share of its kernels (their features a prefix of the full width's), FedPara and FDNNC factorise its
-#: head folded by kernel (`edge_sdk.models.folding`); the others reshape every layer
-MINIROCKET_METHODS = ("fedavg", "fedprox", "heterofl", "fedpara", "pfedpara", "fdnnc")
+#: share of its kernels (their features a prefix of the full width's), and so do REFT's pruning levels
+#: (`edge_sdk.models.kernel_subset`), FedPara and FDNNC factorise its head folded by kernel
+#: (`edge_sdk.models.folding`); the others reshape every layer
+MINIROCKET_METHODS = ("fedavg", "fedprox", "heterofl", "fedpara", "pfedpara", "fdnnc", "reft")
 
 
 def default_family(input_shape: tuple[int, ...], method: str) -> str:

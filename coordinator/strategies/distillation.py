@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from edge_sdk.training import fixed_features, fixed_prefix
+
 from coordinator.aggregate.averaging import capped_shares
 
 __all__ = ["DistillConfig", "DistillResult", "class_importance", "capped_importance", "longest_other",
@@ -156,6 +158,17 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)
 
 
+def _trained_part(student: nn.Module, x: torch.Tensor, batch: int) -> tuple[nn.Module, torch.Tensor]:
+    """``(network, inputs)`` to train: a student that starts with fixed features (MiniRocket's
+    transform: `edge_sdk.training.fixed_prefix`) has them computed once, and the rest trained on them."""
+    split = fixed_prefix(student)
+    if split is not None:
+        features = fixed_features(split[0], x, batch)
+        if features is not None:
+            return split[1], features
+    return student, x
+
+
 def _agreement(model: nn.Module, x: torch.Tensor, teacher: torch.Tensor) -> float:
     model.eval()
     with torch.no_grad():
@@ -175,16 +188,18 @@ def distill(student: nn.Module, x: np.ndarray, teacher_logits: np.ndarray,
         raise ValueError("public inputs or teacher logits contain NaN or Inf")
     temp = float(config.temperature)
     target = F.softmax(tt / temp, dim=1)
-    optimizer = torch.optim.Adam(student.parameters(), lr=config.lr)
-    gen = torch.Generator().manual_seed(config.seed)
     started, steps, loss_sum, seen = time.perf_counter(), 0, 0.0, 0
-    student.train()
+    student.eval()
+    network, xt = _trained_part(student, xt, 512)
+    optimizer = torch.optim.Adam(network.parameters(), lr=config.lr)
+    gen = torch.Generator().manual_seed(config.seed)
+    network.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         for _ in range(config.epochs):
             loss_sum, seen = 0.0, 0
             for idx in torch.randperm(len(xt), generator=gen).split(config.batch_size):
-                log_p = F.log_softmax(student(xt[idx]) / temp, dim=1)
+                log_p = F.log_softmax(network(xt[idx]) / temp, dim=1)
                 loss = F.kl_div(log_p, target[idx], reduction="batchmean") * temp * temp
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"distillation loss became {float(loss)} at step {steps + 1}")
@@ -194,5 +209,5 @@ def distill(student: nn.Module, x: np.ndarray, teacher_logits: np.ndarray,
                 steps += 1
                 loss_sum += float(loss.detach()) * len(idx)
                 seen += len(idx)
-    agreement = _agreement(student, xt, tt)
+    agreement = _agreement(network, xt, tt)
     return DistillResult(loss_sum / max(seen, 1), steps, time.perf_counter() - started, agreement)

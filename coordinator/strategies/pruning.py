@@ -39,11 +39,13 @@ import torch
 from torch import nn
 
 from edge_sdk.methods.settings.pruning import BACKENDS, MAX_RATIO
+from edge_sdk.models.kernel_subset import is_minirocket, kept_kernels, kernel_subset
+from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 
-__all__ = ["PruneResult", "pruning_ratio", "round_to_level", "level_label", "describe_level", "capacity_level",
-           "available_backends", "resolve_backend", "prune_spec", "derive_spec"]
+__all__ = ["KERNEL_SUBSET", "PruneResult", "pruning_ratio", "round_to_level", "level_label", "describe_level",
+           "capacity_level", "available_backends", "resolve_backend", "prune_spec", "derive_spec"]
 
 _FREE = frozenset({"relu", "dropout", "flatten", "global_avgpool", "maxpool2d", "avgpool2d", "maxpool1d", "avgpool1d",
                    "series_norm"})  # series_norm: parameter-free, on the input's channels (never pruned)
@@ -52,6 +54,8 @@ _MODULES: dict[str, type[nn.Module]] = {"conv2d": nn.Conv2d, "conv1d": nn.Conv1d
                                         "batchnorm2d": nn.BatchNorm2d, "batchnorm1d": nn.BatchNorm1d,
                                         "groupnorm": nn.GroupNorm}
 _EPS = 1e-9
+#: the "backend" that prunes a MiniRocket model: its first kernels kept (`edge_sdk.models.kernel_subset`)
+KERNEL_SUBSET = "kernel-subset"
 
 
 # ----------------------------------------------------------------- capacity -> level
@@ -273,10 +277,16 @@ class PruneResult:
 
 def prune_spec(spec: dict, tensors: Mapping[str, np.ndarray], ratio: float,
                backend: str = "auto") -> PruneResult:
-    """L1-prune the network ``spec`` with weights ``tensors`` at ``ratio``; returns spec + weights."""
+    """L1-prune the network ``spec`` with weights ``tensors`` at ``ratio``; returns spec + weights.
+    A MiniRocket model keeps the features of its first ``ceil(kernels·(1 − ratio))`` kernels instead
+    (its transform has no weights to rank; `edge_sdk.models.kernel_subset`), whatever ``backend``."""
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= MAX_RATIO:
         raise ValueError(f"ratio must be in [0, {MAX_RATIO}], got {ratio!r}")
     validate_spec(spec)
+    if is_minirocket(spec):
+        kernels = kept_kernels(layer_plan(spec["layers"][0]).kernels, float(ratio))
+        narrow, weights = kernel_subset(spec, tensors, kernels)
+        return PruneResult(narrow, weights, KERNEL_SUBSET, float(ratio), count_params(narrow), count_flops(narrow))
     _check_prunable(spec["layers"])
     if ratio == 0:
         weights = {k: np.array(v, dtype=np.float32) for k, v in tensors.items()}

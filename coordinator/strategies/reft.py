@@ -23,6 +23,7 @@ from edge_sdk.methods.reft import decode_public, dequantize_logits, encode_publi
 from edge_sdk.methods.settings.options import as_report, schema
 from edge_sdk.methods.settings.reft import ReftRound, ReftSettings
 from edge_sdk.methods.settings.shared import ServerOptConfig, clip_factor
+from edge_sdk.models.kernel_subset import is_minirocket
 from edge_sdk.models.spec import build_model, count_params
 from edge_sdk.models.zoo import model_for_dataset
 from edge_sdk.protocol.messages import Plan, Update
@@ -31,11 +32,10 @@ from edge_sdk.training import TrainConfig
 
 from coordinator.strategies.distillation import DistillConfig, DistillResult, distill, ensemble_logits, screen_scales
 from coordinator.aggregate.averaging import mean_train_loss
-from coordinator.core.tensor_groups import flat_groups, restore_groups
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
-from coordinator.strategies.pruning import (PruneResult, capacity_level, describe_level, level_label, prune_spec,
-                                           resolve_backend)
+from coordinator.strategies.pruning import (KERNEL_SUBSET, PruneResult, capacity_level, describe_level, level_label,
+                                           prune_spec, resolve_backend)
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import Strategy, StrategyContext, seeded_init
 from coordinator.aggregate.validation import TensorSpec, UpdateRejected, expected_from, validate_update
@@ -44,6 +44,8 @@ __all__ = ["Reft", "GLOBAL"]
 
 log = logging.getLogger(__name__)
 GLOBAL = "global"
+_VERSION = "reft/version"
+_OLD_GLOBAL = "global/"  # the global model's names in older checkpoints
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,14 @@ class _Sent:
     label: str
     level: float
     spec: dict
+
+
+def public_dtype(chosen: str, public_x: np.ndarray) -> str:
+    """How the public inputs travel: as ``chosen``; ``auto``: ``float16`` for series ``(N, C, L)`` (one
+    ``uint8`` range per channel over the set leaves a small appliance's current a few levels), else ``uint8``."""
+    if chosen != "auto":
+        return chosen
+    return "float16" if np.ndim(public_x) == 3 else "uint8"
 
 
 class Reft(Strategy):
@@ -69,7 +79,8 @@ class Reft(Strategy):
         super().__init__(config)
         self.settings = options
         self.spec = spec
-        self.backend = resolve_backend(options.backend)
+        # a MiniRocket model keeps a prefix of its kernels: no pruning library needed
+        self.backend = KERNEL_SUBSET if is_minirocket(spec) else resolve_backend(options.backend)
         with seeded_init(config.seed):
             self.model = build_model(spec)
         self.weights = state_to_numpy(self.model, copy=True)
@@ -77,7 +88,8 @@ class Reft(Strategy):
             keep = np.random.default_rng(config.seed + 17).choice(len(public_x), options.public_samples,
                                                                    replace=False)
             public_x = public_x[np.sort(keep)]
-        self.public = encode_public(public_x, options.public_dtype)
+        self.public_dtype = public_dtype(options.public_dtype, public_x)
+        self.public = encode_public(public_x, self.public_dtype)
         self.digest = public_digest(self.public)
         self.public_x = decode_public(self.public)  # exactly what devices compute logits on
         if self.public_x.shape[1:] != tuple(spec["input_shape"]):
@@ -236,18 +248,27 @@ class Reft(Strategy):
         return out
 
     def state_tensors(self) -> dict[str, np.ndarray]:
-        return flat_groups({"global": self.weights, "reft": {"version": np.array([self.version], dtype=np.int64)}})
+        """The global model under its own names (`state_spec`'s), and the distillations done."""
+        return {**self.weights, _VERSION: np.array([self.version], dtype=np.int64)}
+
+    def state_spec(self) -> dict[str, Any]:
+        """The global (unpruned) network: its MiniRocket biases are fitted by the round loop."""
+        return self.spec
 
     def load_state_tensors(self, tensors: dict[str, np.ndarray]) -> None:
-        groups = restore_groups(tensors, {"global": self.weights, "reft": {"version": np.zeros(1, np.int64)}},
-                                "reft model")
-        self.weights = groups["global"]
-        self.version = int(groups["reft"]["version"][0])
+        if any(k.startswith(_OLD_GLOBAL) for k in tensors):  # an older checkpoint: the model under global/NAME
+            tensors = {k.removeprefix(_OLD_GLOBAL) if k.startswith(_OLD_GLOBAL) else k: v for k, v in tensors.items()}
+        if set(tensors) != set(self.weights) | {_VERSION} or np.shape(tensors[_VERSION]) != (1,) or any(
+                np.shape(tensors[k]) != v.shape for k, v in self.weights.items()):
+            raise ValueError("checkpoint tensors do not match this reft model")
+        self.weights = {k: np.asarray(tensors[k], dtype=v.dtype) for k, v in self.weights.items()}
+        self.version = int(tensors[_VERSION][0])
         self._pruned.clear()
         self._has_public.clear()  # devices may have lost it: resend
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.settings), "pruning_backend": self.backend, "model_spec": self.spec,
+        return {**as_report(self.settings), "public_dtype": self.public_dtype, "pruning_backend": self.backend,
+                "model_spec": self.spec,
                 "public_samples": int(len(self.public_x)),
                 "public_bytes": int(sum(a.nbytes for a in self.public.values())),
                 "rounds": self.config.rounds}

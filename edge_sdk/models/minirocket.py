@@ -177,9 +177,10 @@ class MiniRocket(nn.Module):
         for d in range(len(plan.dilations)):  # the padded kernels, the others, the order restoring kept's
             padded = [r for r, k in enumerate(kept) if plan.padded(d, k)]
             inner = [r for r, k in enumerate(kept) if not plan.padded(d, k)]
-            order = torch.argsort(torch.tensor(padded + inner))
-            self.register_buffer(f"padded_{d}", torch.tensor(padded), persistent=False)
-            self.register_buffer(f"inner_{d}", torch.tensor(inner), persistent=False)
+            order = torch.argsort(torch.tensor(padded + inner, dtype=torch.long))
+            # (long, also when empty: a layer of few kernels may have none of one kind at a dilation)
+            self.register_buffer(f"padded_{d}", torch.tensor(padded, dtype=torch.long), persistent=False)
+            self.register_buffer(f"inner_{d}", torch.tensor(inner, dtype=torch.long), persistent=False)
             self.register_buffer(f"order_{d}", order, persistent=False)
 
     def standardised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

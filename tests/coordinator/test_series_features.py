@@ -314,16 +314,17 @@ def test_fedparas_link_budget_counts_the_biases_once_not_every_round() -> None:
     assert count_params(spec) < MiniRocketPlan(1, 64).features  # the biases would have been most of it
 
 
-@pytest.mark.parametrize("method", ["flanc", "lowrank", "reft", "static-prune"])
+@pytest.mark.parametrize("method", ["flanc", "lowrank", "static-prune"])
 def test_the_methods_that_cannot_train_minirocket_say_so_in_one_line(method) -> None:
-    """minirocket's one trainable layer has a row per class: FLANC, REFT and static pruning find nothing to
-    compose or prune, and the naive low-rank baseline is not folded by kernel as FedPara's and FDNNC's are."""
+    """minirocket's one trainable layer has a row per class: FLANC and static pruning find nothing to compose or
+    prune (REFT's levels keep kernel subsets), and the naive low-rank baseline is not folded by kernel as FedPara's
+    and FDNNC's are."""
     from coordinator.core.federation import FederationConfig
     from coordinator.strategies import create_strategy
     from coordinator.strategies.base import StrategyContext
 
     with pytest.raises(ValueError, match=f"^{method} cannot train minirocket .*fedavg, fedprox, heterofl, fedpara, "
-                                         "pfedpara, fdnnc") as error:
+                                         "pfedpara, fdnnc, reft") as error:
         create_strategy(method, StrategyContext(FederationConfig(), "minirocket", (1, 64), 2))
     assert "\n" not in str(error.value)
 

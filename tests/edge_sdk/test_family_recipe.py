@@ -57,3 +57,13 @@ def test_heterofl_takes_nested_and_server_momentum_each_unless_set() -> None:
 def test_a_job_built_in_python_chose_what_differs_from_the_defaults() -> None:
     assert chosen_settings(TrainConfig(), {}) == frozenset()
     assert chosen_settings(TrainConfig(lr=0.01, epochs=3), {"clip": "none"}) == {"lr", "epochs", "clip"}
+
+
+def test_reft_takes_the_recipes_sgd_for_its_devices_and_no_server_optimizer() -> None:
+    """REFT averages no weights (a server option is refused) and trains with its own local_optimizer and
+    local_lr: the recipe names those."""
+    train, options, filled = with_family_recipe("minirocket", "reft", TrainConfig(), {}, chosen=())
+    assert train.loss == "squared" and options == {"local_optimizer": "sgd", "local_lr": "0.004"}
+    assert not any(key.startswith("server_") for key in filled)
+    _, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(), {"local_lr": "0.01"}, chosen=("local_lr",))
+    assert options == {"local_lr": "0.01", "local_optimizer": "sgd"}

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from coordinator.strategies.pruning import (capacity_level, derive_spec, level_label, prune_spec, pruning_ratio,
-                                           resolve_backend, round_to_level)
+from coordinator.strategies.pruning import (KERNEL_SUBSET, capacity_level, derive_spec, level_label, prune_spec,
+                                           pruning_ratio, resolve_backend, round_to_level)
 from edge_sdk.methods.settings.pruning import DEFAULT_LEVELS, parse_levels
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
-from edge_sdk.models.zoo import cnn4, mlp, resnet_small
+from edge_sdk.models.kernel_subset import feature_columns
+from edge_sdk.models.zoo import cnn4, minirocket, mlp, resnet_small
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
 from tests.support.requirements import needs
 
@@ -185,3 +186,42 @@ def test_groupnorm_after_conv1d_goes_to_torch_pruning_or_is_refused_by_nni() -> 
     assert prune_spec(spec, weights, 0.5, backend="auto").backend == "torch-pruning"
     with pytest.raises(ValueError, match="NNI cannot prune conv1d layers followed by groupnorm"):
         prune_spec(spec, weights, 0.5, backend="nni")
+
+
+@pytest.mark.parametrize("series_norm,norm", [(False, None), (True, "batchnorm")])
+def test_a_minirocket_model_is_pruned_to_its_first_kernels_and_computes_what_the_full_one_does(series_norm,
+                                                                                              norm) -> None:
+    """REFT's levels on MiniRocket: a feature subset (the first kernels of every dilation, then the
+    series' log scales), the classifier's columns of those features; exactly the full model with the
+    other features' columns zeroed."""
+    spec = minirocket(2, 5, 64, norm=norm, series_norm=series_norm)
+    full = build_model(spec)
+    weights = state_to_numpy(full, copy=True)
+    weights["layers.0.biases"] = np.random.default_rng(0).normal(0, 0.1, weights["layers.0.biases"].shape) \
+        .astype(np.float32)
+    load_numpy_state(full, weights)
+    full.eval()
+    x = torch.randn(4, 2, 64, generator=torch.Generator().manual_seed(1))
+    for ratio, kernels in ((0.0, 84), (0.6, 34), (0.9, 9), (0.99, 1)):  # ceil(84 (1 - P)); 1: no padded kernel
+        result = prune_spec(spec, weights, ratio, backend="nni")  # a backend is not needed, whichever is named
+        assert result.backend == KERNEL_SUBSET and result.spec["layers"][0]["kernels"] == kernels
+        columns = feature_columns(spec, kernels)
+        assert len(columns) == result.spec["layers"][-1]["in"] == kernels * 119 + (2 if series_norm else 0)
+        pruned = build_model(result.spec)
+        load_numpy_state(pruned, result.tensors)
+        pruned.eval()
+        head = full.layers[-1]
+        mask = torch.zeros(head.in_features)
+        mask[torch.as_tensor(columns)] = 1.0
+        with torch.no_grad():
+            expected = full.layers[:-1](x) @ (head.weight * mask).T + head.bias
+            np.testing.assert_allclose(pruned(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+        assert result.flops < count_flops(spec) * (kernels / 84 + 0.01) and result.params == count_params(result.spec)
+    with pytest.raises(ValueError, match="classifier straight after"):
+        spec_hidden = minirocket(2, 5, 64)
+        spec_hidden["layers"][1:1] = [{"type": "linear", "in": spec_hidden["layers"][1]["in"], "out": 8},
+                                      {"type": "relu"}]
+        spec_hidden["layers"][-1]["in"] = 8
+        prune_spec(spec_hidden, state_to_numpy(build_model(spec_hidden)), 0.5)
+    with pytest.raises(ValueError, match="1 to 84 kernels"):
+        feature_columns(spec, 85)

@@ -12,6 +12,7 @@ from coordinator.strategies.distillation import (DistillConfig, class_importance
                                                  longest_other, screen_scales)
 from coordinator.core.device_record import DeviceRecord
 from coordinator.core.received_update import ReceivedUpdate
+from coordinator.strategies.pruning import KERNEL_SUBSET
 from coordinator.strategies.reft import Reft
 from coordinator.core.federation import EvalData, FederationConfig
 from coordinator.strategies.base import StrategyContext
@@ -20,6 +21,7 @@ from edge_sdk.data.datasets import load_dataset
 from edge_sdk.methods import DEVICE_METHODS, DeviceContext, LocalData
 from edge_sdk.methods.reft import (decode_public, dequantize_logits, encode_public, public_digest,
                                    quantize_logits, train_reft)
+from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics
 from edge_sdk.models.spec import build_model
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import DeviceProfile
@@ -311,3 +313,62 @@ def test_the_default_screen_costs_an_honest_mixed_fleet_nothing(digits, tmp_path
     assert clipped[("default", False)] == 0 and clipped[("default", True)] == 1, clipped
     assert accuracy[("clip=none", True)] < accuracy[("clip=none", False)] - 0.3, accuracy  # the attack bites
     assert accuracy[("default", True)] > accuracy[("clip=none", True)] + 0.3, accuracy  # and is held
+
+
+def _waves(n: int, seed: int, length: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Two classes: a slow and a fast sine, of amplitudes 1 to 20, with noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    t = np.arange(length)
+    x = rng.uniform(1, 20, (n, 1)) * np.sin(2 * np.pi * np.where(y == 0, 0.03, 0.2)[:, None] * t
+                                            + rng.uniform(0, 6, (n, 1)))
+    return (x + rng.normal(0, 0.2, x.shape))[:, None, :].astype(np.float32), y
+
+
+def test_reft_prunes_a_minirocket_model_to_kernel_subsets_and_distils_its_head(tmp_path) -> None:
+    """REFT's levels on MiniRocket are the features of its first kernels; the state holds the global
+    model under its own names (the round loop fits the biases there), older checkpoints still load."""
+    x, y = _waves(160, 0)
+    public = x[:40]
+    ctx = StrategyContext(federation=FederationConfig(rounds=1, train=TrainConfig(epochs=10, batch_size=8,
+                                                                                   loss="squared", lr=0.004)),
+                          model_family="minirocket", input_shape=(1, 64), num_classes=2, public_data=public,
+                          options={"local_optimizer": "sgd", "local_lr": "0.004", "device_eval": "true"})
+    strategy = Reft.create(ctx)
+    assert strategy.backend == KERNEL_SUBSET and strategy.state_spec() == strategy.spec
+    assert strategy.method_config()["public_dtype"] == "float16"  # auto: a series keeps its amplitudes
+    np.testing.assert_allclose(strategy.public_x, public, rtol=1e-3)
+    # the round loop fits the biases into the state by the spec's names (as `series_statistics` would)
+    state = strategy.state_tensors()
+    layer = build_model(strategy.spec).layers[0]
+    stats = series_statistics(layer.plan, x[40:])
+    state["layers.0.biases"] = fleet_biases(layer.plan, stats["shares"], stats["scales"], np.ones(1), 0)
+    strategy.load_state_tensors(state)
+    fleet = []
+    for i, (gflops, shard) in enumerate(zip((10.0, 40.0, 100.0), np.array_split(np.arange(40, 160), 3), strict=True)):
+        record = DeviceRecord(f"dev{i}", _profile(gflops), len(shard))
+        record.label = strategy.assign(record)
+        fleet.append((record, LocalData(x[shard], y[shard], 2)))
+    assert [r.label for r, _ in fleet] == ["p0.9", "p0.6", "p0"]
+    _, updates = _round(strategy, fleet, 0, tmp_path)
+    plans = [strategy.configure_evaluate(0, record) for record, _ in fleet]
+    assert [p.model_spec["layers"][0]["kernels"] for p in plans] == [9, 34, 84]  # ceil(84 (1 - P))
+    for plan in plans:  # each level's biases: the prefix of the fitted ones
+        kept = plan.tensors["layers.0.biases"]
+        np.testing.assert_array_equal(kept, state["layers.0.biases"][:len(kept)])
+    metrics = strategy.aggregate(0, updates)
+    x_test, y_test = _waves(100, 1)
+    accuracy, _ = strategy.evaluate(0, EvalData(x_test, y_test))
+    assert set(accuracy) == {"global", "p0.9", "p0.6", "p0"}
+    assert accuracy["global"] >= 0.9 and metrics["distill_agreement"] >= 0.9, (accuracy, metrics)
+    # the biases are buffers: distillation trains the head alone
+    np.testing.assert_array_equal(strategy.state_tensors()["layers.0.biases"], state["layers.0.biases"])
+    assert strategy.model_params()["p0.9"] < 0.15 * strategy.model_params()["global"]
+    # a checkpoint of the older layout (the model under global/NAME) loads
+    saved = strategy.state_tensors()
+    older = {**{f"global/{k}": v for k, v in saved.items() if k != "reft/version"}, "reft/version": np.array([1])}
+    again = Reft.create(ctx)
+    again.load_state_tensors(older)
+    assert again.version == 1 and all(np.array_equal(again.weights[k], saved[k]) for k in again.weights)
+    with pytest.raises(ValueError, match="do not match this reft model"):
+        again.load_state_tensors({k: v for k, v in saved.items() if k != "layers.0.biases"})

@@ -1,6 +1,7 @@
 """Where REFT's one-shot accuracy on MiniRocket goes (issue 60), without the broker: ten devices train
 their kernel subsets on PLAID's IID shards, then the teachers' ensemble, the head distilled on the
-public share, and a head fitted to the public series' own labels are scored on the test split.
+public share, each level's published model (the head cut to it, then distilled), and a head fitted to the public
+series' own labels are scored on the test split.
 
     OMP_NUM_THREADS=1 python bench/minirocket_reft_probe.py [--seed 0] [--epochs 150] [--public-fraction 0.1]
 
@@ -81,6 +82,16 @@ def main() -> None:
     student = build_model(spec)
     load_numpy_state(student, initial)
     result = distill(student, x_public, ensemble_logits(on_public, counts), DistillConfig(epochs=150))
+    print(f"the distilled global head: {accuracy(student, ds.x_test, ds.y_test):.3f}")
+    teacher = ensemble_logits(on_public, counts)
+    for level in LEVELS[1:]:  # what REFT publishes to a device of a level: the global head cut, then distilled
+        cut = prune_spec(spec, state_to_numpy(student, copy=True), level)
+        model = build_model(cut.spec)
+        load_numpy_state(model, cut.tensors)
+        as_cut = accuracy(model, ds.x_test, ds.y_test)
+        distill(model, x_public, teacher, DistillConfig(epochs=150))
+        after = accuracy(model, ds.x_test, ds.y_test)
+        print(f"p{level:g}: the distilled head cut {as_cut:.3f}, then distilled {after:.3f}")
     own = build_model(spec)
     load_numpy_state(own, initial)
     train_local(own, x_public, ds.y_train[public], train, seed=args.seed)

@@ -142,6 +142,16 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path,
     if method != "pfedpara":  # its devices' models hold their own W2: the coordinator has no global model
         # a slow from a fast sine, learned by the head in 3 rounds of 5 epochs
         assert max(report.rounds[-1].accuracy.values()) >= 0.95, report.rounds[-1].accuracy  # heterofl: by width
+    if method == "reft":  # one round; each device gets the global model cut to its level, distilled: raw series in
+        from edge_sdk.inference import OnnxClassifier
+        from edge_sdk.model_store import read_model_info
+
+        labels = {d["id"]: d["assignment"] for d in report.devices}
+        for device_dir in sorted((tmp_path / "out" / "devices").iterdir()):
+            info = read_model_info(device_dir)
+            assert info is not None and info["label"] == labels[device_dir.name], device_dir.name
+            predicted = OnnxClassifier(device_dir / "model.onnx").predict(x_test).classes
+            assert np.mean(predicted == y_test) >= 0.9, (info["label"], np.mean(predicted == y_test))
 
 
 @pytest.mark.parametrize("method", ["fedpara", "pfedpara"])

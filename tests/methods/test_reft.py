@@ -23,6 +23,7 @@ from edge_sdk.methods.reft import (decode_public, dequantize_logits, encode_publ
                                    quantize_logits, train_reft)
 from edge_sdk.models.minirocket_biases import fleet_biases, series_statistics
 from edge_sdk.models.spec import build_model
+from edge_sdk.tensors import load_numpy_state
 from edge_sdk.models.zoo import mlp
 from edge_sdk.profiling import DeviceProfile
 from edge_sdk.protocol.messages import Update
@@ -364,11 +365,22 @@ def test_reft_prunes_a_minirocket_model_to_kernel_subsets_and_distils_its_head(t
     # the biases are buffers: distillation trains the head alone
     np.testing.assert_array_equal(strategy.state_tensors()["layers.0.biases"], state["layers.0.biases"])
     assert strategy.model_params()["p0.9"] < 0.15 * strategy.model_params()["global"]
+    # what devices are published: the global model cut to their level, distilled from the last teacher
+    published = strategy.inference_model("p0.9")
+    cut = build_model(plans[0].model_spec)
+    load_numpy_state(cut, strategy.pruned(0.9).tensors)
+    assert published.layers[0].plan.kernels == 9 and evaluate(published, x_test, y_test)[0] >= 0.9
+    xt = torch.from_numpy(x_test)
+    assert not torch.allclose(published(xt), cut.eval()(xt))  # distilled, not only cut
+    assert strategy.inference_model("p0") is not None and strategy.inference_model("p0.5") is None  # nobody there
     # a checkpoint of the older layout (the model under global/NAME) loads
     saved = strategy.state_tensors()
-    older = {**{f"global/{k}": v for k, v in saved.items() if k != "reft/version"}, "reft/version": np.array([1])}
+    older = {**{f"global/{k}": v for k, v in saved.items() if not k.startswith("reft/")},
+             "reft/version": np.array([1])}
     again = Reft.create(ctx)
     again.load_state_tensors(older)
     assert again.version == 1 and all(np.array_equal(again.weights[k], saved[k]) for k in again.weights)
+    again.load_state_tensors(saved)  # and the teacher a checkpoint keeps for the levels' published models
+    np.testing.assert_array_equal(again.teacher, strategy.teacher)
     with pytest.raises(ValueError, match="do not match this reft model"):
         again.load_state_tensors({k: v for k, v in saved.items() if k != "layers.0.biases"})

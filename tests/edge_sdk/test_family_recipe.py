@@ -63,7 +63,10 @@ def test_reft_takes_the_recipes_sgd_for_its_devices_and_no_server_optimizer() ->
     """REFT averages no weights (a server option is refused) and trains with its own local_optimizer and
     local_lr: the recipe names those."""
     train, options, filled = with_family_recipe("minirocket", "reft", TrainConfig(), {}, chosen=())
-    assert train.loss == "squared" and options == {"local_optimizer": "sgd", "local_lr": "0.004"}
+    assert train.loss == "squared" and options == {"local_optimizer": "sgd", "local_lr": "0.004", "local_epochs": "150"}
     assert not any(key.startswith("server_") for key in filled)
     _, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(), {"local_lr": "0.01"}, chosen=("local_lr",))
-    assert options == {"local_lr": "0.01", "local_optimizer": "sgd"}
+    assert options == {"local_lr": "0.01", "local_optimizer": "sgd", "local_epochs": "150"}
+    # one-shot: its devices train once, 150 epochs, unless the job said how long (--local-epochs: the run's)
+    train, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(epochs=5), {}, chosen=("epochs",))
+    assert train.epochs == 5 and "local_epochs" not in options

@@ -24,7 +24,7 @@ from edge_sdk.train_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILY_RECIPES", "FamilyRecipe", "OPTIMIZER_SETTINGS", "STANDS_FOR", "chosen_settings",
+__all__ = ["FAMILY_RECIPES", "FamilyRecipe", "FILLED_UNLESS_CHOSEN", "OPTIMIZER_SETTINGS", "chosen_settings",
            "with_family_recipe"]
 
 
@@ -43,9 +43,10 @@ class FamilyRecipe:
 #: the `TrainConfig` fields a method with its own optimizer does not take from a family's recipe
 OPTIMIZER_SETTINGS = ("lr", "momentum")
 
-#: a method's option that stands for a `TrainConfig` field (REFT's ``local_epochs``: "the run's" unless set):
-#: a recipe does not fill it where the job chose that field itself (``--local-epochs 5`` stays 5)
-STANDS_FOR = MappingProxyType({"local_epochs": "epochs"})
+#: a recipe's option left unfilled where the job chose any of these settings itself: REFT's ``local_epochs``
+#: stands for the run's epochs (``--local-epochs 5`` stays 5) and the recipe's 150 are for one shot (not for
+#: ``oneshot=false``'s every round); its ``local_lr`` is the recipe's SGD's (not another ``local_optimizer``'s)
+FILLED_UNLESS_CHOSEN = MappingProxyType({"local_epochs": ("epochs", "oneshot"), "local_lr": ("local_optimizer",)})
 
 
 _SERVER_MOMENTUM = {"server_opt": "fedavgm", "server_lr": "1"}
@@ -91,7 +92,7 @@ def with_family_recipe(family: str, method: str, train: TrainConfig, options: Ma
     server_chosen = any(key.startswith("server_") for key in chosen)
     filled_options = {key: value for key, value in recipe.options.get(method, {}).items()
                       if key not in chosen and not (server_chosen and key.startswith("server_"))
-                      and STANDS_FOR.get(key) not in chosen}
+                      and not set(FILLED_UNLESS_CHOSEN.get(key, ())) & set(chosen)}
     filled = {**filled_train, **filled_options}
     if filled:
         log.info("%s trains with its family's settings: %s (docs/sensor-data.md)", family,

@@ -7,8 +7,9 @@ logits with per-class importance weights and distils them into the unpruned glob
 (:mod:`coordinator.strategies.distillation`). One round by default; with ``oneshot=false`` every further
 round sends the distilled model back, pruned per device, and distils again.
 
-The public set travels once per device, in its first plan (uint8 by default, counted in the
-bytes); later plans name it by digest.
+The public set travels once per device, in its first plan (uint8, float16 for series: `public_dtype`;
+counted in the bytes); later plans name it by digest. After the last round each device is published
+its level's model, the global model pruned and distilled again (`Reft.level_tensors`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from edge_sdk.methods.reft import decode_public, dequantize_logits, encode_public, public_digest
+from edge_sdk.methods.reft import FLOAT16_MAX, decode_public, dequantize_logits, encode_public, public_digest
 from edge_sdk.methods.settings.options import as_report, schema
 from edge_sdk.methods.settings.reft import ReftRound, ReftSettings
 from edge_sdk.methods.settings.shared import ServerOptConfig, clip_factor
@@ -59,10 +60,11 @@ class _Sent:
 
 def public_dtype(chosen: str, public_x: np.ndarray) -> str:
     """How the public inputs travel: as ``chosen``; ``auto``: ``float16`` for series ``(N, C, L)`` (one
-    ``uint8`` range per channel over the set leaves a small appliance's current a few levels), else ``uint8``."""
+    ``uint8`` range per channel over the set leaves a small appliance's current a few levels) whose values
+    float16 holds, else ``uint8``."""
     if chosen != "auto":
         return chosen
-    return "float16" if np.ndim(public_x) == 3 else "uint8"
+    return "float16" if np.ndim(public_x) == 3 and float(np.abs(public_x).max()) <= FLOAT16_MAX else "uint8"
 
 
 class Reft(Strategy):
@@ -70,7 +72,7 @@ class Reft(Strategy):
 
     name = "reft"
     spec_file_support = ("prunes the spec file's conv2d and linear layers (structured, by filters/units); the "
-                         "other layers follow their shapes")
+                         "other layers follow their shapes; a minirocket spec keeps its first kernels' features")
     needs_public_data = True
 
     @classmethod
@@ -103,7 +105,9 @@ class Reft(Strategy):
         #: the last teacher logits on the public inputs (zeros before the first distillation): the published
         #: models of the pruning levels are distilled from it (`inference_model`)
         self.teacher = np.zeros((len(self.public_x), int(spec["num_classes"])), dtype=np.float32)
-        self._published: dict[float, torch.nn.Module] = {}  # level -> its model, distilled, of this version
+        self._taught = False  # whether `teacher` is a distillation's (a checkpoint of before it was kept: no)
+        #: (version, level) -> the tensors of that level's model (`level_tensors`), of the versions last asked
+        self._level_models: dict[tuple[int, float], dict[str, np.ndarray]] = {}
         self._pruned: dict[float, PruneResult] = {}  # level -> pruned current global model
         self._params: dict[float, int] = {0.0: count_params(spec)}
         self._has_public: set[str] = set()
@@ -177,13 +181,14 @@ class Reft(Strategy):
                     train=self.plan_train(rnd, ReftRound(public_digest=self.digest)))
 
     def configure_evaluate(self, rnd: int, device: DeviceRecord) -> Plan | None:
-        """The global model pruned to ``device``'s level (without the public set); nothing recorded."""
+        """The model of ``device``'s level, the one it is published (`level_tensors`), without the public
+        set; nothing recorded."""
         level = self.levels.get(device.device_id)
         if level is None:
             return None
         pruned = self.pruned(level)
         return Plan(method=self.device_part(), label=level_label(level), model_spec=pruned.spec,
-                    tensors=dict(pruned.tensors), train=self.plan_train(rnd))
+                    tensors=dict(self.level_tensors(level)), train=self.plan_train(rnd))
 
     def expected(self, level: float) -> dict[str, TensorSpec]:
         """The exact tensors an update of a device at ``level`` must hold."""
@@ -223,9 +228,9 @@ class Reft(Strategy):
         self.last_distill = distill(self.model, self.public_x, teacher, self._distill_config(rnd))
         self.weights = state_to_numpy(self.model, copy=True)
         self.teacher = np.asarray(teacher, dtype=np.float32)
+        self._taught = True
         self.version += 1
         self._pruned.clear()
-        self._published.clear()
         return {"train_loss": mean_train_loss([u.update for u in updates]),
                 "distill_loss": self.last_distill.loss, "distill_agreement": self.last_distill.agreement,
                 "distill_seconds": self.last_distill.seconds, "teachers": float(len(updates)),
@@ -237,23 +242,34 @@ class Reft(Strategy):
                              epochs=self.settings.distill_epochs, batch_size=self.settings.distill_batch,
                              seed=self.config.seed + rnd)
 
+    def level_tensors(self, level: float) -> dict[str, np.ndarray]:
+        """The model a device of ``level`` runs (published, and evaluated on the devices): the global model
+        pruned to it and distilled, as the global model was, from the last teacher on the public inputs (a
+        pruned classifier keeps columns that were fitted beside the others: on PLAID's MiniRocket head at
+        p0.9 0.389 as cut, 0.613 distilled). The dense level, and every level before the first distillation,
+        as pruned. Kept per version: a serving job compares the published version's with the new one's."""
+        pruned = self.pruned(level)
+        if level == 0 or self.version == 0 or not self._taught:
+            return pruned.tensors
+        key = (self.version, level)
+        if key not in self._level_models:
+            model = build_model(pruned.spec)
+            load_numpy_state(model, pruned.tensors)
+            distill(model, self.public_x, self.teacher, self._distill_config(self.version))
+            if len(self._level_models) >= 2 * len(set(self.levels.values())):  # two versions' levels: the oldest out
+                del self._level_models[next(iter(self._level_models))]
+            self._level_models[key] = state_to_numpy(model, copy=True)
+        return self._level_models[key]
+
     def inference_model(self, label: str) -> torch.nn.Module | None:
-        """A device's published model: the global model pruned to its level and distilled, as the global
-        model was, from the last teacher on the public inputs (a pruned classifier keeps columns that were
-        fitted beside the others: on PLAID's MiniRocket head at p0.9 0.389 as cut, 0.613 distilled); the
-        dense level (``p0``) is the global model itself. None for a label no device holds, or before the
-        first distillation."""
+        """A device's published model: its level's (`level_tensors`); None for a label no device holds,
+        or before the first distillation."""
         level = next((lv for lv in set(self.levels.values()) if level_label(lv) == label), None)
         if level is None or self.version == 0:
             return None
-        if level not in self._published:
-            pruned = self.pruned(level)
-            model = build_model(pruned.spec)
-            load_numpy_state(model, pruned.tensors)
-            if level > 0 and np.any(self.teacher):  # (a checkpoint of before the teacher was kept: as cut)
-                distill(model, self.public_x, self.teacher, self._distill_config(self.version))
-            self._published[level] = model.eval()
-        return self._published[level]
+        model = build_model(self.pruned(level).spec)
+        load_numpy_state(model, self.level_tensors(level))
+        return model.eval()
 
     def evaluate(self, rnd: int, data: EvalData) -> tuple[dict[str, float], float]:
         load_numpy_state(self.model, self.weights)
@@ -293,8 +309,8 @@ class Reft(Strategy):
         self.weights = {k: np.asarray(tensors[k], dtype=v.dtype) for k, v in self.weights.items()}
         self.version = int(tensors[_VERSION][0])
         self.teacher = np.asarray(tensors[_TEACHER], dtype=np.float32)
+        self._taught = bool(np.any(self.teacher))  # zeros: before the first distillation, or an older checkpoint
         self._pruned.clear()
-        self._published.clear()
         self._has_public.clear()  # devices may have lost it: resend
 
     def method_config(self) -> dict[str, Any]:

@@ -26,11 +26,12 @@ from edge_sdk.protocol.messages import Plan, Update
 from edge_sdk.tensors import state_to_numpy
 from edge_sdk.training import on_device
 
-__all__ = ["train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
+__all__ = ["FLOAT16_MAX", "train_reft", "encode_public", "decode_public", "public_digest", "quantize_logits",
            "dequantize_logits", "PUBLIC_PREFIX"]
 
 PUBLIC_PREFIX = "public."
-_FP16_MAX = 65000.0
+#: the largest magnitude sent as float16 (its largest finite value is 65,504)
+FLOAT16_MAX = 65000.0
 _KEPT = "reft/public"  # DeviceContext.memory: (digest, public inputs)
 
 
@@ -43,6 +44,8 @@ def encode_public(x: np.ndarray, dtype: str = "uint8") -> dict[str, np.ndarray]:
     if x.ndim < 2 or len(x) == 0 or not np.isfinite(x).all():
         raise ValueError(f"public inputs must be a finite (N, ...) array with N >= 1, got {x.shape}")
     if dtype == "float16":
+        if np.abs(x).max() > FLOAT16_MAX:
+            raise ValueError(f"public inputs reach {np.abs(x).max():.4g}, beyond float16's range: send them as uint8")
         return {f"{PUBLIC_PREFIX}x": x.astype(np.float16)}
     axes = tuple(i for i in range(x.ndim) if i != 1)
     lo, hi = x.min(axis=axes), x.max(axis=axes)
@@ -114,7 +117,7 @@ def quantize_logits(logits: np.ndarray, dtype: str = "float16") -> dict[str, np.
         raise ValueError(f"logits dtype must be one of {LOGITS_DTYPES}, got {dtype!r}")
     z = np.asarray(logits, dtype=np.float32)
     if dtype == "float16":
-        return {"logits": np.clip(z, -_FP16_MAX, _FP16_MAX).astype(np.float16)}
+        return {"logits": np.clip(z, -FLOAT16_MAX, FLOAT16_MAX).astype(np.float16)}
     peak = np.abs(z).max(axis=1)
     scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
     q = np.clip(np.rint(z / scale[:, None]), -127, 127).astype(np.int8)

@@ -26,8 +26,6 @@ from edge_sdk.tensors import load_numpy_state
 
 __all__ = ["is_minirocket", "kept_kernels", "feature_columns", "kernel_subset"]
 
-_FOLLOWERS = ("batchnorm1d", "linear")
-
 
 def is_minirocket(spec: Mapping) -> bool:
     """Whether ``spec``'s first layer is a ``minirocket`` transform."""

@@ -126,7 +126,8 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path,
     np.savez(data, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test, layout="series",
              classes=np.array(["slow", "fast"]))
     checkpoints = tmp_path / "ckpt"
-    options = {"gamma": "0.1"} if method == "fedpara" else {}  # pfedpara: γ = auto, chosen in setup
+    # pfedpara: γ = auto, chosen in setup; reft: F_λ = 20 gives the default profiles (Pi 3B, 4B, 5) three levels
+    options = {"gamma": "0.1"} if method == "fedpara" else {"f_lambda": "20"} if method == "reft" else {}
     config = SimulationConfig(method=method, clients=3, dataset=f"npz:{data}", model="minirocket", plots=False,
                               out=str(tmp_path / "out"), options=options, holdout=0.0,
                               federation=sim_federation(rounds=3, seed=0, checkpoint_dir=str(checkpoints),
@@ -147,6 +148,7 @@ def test_a_job_fits_the_biases_from_its_devices_before_the_first_round(tmp_path,
         from edge_sdk.model_store import read_model_info
 
         labels = {d["id"]: d["assignment"] for d in report.devices}
+        assert len(set(labels.values())) == 3 and len(list((tmp_path / "out" / "devices").iterdir())) == 3, labels
         for device_dir in sorted((tmp_path / "out" / "devices").iterdir()):
             info = read_model_info(device_dir)
             assert info is not None and info["label"] == labels[device_dir.name], device_dir.name

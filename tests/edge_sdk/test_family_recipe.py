@@ -70,3 +70,8 @@ def test_reft_takes_the_recipes_sgd_for_its_devices_and_no_server_optimizer() ->
     # one-shot: its devices train once, 150 epochs, unless the job said how long (--local-epochs: the run's)
     train, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(epochs=5), {}, chosen=("epochs",))
     assert train.epochs == 5 and "local_epochs" not in options
+    _, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(), {"oneshot": "false"}, chosen=("oneshot",))
+    assert "local_epochs" not in options  # not 150 epochs in every one of its rounds
+    _, options, _ = with_family_recipe("minirocket", "reft", TrainConfig(), {"local_optimizer": "adam"},
+                                       chosen=("local_optimizer",))
+    assert options == {"local_optimizer": "adam", "local_epochs": "150"}  # SGD's lr is not Adam's

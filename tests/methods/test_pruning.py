@@ -197,8 +197,10 @@ def test_a_minirocket_model_is_pruned_to_its_first_kernels_and_computes_what_the
     spec = minirocket(2, 5, 64, norm=norm, series_norm=series_norm)
     full = build_model(spec)
     weights = state_to_numpy(full, copy=True)
-    weights["layers.0.biases"] = np.random.default_rng(0).normal(0, 0.1, weights["layers.0.biases"].shape) \
-        .astype(np.float32)
+    rng = np.random.default_rng(0)
+    for name, value in weights.items():  # biases, and a batch norm's statistics and affine map, all distinct
+        if value.ndim == 1 and (name == "layers.0.biases" or norm is not None and name.startswith("layers.1.")):
+            weights[name] = rng.uniform(0.5, 1.5, value.shape).astype(np.float32)
     load_numpy_state(full, weights)
     full.eval()
     x = torch.randn(4, 2, 64, generator=torch.Generator().manual_seed(1))

@@ -121,6 +121,17 @@ def test_public_set_round_trips_through_uint8_and_float16(digits) -> None:
         decode_public({"public.x": tensors["public.x"]})  # offset/scale missing
 
 
+def test_series_beyond_float16s_range_travel_as_uint8_or_are_refused_as_float16() -> None:
+    """``public_dtype = auto`` sends series as float16 where float16 holds them (raw pressure in Pa does not)."""
+    from coordinator.strategies.reft import public_dtype
+
+    series = np.linspace(-3, 3, 2 * 16).reshape(2, 1, 16).astype(np.float32)
+    assert public_dtype("auto", series) == "float16" and public_dtype("auto", series[:, :, 0]) == "uint8"
+    assert public_dtype("auto", series * 1e5) == "uint8" and public_dtype("float16", series) == "float16"
+    with pytest.raises(ValueError, match="beyond float16's range"):
+        encode_public(series * 1e5, "float16")
+
+
 def test_logits_quantize_within_bounds() -> None:
     z = np.random.default_rng(0).normal(0, 5, size=(20, 10)).astype(np.float32)
     q8 = quantize_logits(z, "int8")
@@ -373,6 +384,10 @@ def test_reft_prunes_a_minirocket_model_to_kernel_subsets_and_distils_its_head(t
     xt = torch.from_numpy(x_test)
     assert not torch.allclose(published(xt), cut.eval()(xt))  # distilled, not only cut
     assert strategy.inference_model("p0") is not None and strategy.inference_model("p0.5") is None  # nobody there
+    # the devices evaluate the model they are published; distilled once per version
+    evaluated = strategy.configure_evaluate(1, fleet[0][0]).tensors
+    assert all(np.array_equal(v, published.state_dict()[k].numpy()) for k, v in evaluated.items())
+    assert strategy.level_tensors(0.9) is strategy.level_tensors(0.9)
     # a checkpoint of the older layout (the model under global/NAME) loads
     saved = strategy.state_tensors()
     older = {**{f"global/{k}": v for k, v in saved.items() if not k.startswith("reft/")},

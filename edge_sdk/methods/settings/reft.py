@@ -29,9 +29,9 @@ class ReftSettings(PruningSettings):
     public_dtype: str = option("auto", choice("auto", *PUBLIC_DTYPES), "how the public inputs are sent to devices "
                                "(auto: float16 for series, else uint8)",
                                doc="how the public inputs are sent to devices: `uint8` (one affine map per channel "
-                                   "over the whole set) or `float16`; `auto`: `float16` for series, whose "
-                                   "amplitudes differ by orders of magnitude between appliances (PLAID with uint8: "
-                                   "0.434 against 0.564), `uint8` otherwise")
+                                   "over the whole set) or `float16`; `auto`: `float16` for series whose values "
+                                   "float16 holds (their amplitudes differ by orders of magnitude between "
+                                   "appliances: PLAID with uint8 0.434 against 0.564), `uint8` otherwise")
     #: use a seeded random subset of this many public inputs (None: all)
     public_samples: int | None = option(None, integer(1, 10_000_000), "a seeded random subset of this many public "
                                         "inputs; default: all",

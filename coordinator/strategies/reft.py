@@ -92,8 +92,8 @@ class Reft(Strategy):
             keep = np.random.default_rng(config.seed + 17).choice(len(public_x), options.public_samples,
                                                                    replace=False)
             public_x = public_x[np.sort(keep)]
-        self.public_dtype = public_dtype(options.public_dtype, public_x)
-        self.public = encode_public(public_x, self.public_dtype)
+        self.public_encoding = public_dtype(options.public_dtype, public_x)
+        self.public = encode_public(public_x, self.public_encoding)
         self.digest = public_digest(self.public)
         self.public_x = decode_public(self.public)  # exactly what devices compute logits on
         if self.public_x.shape[1:] != tuple(spec["input_shape"]):
@@ -102,8 +102,8 @@ class Reft(Strategy):
         self.version = 0
         self.levels: dict[str, float] = {}  # device -> pruning level
         self.last_distill: DistillResult | None = None
-        #: the last teacher logits on the public inputs (zeros before the first distillation): the published
-        #: models of the pruning levels are distilled from it (`inference_model`)
+        #: the last teacher logits on the public inputs (zeros before the first distillation): the levels'
+        #: models, published and evaluated on the devices, are distilled from it (`level_tensors`)
         self.teacher = np.zeros((len(self.public_x), int(spec["num_classes"])), dtype=np.float32)
         self._taught = False  # whether `teacher` is a distillation's (a checkpoint of before it was kept: no)
         #: (version, level) -> the tensors of that level's model (`level_tensors`), of the versions last asked
@@ -314,7 +314,7 @@ class Reft(Strategy):
         self._has_public.clear()  # devices may have lost it: resend
 
     def method_config(self) -> dict[str, Any]:
-        return {**as_report(self.settings), "public_dtype": self.public_dtype, "pruning_backend": self.backend,
+        return {**as_report(self.settings), "public_dtype": self.public_encoding, "pruning_backend": self.backend,
                 "model_spec": self.spec,
                 "public_samples": int(len(self.public_x)),
                 "public_bytes": int(sum(a.nbytes for a in self.public.values())),

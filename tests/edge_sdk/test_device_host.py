@@ -21,6 +21,7 @@ from edge_sdk.networking.transport import MqttTransport, TransportConfig
 from simulation.config import SimulationConfig
 from simulation.sim_devices import DeviceHost
 from simulation.simulate import run_simulation
+from tests.support.subscriptions import subscribed
 
 
 def _threads() -> int:
@@ -32,23 +33,6 @@ def _device(url: str, name: str, network: NetworkLoop | None = None) -> DeviceCl
     config = ClientConfig(device_id=name, transport=TransportConfig(url=url, connect_timeout=5), job="host",
                           register_retry_s=30.0, heartbeat_s=600.0)
     return DeviceClient(config, data, load_profile("raspberry-pi-4b"), network=network)
-
-
-def _listening(coordinator: MqttTransport, *topics: str) -> None:
-    """Subscribe to ``topics`` and wait until the broker applied them: a probe published after the
-    subscription comes back (a device's first message, sent before that, would be lost: under load the
-    broker took the SUBSCRIBE after a device's Register, and the test waited 5 s for a 30 s retry)."""
-    for topic in topics:
-        coordinator.subscribe(topic)
-    probe = Topics(job="host").uplink("probe")  # after every SUBSCRIBE of this client: the broker keeps its order
-    for _ in range(50):
-        coordinator.publish(probe, b"probe", qos=1)
-        msg = coordinator.receive(0.1)
-        if msg is not None and msg.payload == b"probe":
-            while coordinator.receive(0.05) is not None:  # the duplicate probes
-                pass
-            return
-    raise AssertionError(f"subscriptions {topics} never became active")
 
 
 def _next_envelope(transport: MqttTransport, kind: type, timeout: float = 5.0) -> Envelope:
@@ -63,7 +47,7 @@ def _next_envelope(transport: MqttTransport, kind: type, timeout: float = 5.0) -
 def test_a_device_steps_without_a_thread_of_its_own() -> None:
     topics = Topics(job="host")
     with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
-        _listening(coordinator, topics.status("stepper"), topics.all_uplinks())
+        subscribed(coordinator, topics.status("stepper"), topics.all_uplinks())
         network = NetworkLoop()
         device = _device(broker.url, "stepper", network)
         woken: list[float] = []
@@ -109,7 +93,7 @@ def test_a_device_told_a_plan_is_coming_sleeps_until_it_comes() -> None:
 
     topics = Topics(job="host")
     with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
-        _listening(coordinator, topics.all_uplinks())
+        subscribed(coordinator, topics.all_uplinks())
         network = NetworkLoop()
         device = _device(broker.url, "expecting", network)
         woken: list[float] = []
@@ -200,7 +184,7 @@ def test_a_device_of_a_host_drops_its_kept_update_once_a_later_round_is_announce
     plan = Plan(method="fedavg", label="global", model_spec=spec, tensors=state_to_numpy(build_model(spec), copy=True),
                 train={"epochs": 1, "batch_size": 4, "lr": 0.1})
     with EmbeddedBroker() as broker, MqttTransport(TransportConfig(url=broker.url, connect_timeout=5)) as coordinator:
-        _listening(coordinator, topics.all_uplinks())
+        subscribed(coordinator, topics.all_uplinks())
         network = NetworkLoop()
         clients = [_device(broker.url, f"keep{i}", network) for i in range(3)]
         host = DeviceHost(clients, network=network, workers=4, connectors=1)

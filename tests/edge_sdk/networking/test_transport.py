@@ -14,6 +14,7 @@ from edge_sdk.networking.fair_inbox import InboxLimits
 from edge_sdk.networking.transport import IncomingMessage, MqttTransport, TransportConfig, TransportError, Will
 from tests.support.faultproxy import FaultProxy
 from tests.support.requirements import needs, require
+from tests.support.subscriptions import subscribed
 
 needs_mosquitto = needs("mosquitto")
 
@@ -31,20 +32,6 @@ def _wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return cond()
-
-
-def _subscribed(t: MqttTransport, topic: str) -> None:
-    """Subscribe and make sure the broker applied it (a probe message comes back)."""
-    t.subscribe(topic)
-    probe = topic.replace("#", "probe").replace("+", "probe")
-    for _ in range(50):
-        t.publish(probe, b"probe")
-        msg = t.receive(0.1)
-        if msg is not None and msg.payload == b"probe":
-            while t.receive(0.05) is not None:  # drain duplicate probes
-                pass
-            return
-    raise AssertionError(f"subscription {topic} never became active")
 
 
 def test_config_validation_and_url_parsing() -> None:
@@ -86,7 +73,7 @@ def test_roundtrip_mosquitto_v5(mosquitto_broker: EmbeddedBroker, topic_prefix: 
     with _transport(mosquitto_broker.url) as t:
         assert t.connected and t.protocol_version == "5" and t.connect_count == 1
         assert t.max_packet_size == mosquitto_broker.config.max_packet_size
-        _subscribed(t, f"{topic_prefix}/#")
+        subscribed(t, f"{topic_prefix}/#")
         t.publish(f"{topic_prefix}/x", b"\x00hello\xff")
         assert t.wait_published(5)
         msg = t.receive(5)
@@ -102,7 +89,7 @@ def test_auto_falls_back_to_311_on_amqtt(amqtt_broker: EmbeddedBroker, topic_pre
     with _transport(amqtt_broker.url) as t:
         assert t.protocol_version == "3.1.1" and t.max_packet_size is None
         assert t.connect_count == 1
-        _subscribed(t, f"{topic_prefix}/+")
+        subscribed(t, f"{topic_prefix}/+")
         t.publish(f"{topic_prefix}/y", b"ok", retain=False)
         msg = t.receive(5)
         assert msg is not None and (msg.topic, msg.payload) == (f"{topic_prefix}/y", b"ok")
@@ -118,7 +105,7 @@ def test_forced_v5_on_amqtt_is_refused(amqtt_broker: EmbeddedBroker) -> None:
 def test_4mb_payload_through_amqtt(amqtt_broker: EmbeddedBroker, topic_prefix: str) -> None:
     payload = os.urandom(4 * 2**20)
     with _transport(amqtt_broker.url) as t:
-        _subscribed(t, f"{topic_prefix}/big")
+        subscribed(t, f"{topic_prefix}/big")
         t.publish(f"{topic_prefix}/big", payload)
         assert t.wait_published(10)
         msg = t.receive(10)
@@ -142,7 +129,7 @@ def test_oversize_publish_refused_and_transport_stays_usable(topic_prefix: str) 
             _transport(b.url) as t:
         assert t.max_packet_size == limit
         topic = f"{topic_prefix}/blob"
-        _subscribed(t, topic)
+        subscribed(t, topic)
         with pytest.raises(TransportError, match=f"payload of {limit} bytes exceeds the broker's "
                                                  f"maximum packet size {limit}"):
             t.publish(topic, b"x" * limit)
@@ -169,7 +156,7 @@ def test_last_will_on_crash_not_on_clean_close(
     b: EmbeddedBroker = request.getfixturevalue(f"{kind}_broker")
     crash_topic, clean_topic = f"{topic_prefix}/crash/status", f"{topic_prefix}/clean/status"
     with _transport(b.url) as observer:
-        _subscribed(observer, f"{topic_prefix}/+/status")
+        subscribed(observer, f"{topic_prefix}/+/status")
         crasher = _transport(b.url, will=Will(crash_topic, b"offline"))
         closer = _transport(b.url, will=Will(clean_topic, b"offline"))
         closer.close()
@@ -191,7 +178,7 @@ def test_reconnect_resubscribe_and_queue_while_disconnected(topic_prefix: str) -
         sub = _transport(b.url, reconnect_min_delay=0.1, reconnect_max_delay=0.5)
         pub = _transport(b.url, reconnect_min_delay=0.1, reconnect_max_delay=0.5)
         try:
-            _subscribed(sub, f"{topic_prefix}/live")
+            subscribed(sub, f"{topic_prefix}/live")
             b.restart()
             assert _wait_for(lambda: sub.connect_count == 2 and pub.connect_count == 2, 10)
             assert sub.connected
@@ -228,7 +215,7 @@ def test_each_connection_has_its_own_stamped_will_and_birth(topic_prefix: str) -
     def presence(state: str) -> Callable[[int], Will]:
         return lambda stamp: Will(topic, f"{state} {stamp}".encode())
     with EmbeddedBroker() as b, FaultProxy(b.port) as proxy, _transport(b.url) as observer:
-        _subscribed(observer, topic)
+        subscribed(observer, topic)
         device = _transport(proxy.url, will=presence("offline"), birth=presence("online"),
                             reconnect_min_delay=0.1, reconnect_max_delay=0.5)
         try:
@@ -268,7 +255,7 @@ def test_wrong_credentials_give_clear_error(tmp_path: pytest.TempPathFactory) ->
 
 def test_bounded_queue_counts_drops(broker: EmbeddedBroker, topic_prefix: str) -> None:
     with _transport(broker.url) as producer, _transport(broker.url, inbox=InboxLimits(max_messages=3, per_source_messages=3)) as consumer:
-        _subscribed(consumer, f"{topic_prefix}/n")
+        subscribed(consumer, f"{topic_prefix}/n")
         for i in range(10):
             producer.publish(f"{topic_prefix}/n", bytes([i]))
         assert producer.wait_published(5)

@@ -21,7 +21,7 @@ from edge_sdk.train_config import AUGMENTATIONS, TrainConfig, default_threads
 
 __all__ = ["AUGMENTATIONS", "EvalCounts", "TrainConfig", "TrainResult", "NonFiniteLossError", "TrainingStopped",
            "train_local", "evaluate", "evaluate_counts", "on_device", "proximal_term", "torch_threads",
-           "default_threads", "warm_up_optimizer"]
+           "default_threads", "trained_part", "warm_up_optimizer"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -154,6 +154,17 @@ def fixed_features(prefix: nn.Module, x: torch.Tensor, batch: int) -> torch.Tens
         return torch.cat([first, *[prefix(x[i:i + batch]) for i in range(batch, len(x), batch)]])
 
 
+def trained_part(model: nn.Module, x: torch.Tensor, batch: int) -> tuple[nn.Module, torch.Tensor]:
+    """``(network, inputs)`` to train on: the layers after a model's fixed prefix (`fixed_prefix`) and its
+    features, computed once instead of every epoch (MiniRocket's transform); else ``(model, x)``."""
+    split = fixed_prefix(model)
+    if split is not None:
+        features = fixed_features(split[0], x, batch)
+        if features is not None:  # (not too many to keep)
+            return split[1], features
+    return model, x
+
+
 def _data_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """`TrainConfig.loss` of a batch: cross-entropy, or half the squared distance of the logits to
     ±1 targets summed over the classes (a ridge classifier's), both averaged over the batch."""
@@ -204,11 +215,8 @@ def train_local(model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainCon
                 torch.default_generator.manual_seed(seed)  # accelerator's, with a traceback (~0.1 ms)
             else:
                 torch.manual_seed(seed)
-            forward, inputs = model, xt
-            if config.augment == "none" and (split := fixed_prefix(model)) is not None:
-                features = fixed_features(split[0], xt, config.batch_size)  # once, not once an epoch
-                if features is not None:  # (MiniRocket's transform)
-                    forward, inputs = split[1], features
+            # augmented inputs change every epoch: their features too
+            forward, inputs = trained_part(model, xt, config.batch_size) if config.augment == "none" else (model, xt)
             for epoch in range(config.epochs):
                 if config.max_steps is not None and steps >= config.max_steps:
                     break

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edge_sdk.training import fixed_features, fixed_prefix
+from edge_sdk.training import trained_part
 
 from coordinator.aggregate.averaging import capped_shares
 
@@ -158,17 +158,6 @@ def ensemble_logits(logits: Sequence[np.ndarray], counts: np.ndarray, rule: str 
     return np.einsum("tnc,tc->nc", stack, weights).astype(np.float32)
 
 
-def _trained_part(student: nn.Module, x: torch.Tensor, batch: int) -> tuple[nn.Module, torch.Tensor]:
-    """``(network, inputs)`` to train: a student that starts with fixed features (MiniRocket's
-    transform: `edge_sdk.training.fixed_prefix`) has them computed once, and the rest trained on them."""
-    split = fixed_prefix(student)
-    if split is not None:
-        features = fixed_features(split[0], x, batch)
-        if features is not None:
-            return split[1], features
-    return student, x
-
-
 def _agreement(model: nn.Module, x: torch.Tensor, teacher: torch.Tensor) -> float:
     model.eval()
     with torch.no_grad():
@@ -190,7 +179,7 @@ def distill(student: nn.Module, x: np.ndarray, teacher_logits: np.ndarray,
     target = F.softmax(tt / temp, dim=1)
     started, steps, loss_sum, seen = time.perf_counter(), 0, 0.0, 0
     student.eval()
-    network, xt = _trained_part(student, xt, 512)
+    network, xt = trained_part(student, xt, 512)  # MiniRocket's features once, not every epoch
     optimizer = torch.optim.Adam(network.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(config.seed)
     network.train()

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from edge_sdk.methods.settings.pruning import BACKENDS, MAX_RATIO
-from edge_sdk.models.kernel_subset import is_minirocket, kept_kernels, kernel_subset
+from edge_sdk.models.kernel_subset import is_minirocket, kernel_subset
 from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.spec import build_model, count_flops, count_params, validate_spec
 from edge_sdk.tensors import load_numpy_state, state_to_numpy
@@ -284,7 +284,7 @@ def prune_spec(spec: dict, tensors: Mapping[str, np.ndarray], ratio: float,
         raise ValueError(f"ratio must be in [0, {MAX_RATIO}], got {ratio!r}")
     validate_spec(spec)
     if is_minirocket(spec):
-        kernels = kept_kernels(layer_plan(spec["layers"][0]).kernels, float(ratio))
+        kernels = _kept(layer_plan(spec["layers"][0]).kernels, float(ratio), 1)  # as the pruner keeps channels
         narrow, weights = kernel_subset(spec, tensors, kernels)
         return PruneResult(narrow, weights, KERNEL_SUBSET, float(ratio), count_params(narrow), count_flops(narrow))
     _check_prunable(spec["layers"])

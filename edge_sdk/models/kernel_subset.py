@@ -15,7 +15,6 @@ narrower layer is a plain ``kernels`` count in the spec.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Mapping
 
 import numpy as np
@@ -24,22 +23,13 @@ from edge_sdk.models.minirocket import layer_plan
 from edge_sdk.models.spec import build_model, validate_spec
 from edge_sdk.tensors import load_numpy_state
 
-__all__ = ["is_minirocket", "kept_kernels", "feature_columns", "kernel_subset"]
+__all__ = ["is_minirocket", "feature_columns", "kernel_subset"]
 
 
 def is_minirocket(spec: Mapping) -> bool:
     """Whether ``spec``'s first layer is a ``minirocket`` transform."""
     layers = spec.get("layers") if isinstance(spec, Mapping) else None
     return bool(layers) and isinstance(layers[0], Mapping) and layers[0].get("type") == "minirocket"
-
-
-def kept_kernels(kernels: int, ratio: float) -> int:
-    """Kernels a layer of ``kernels`` keeps pruned at ``ratio``: ``max(1, ceil(kernels·(1 − ratio)))``,
-    as the structured pruner keeps channels."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) \
-            or not 0 <= ratio < 1:
-        raise ValueError(f"pruning ratio must be in [0, 1), got {ratio!r}")
-    return max(1, math.ceil(kernels * (1 - ratio) - 1e-9))
 
 
 def _checked(spec: dict) -> dict:
